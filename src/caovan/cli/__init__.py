@@ -1,0 +1,70 @@
+"""The ``caovan`` command and its Turbo3 aliases (``caovan-sm75-doctor`` …).
+
+Each subcommand is a module here defining NAME, HELP, ALIAS, ``add_arguments(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from .. import __version__
+
+#: Subcommand modules, in the order ``caovan --help`` lists them.
+COMMAND_MODULES = ("doctor", "verify", "check_model", "bench")
+
+
+def _commands() -> list[ModuleType]:
+    found = []
+    for name in COMMAND_MODULES:
+        dotted = f"{__name__}.{name}"
+        # A command that has not landed in this build is simply absent; an import error inside one is not hidden.
+        if importlib.util.find_spec(dotted) is not None:
+            found.append(importlib.import_module(dotted))
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="caovan", description="caovan: Turbo3-compatible vLLM plugin for GDN + MTP on SM75."
+    )
+    parser.add_argument("--version", action="version", version=f"caovan {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in _commands():
+        cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._run(args))
+
+
+def _alias(command: str) -> int:
+    return main([command, *sys.argv[1:]])
+
+
+def doctor_alias() -> int:
+    """``caovan-sm75-doctor``."""
+    return _alias("doctor")
+
+
+def verify_alias() -> int:
+    """``caovan-sm75-verify``."""
+    return _alias("verify")
+
+
+def check_model_alias() -> int:
+    """``caovan-sm75-check-model``."""
+    return _alias("check-model")
+
+
+def benchmark_alias() -> int:
+    """``caovan-sm75-benchmark``."""
+    return _alias("bench")

@@ -1,0 +1,137 @@
+"""``caovan doctor``: what is installed, what vLLM will load, and which GDN family this vLLM belongs to."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from importlib.metadata import PackageNotFoundError, entry_points, version
+from typing import Any
+
+from .. import PLUGIN_NAME, __version__
+
+NAME = "doctor"
+HELP = "Check Python, torch, Triton, CUDA, GPUs, vLLM, plugin discovery and the GDN interface family."
+ALIAS = "caovan-sm75-doctor"
+ENTRY_POINT_GROUP = "vllm.general_plugins"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--verbose", "-v", action="store_true", help="list every hook point probed")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def gpu_facts() -> dict[str, Any]:
+    """GPUs as torch sees them; 'none' is a valid answer on a CPU machine."""
+    try:
+        import torch
+    except Exception as exc:
+        return {"available": False, "reason": f"torch not importable: {exc}", "devices": []}
+    if not torch.cuda.is_available():
+        return {"available": False, "reason": "no CUDA device visible", "devices": [], "cuda": torch.version.cuda}
+    devices = []
+    for i in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(i)
+        devices.append({"index": i, "name": torch.cuda.get_device_name(i), "capability": f"{major}.{minor}"})
+    sm75 = sum(d["capability"] == "7.5" for d in devices)
+    return {
+        "available": True,
+        "devices": devices,
+        "cuda": torch.version.cuda,
+        "sm75": f"{sm75}/{len(devices)}",
+    }
+
+
+def plugin_discovery(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    env = os.environ if environ is None else environ
+    eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == PLUGIN_NAME]
+    allowed_raw = env.get("VLLM_PLUGINS")
+    if allowed_raw is None:
+        filtered, why = False, "VLLM_PLUGINS unset: every discovered plugin loads"
+    else:
+        allowed = [p.strip() for p in allowed_raw.split(",") if p.strip()]
+        filtered = PLUGIN_NAME not in allowed
+        why = (
+            f"VLLM_PLUGINS={allowed_raw!r} does not list {PLUGIN_NAME}: vLLM will not load caovan"
+            if filtered
+            else f"VLLM_PLUGINS lists {PLUGIN_NAME}"
+        )
+    return {
+        "entry_point_group": ENTRY_POINT_GROUP,
+        "discovered": bool(eps),
+        "target": eps[0].value if eps else None,
+        "filtered_by_vllm_plugins": filtered,
+        "vllm_plugins": why,
+    }
+
+
+def collect() -> dict[str, Any]:
+    from ..adapters import probe_all
+    from ..adapters.base import installed_vllm_version
+
+    reports = probe_all() if installed_vllm_version() else ()
+    passing = [r for r in reports if r.ok]
+    return {
+        "plugin": {"name": PLUGIN_NAME, "version": __version__},
+        "python": f"{platform.python_version()} ({sys.implementation.name}, {platform.system().lower()} {platform.machine()})",
+        "torch": _version("torch"),
+        "triton": _version("triton"),
+        "vllm": _version("vllm"),
+        "gpus": gpu_facts(),
+        "discovery": plugin_discovery(),
+        "families": [r.as_dict() for r in reports],
+        "family": passing[0].family_id if passing else None,
+        "ok": bool(passing),
+    }
+
+
+def render(facts: dict[str, Any], verbose: bool = False) -> str:
+    gpus = facts["gpus"]
+    if gpus["available"]:
+        gpu_line = "; ".join(f"{d['index']}: {d['name']} (sm_{d['capability'].replace('.', '')})" for d in gpus["devices"])
+        gpu_line += f"; sm75={gpus['sm75']}"
+    else:
+        gpu_line = f"none ({gpus['reason']})"
+    disc = facts["discovery"]
+    lines = [
+        f"{facts['plugin']['name']} {facts['plugin']['version']} doctor",
+        f"python        {facts['python']}",
+        f"torch         {facts['torch'] or 'not installed'}" + (f" (CUDA {gpus.get('cuda')})" if gpus.get("cuda") else ""),
+        f"triton        {facts['triton'] or 'not installed'}",
+        f"vllm          {facts['vllm'] or 'not installed'}",
+        f"gpus          {gpu_line}",
+        f"entry point   {'discovered: ' + disc['target'] if disc['discovered'] else 'NOT discovered in ' + disc['entry_point_group'] + ' (is the wheel installed in this environment?)'}",
+        f"plugins       {disc['vllm_plugins']}",
+    ]
+    if not facts["families"]:
+        lines.append("GDN interface check: FAIL (vLLM is not installed)")
+    for fam in facts["families"]:
+        verdict = "PASS" if fam["ok"] else "SKIP"
+        hint = "matches" if fam["hint_matches"] else "does not match"
+        lines.append(
+            f"GDN interface check: {verdict} family={fam['family']} "
+            f"(version hint {fam['version_hint']} {hint} vLLM {fam['vllm_version']}): {fam['reason']}"
+        )
+        if verbose:
+            for h in fam["hook_points"]:
+                lines.append(f"    [{'x' if h['found'] else ' '}] {h['name']}: {h['detail']}")
+    lines.append(f"result        {'PASS family=' + facts['family'] if facts['ok'] else 'FAIL: no GDN family passes'}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    facts = collect()
+    if args.json:
+        print(json.dumps(facts, indent=2, sort_keys=True))
+    else:
+        print(render(facts, verbose=args.verbose))
+    return 0 if facts["ok"] else 1

@@ -1,0 +1,149 @@
+"""caovan's user options: the keys of vLLM's ``--additional-config`` and the environment.
+
+Turbo3 users enable the plugin in two styles, both accepted here:
+
+* 0.1.3 style: ``{"caovan_sm75_turbo3": true}``
+* 0.4.x style: ``{"caovan": true, "caovan_mode": "auto", "caovan_require_turbo3": true}``
+
+and ``CAOVAN_REQUIRE_TURBO3=1`` in the environment.  vLLM only hands ``additional_config`` to code that runs
+while the model is built, so these options are read at layer construction, never at plugin load.
+Any key starting with ``caovan`` that is not listed here is a mistake (a typo would otherwise silently leave the
+plugin off), so it is an error naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Mode = Literal["auto", "on", "off"]
+MODES: tuple[Mode, ...] = ("auto", "on", "off")
+
+REQUIRE_ENV = "CAOVAN_REQUIRE_TURBO3"
+_ENV_TRUE = frozenset({"1", "true", "yes", "on"})
+_ENV_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+#: Every ``caovan*`` key of ``additional_config`` with the values it accepts (used in error messages).
+KNOWN_KEYS: dict[str, str] = {
+    "caovan_sm75_turbo3": "true or false",
+    "caovan": "true or false",
+    "caovan_mode": '"auto", "on" or "off"',
+    "caovan_require_turbo3": "true or false",
+}
+
+
+class CaovanConfigError(ValueError):
+    """A caovan option is malformed; the message names the key and the accepted values."""
+
+
+@dataclass(frozen=True)
+class CaovanOptions:
+    """What the user asked for.
+
+    ``enabled``: take over the GDN speculative-decode core where the model is compatible.
+    ``mode``: ``off`` never acts; ``auto`` acts when an enable key is true; ``on`` acts even without one.
+    ``require``: refuse to run unaccelerated — start-up fails with the reason instead of a silent fallback.
+    ``source``: where the decision came from, for the status line.
+    """
+
+    enabled: bool = False
+    mode: Mode = "auto"
+    require: bool = False
+    source: str = "default (off)"
+
+
+def _bool_key(config: Mapping[str, Any], key: str, where: str) -> bool | None:
+    if key not in config:
+        return None
+    value = config[key]
+    if not isinstance(value, bool):
+        raise CaovanConfigError(
+            f"{where}: key {key!r} must be {KNOWN_KEYS[key]}, got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def require_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """``CAOVAN_REQUIRE_TURBO3`` as a bool; any other value than the usual spellings is an error."""
+    env = os.environ if environ is None else environ
+    raw = env.get(REQUIRE_ENV, "")
+    value = raw.strip().lower()
+    if value in _ENV_TRUE:
+        return True
+    if value in _ENV_FALSE:
+        return False
+    raise CaovanConfigError(
+        f"environment variable {REQUIRE_ENV}={raw!r} is not understood: use 1 (require) or 0 (do not)"
+    )
+
+
+def parse_options(
+    additional_config: Mapping[str, Any] | str | None,
+    environ: Mapping[str, str] | None = None,
+    where: str = "--additional-config",
+) -> CaovanOptions:
+    """Read caovan's options from vLLM's ``additional_config`` (a dict, or its JSON text) and the environment.
+
+    Keys that do not start with ``caovan`` belong to vLLM or other plugins and are ignored.
+    """
+    if additional_config is None:
+        config: Mapping[str, Any] = {}
+    elif isinstance(additional_config, str):
+        try:
+            config = json.loads(additional_config) if additional_config.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise CaovanConfigError(f"{where}: not valid JSON ({exc})") from None
+    else:
+        config = additional_config
+    if not isinstance(config, Mapping):
+        raise CaovanConfigError(
+            f"{where}: must be a JSON object, got {type(config).__name__}"
+        )
+
+    unknown = sorted(k for k in config if str(k).startswith("caovan") and k not in KNOWN_KEYS)
+    if unknown:
+        accepted = ", ".join(f"{k} ({v})" for k, v in KNOWN_KEYS.items())
+        raise CaovanConfigError(f"{where}: unknown key {unknown[0]!r}; caovan accepts: {accepted}")
+
+    legacy = _bool_key(config, "caovan_sm75_turbo3", where)
+    modern = _bool_key(config, "caovan", where)
+    require_cfg = _bool_key(config, "caovan_require_turbo3", where)
+    mode = config.get("caovan_mode", "auto")
+    if mode not in MODES:
+        raise CaovanConfigError(
+            f"{where}: key 'caovan_mode' must be {KNOWN_KEYS['caovan_mode']}, got {mode!r}"
+        )
+    if legacy is not None and modern is not None and legacy != modern:
+        raise CaovanConfigError(
+            f"{where}: 'caovan_sm75_turbo3'={legacy} and 'caovan'={modern} contradict each other; keep one"
+        )
+    switch = legacy if legacy is not None else modern
+    switch_key = "caovan_sm75_turbo3" if legacy is not None else "caovan"
+    if switch is False and mode == "on":
+        raise CaovanConfigError(
+            f"{where}: '{switch_key}'=false contradicts 'caovan_mode'=\"on\"; keep one"
+        )
+
+    require_env = require_from_env(environ)
+    require = bool(require_cfg) or require_env
+
+    if mode == "off":
+        enabled, source = False, "caovan_mode=off"
+    elif mode == "on":
+        enabled, source = True, "caovan_mode=on"
+    elif switch:
+        enabled, source = True, f"{switch_key}=true"
+    else:
+        enabled = False
+        source = f"{switch_key}=false" if switch is False else "default (off)"
+
+    if require and not enabled:
+        by = "caovan_require_turbo3=true" if require_cfg else f"{REQUIRE_ENV}=1"
+        raise CaovanConfigError(
+            f"{by} asks caovan to refuse running unaccelerated, but caovan is not enabled ({source}); "
+            f'add {{"caovan": true}} to --additional-config or drop the require switch'
+        )
+    return CaovanOptions(enabled=enabled, mode=mode, require=require, source=source)

@@ -1,0 +1,66 @@
+"""The vLLM general-plugin entry point (``vllm.general_plugins`` → ``caovan_sm75_turbo3``).
+
+vLLM calls ``register()`` in every process it starts (front end, engine core, each worker, the model-registry
+subprocess) and does not guard the call: an exception here aborts vLLM.  So ``register()`` only raises when the
+user asked caovan to be required (``CAOVAN_REQUIRE_TURBO3=1``); otherwise it logs one status line and stays
+inert when anything is off.  The ``--additional-config`` switches are not visible here (vLLM's config exists only
+while the model is built); they are read when the GDN layers are constructed.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from . import PLUGIN_NAME, __version__
+from .log import logger
+from .options import CaovanConfigError, require_from_env
+
+
+@dataclass
+class _PluginState:
+    registered: bool = False
+    family_id: str | None = None
+    status_line: str = ""
+
+
+_state = _PluginState()
+_lock = threading.Lock()
+
+
+class CaovanRequireError(RuntimeError):
+    """Require mode is on and caovan cannot activate; the message says why."""
+
+
+def status() -> _PluginState:
+    """What ``register()`` decided in this process (tests and ``caovan doctor`` read it)."""
+    return _state
+
+
+def register() -> None:
+    with _lock:
+        if _state.registered:
+            return
+        _state.registered = True
+        try:
+            require = require_from_env()
+        except CaovanConfigError as exc:
+            # A require switch we cannot read may be a user trying to require: refuse to guess.
+            raise CaovanRequireError(f"{PLUGIN_NAME}: {exc}") from None
+        try:
+            from .adapters import select_adapter
+
+            selection = select_adapter()
+            family, reason, vllm_version = selection.family_id, selection.reason, selection.vllm_version
+        except Exception as exc:  # never break vLLM over a probe
+            family, reason, vllm_version = None, f"probe crashed: {type(exc).__name__}: {exc}", None
+        _state.family_id = family
+        head = f"{PLUGIN_NAME} {__version__}: vLLM {vllm_version or 'unknown'},"
+        if family is not None:
+            _state.status_line = f"{head} GDN interface check: PASS {reason}"
+            logger.info(_state.status_line)
+            return
+        _state.status_line = f"{head} GDN interface check: FAIL, plugin inert: {reason}"
+        if require:
+            raise CaovanRequireError(f"{_state.status_line} (CAOVAN_REQUIRE_TURBO3=1 requires caovan)")
+        logger.warning(_state.status_line)

@@ -1,0 +1,104 @@
+"""Interface discovery against the real vLLM installed in this environment (tier `discovery`)."""
+
+import logging
+from importlib.metadata import entry_points
+
+import pytest
+
+from caovan import PLUGIN_NAME, plugin
+from caovan.adapters import ADAPTERS, probe_all, select_adapter
+from caovan.adapters.base import installed_vllm_version, version_in
+
+pytestmark = pytest.mark.discovery
+
+
+def _hinted_family(version: str) -> str | None:
+    matches = [a.family_id for a in ADAPTERS if version_in(version, a.version_hint)]
+    return matches[0] if matches else None
+
+
+def test_installed_vllm_lands_in_its_family(vllm_module):
+    version = installed_vllm_version()
+    assert version == vllm_module.__version__
+    selection = select_adapter()
+    expected = _hinted_family(version)
+    if expected is None:
+        # A release outside every hint must be refused with a reason or land by probing — never silently.
+        assert selection.reason
+    else:
+        assert selection.family_id == expected, selection.reason
+
+
+def test_every_hook_point_is_reported(vllm_module):
+    for report in probe_all():
+        assert report.hook_points, report.family_id
+        for hook in report.hook_points:
+            assert hook.detail, hook.name
+        if report.hint_matches:
+            missing = [h for h in report.hook_points if not h.found]
+            assert not missing, f"{report.family_id}: {missing}"
+
+
+def test_hooked_kernels_are_the_ones_vllm_calls(vllm_module):
+    """The adapter must target the names vLLM's GDN module calls, not the FLA package's originals."""
+    selection = select_adapter()
+    if selection.family_id != "gdn-linear-attn-v020":
+        pytest.skip(f"not the v020 family here: {selection.reason}")
+    import inspect
+
+    from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
+
+    source = inspect.getsource(gdn.GatedDeltaNetAttention._forward_core)
+    for name in ("causal_conv1d_update", "fused_sigmoid_gating_delta_rule_update", "spec_state_indices_tensor"):
+        assert name in source
+
+
+def test_entry_point_is_discovered_by_vllm(vllm_module):
+    ours = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == PLUGIN_NAME]
+    assert ours and ours[0].value == "caovan.plugin:register", "is caovan installed in this environment?"
+    from vllm.plugins import load_plugins_by_group
+
+    loaded = load_plugins_by_group("vllm.general_plugins")
+    assert PLUGIN_NAME in loaded
+    assert loaded[PLUGIN_NAME] is plugin.register
+
+
+def test_vllm_plugins_filter_is_honoured(vllm_module, monkeypatch):
+    from vllm.plugins import load_plugins_by_group
+
+    monkeypatch.setenv("VLLM_PLUGINS", "some_other_plugin")
+    # vllm.envs caches nothing for VLLM_PLUGINS in 0.2x: the loader reads it at call time.
+    assert PLUGIN_NAME not in load_plugins_by_group("vllm.general_plugins")
+
+
+def test_register_is_idempotent_in_real_vllm(vllm_module, monkeypatch):
+    monkeypatch.setattr(plugin, "_state", plugin._PluginState())
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    plugin.logger.addHandler(handler)
+    try:
+        from vllm.plugins import load_plugins_by_group
+
+        funcs = load_plugins_by_group("vllm.general_plugins")
+        for _ in range(3):  # vLLM calls it once per process, plugins may be loaded repeatedly
+            funcs[PLUGIN_NAME]()
+    finally:
+        plugin.logger.removeHandler(handler)
+    assert len(records) == 1
+    line = records[0].getMessage()
+    assert f"vLLM {vllm_module.__version__}" in line
+    assert plugin.status().family_id == select_adapter().family_id
+
+
+def test_doctor_reports_family(vllm_module, capsys):
+    from caovan.cli import main
+
+    code = main(["doctor", "--json"])
+    import json
+
+    facts = json.loads(capsys.readouterr().out)
+    assert facts["vllm"] == vllm_module.__version__
+    assert facts["discovery"]["discovered"] is True
+    assert (code == 0) == facts["ok"]
+    assert facts["family"] == select_adapter().family_id

@@ -1,0 +1,90 @@
+"""Probe bookkeeping and family selection, with stand-in adapters (no vLLM needed)."""
+
+from caovan.adapters import registry
+from caovan.adapters.base import GdnAdapter, Prober, has_argument, version_in
+
+
+class _Passing(GdnAdapter):
+    family_id = "fam-pass"
+    version_hint = ">=0.20,<0.22"
+    description = ""
+
+    def _probe(self, p: Prober) -> None:
+        p.record("thing", True, "present")
+
+
+class _Failing(GdnAdapter):
+    family_id = "fam-fail"
+    version_hint = ">=0.22"
+    description = ""
+
+    def _probe(self, p: Prober) -> None:
+        p.record("a", True, "present")
+        p.module("caovan_no_such_module_xyz")
+        p.record("c", False, "gone")
+
+
+class _Crashing(GdnAdapter):
+    family_id = "fam-crash"
+    version_hint = ">=0"
+    description = ""
+
+    def _probe(self, p: Prober) -> None:
+        raise KeyError("boom")
+
+
+def test_report_reason_names_first_missing_hook():
+    report = _Failing().probe()
+    assert not report.ok
+    assert report.reason.startswith("missing caovan_no_such_module_xyz: import failed: ModuleNotFoundError")
+    assert report.reason.endswith("(+1 more)")
+
+
+def test_probe_never_raises():
+    report = _Crashing().probe()
+    assert not report.ok and "KeyError" in report.reason
+
+
+def test_selection_prefers_passing_family(monkeypatch):
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.21.0")
+    sel = registry.select_adapter((_Failing, _Passing))
+    assert sel.family_id == "fam-pass"
+    assert sel.reason == "family=fam-pass"
+
+
+def test_unlisted_release_lands_by_probe(monkeypatch):
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.21.7")
+    monkeypatch.setattr("caovan.adapters.base.installed_vllm_version", lambda: "0.21.7")
+    sel = registry.select_adapter((_Passing,))
+    assert sel.family_id == "fam-pass"
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.23.1")
+    monkeypatch.setattr("caovan.adapters.base.installed_vllm_version", lambda: "0.23.1")
+    sel = registry.select_adapter((_Passing,))
+    assert sel.family_id == "fam-pass"
+    assert "outside its version hint; chosen by probing" in sel.reason
+
+
+def test_refusal_says_why(monkeypatch):
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.23.1")
+    sel = registry.select_adapter((_Failing,))
+    assert sel.adapter is None
+    assert sel.reason.startswith("no GDN family matches vLLM 0.23.1: fam-fail: missing caovan_no_such_module_xyz")
+
+
+def test_no_vllm(monkeypatch):
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: None)
+    assert registry.select_adapter((_Passing,)).reason == "vLLM is not installed"
+
+
+def test_version_hint_handles_dev_builds():
+    assert version_in("0.21.1.dev3+gabc", ">=0.20.0,<0.22")
+    assert not version_in("0.22.0rc1", ">=0.20.0,<0.22")
+    assert not version_in("not-a-version", ">=0")
+    assert not version_in(None, ">=0")
+
+
+def test_has_argument():
+    def f(a, *, b=1):
+        return a
+
+    assert has_argument(f, "b") and not has_argument(f, "c") and not has_argument(42, "a")

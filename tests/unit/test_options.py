@@ -1,0 +1,68 @@
+import pytest
+
+from caovan.options import CaovanConfigError, CaovanOptions, parse_options, require_from_env
+
+NO_ENV: dict[str, str] = {}
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (None, CaovanOptions(False, "auto", False, "default (off)")),
+        ({}, CaovanOptions(False, "auto", False, "default (off)")),
+        ({"gdn_prefill_backend": "triton"}, CaovanOptions(False, "auto", False, "default (off)")),
+        ({"caovan_sm75_turbo3": True}, CaovanOptions(True, "auto", False, "caovan_sm75_turbo3=true")),
+        ({"caovan": True}, CaovanOptions(True, "auto", False, "caovan=true")),
+        (
+            {"caovan": True, "caovan_mode": "auto", "caovan_require_turbo3": True},
+            CaovanOptions(True, "auto", True, "caovan=true"),
+        ),
+        ({"caovan_mode": "on"}, CaovanOptions(True, "on", False, "caovan_mode=on")),
+        ({"caovan": True, "caovan_mode": "off"}, CaovanOptions(False, "off", False, "caovan_mode=off")),
+        ({"caovan": False}, CaovanOptions(False, "auto", False, "caovan=false")),
+        ('{"caovan": true, "gdn_prefill_backend": "triton"}', CaovanOptions(True, "auto", False, "caovan=true")),
+    ],
+)
+def test_both_enable_styles(config, expected):
+    assert parse_options(config, NO_ENV) == expected
+
+
+def test_env_require_applies():
+    opts = parse_options({"caovan": True}, {"CAOVAN_REQUIRE_TURBO3": "1"})
+    assert opts.require and opts.enabled
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ('{"caovan": tru}', "--additional-config: not valid JSON"),
+        ("[1, 2]", "must be a JSON object, got list"),
+        ({"caovan": "yes"}, "key 'caovan' must be true or false, got str 'yes'"),
+        ({"caovan_sm75_turbo3": 1}, "key 'caovan_sm75_turbo3' must be true or false, got int 1"),
+        ({"caovan_mode": "fast"}, "key 'caovan_mode' must be \"auto\", \"on\" or \"off\", got 'fast'"),
+        ({"caovan_require": True}, "unknown key 'caovan_require'; caovan accepts: caovan_sm75_turbo3"),
+        ({"caovan_sm75_turbo3": True, "caovan": False}, "contradict each other"),
+        ({"caovan": False, "caovan_mode": "on"}, "'caovan'=false contradicts 'caovan_mode'=\"on\""),
+        ({"caovan_require_turbo3": True}, "caovan is not enabled (default (off))"),
+    ],
+)
+def test_bad_config_is_one_clear_error(config, message):
+    with pytest.raises(CaovanConfigError) as info:
+        parse_options(config, NO_ENV)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_env_require_without_enable_is_an_error():
+    with pytest.raises(CaovanConfigError, match="CAOVAN_REQUIRE_TURBO3=1 asks caovan"):
+        parse_options({}, {"CAOVAN_REQUIRE_TURBO3": "1"})
+
+
+@pytest.mark.parametrize(("raw", "value"), [("1", True), ("true", True), ("0", False), ("", False), (" no ", False)])
+def test_require_env_values(raw, value):
+    assert require_from_env({"CAOVAN_REQUIRE_TURBO3": raw}) is value
+
+
+def test_require_env_garbage():
+    with pytest.raises(CaovanConfigError, match=r"CAOVAN_REQUIRE_TURBO3='maybe' is not understood"):
+        require_from_env({"CAOVAN_REQUIRE_TURBO3": "maybe"})

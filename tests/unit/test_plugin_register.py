@@ -1,0 +1,72 @@
+"""register() logic with a stand-in selection (the real-vLLM version lives in tests/discovery)."""
+
+import logging
+
+import pytest
+
+import caovan.adapters
+from caovan import plugin
+from caovan.adapters.registry import Selection
+
+
+class _Adapter:
+    family_id = "gdn-linear-attn-v020"
+
+
+@pytest.fixture
+def fresh_state(monkeypatch):
+    monkeypatch.setattr(plugin, "_state", plugin._PluginState())
+    monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    plugin.logger.addHandler(handler)
+    yield records
+    plugin.logger.removeHandler(handler)
+
+
+def _select(adapter, reason):
+    return lambda: Selection("0.21.0", adapter, reason)
+
+
+def test_register_logs_one_status_line_and_is_idempotent(fresh_state, monkeypatch):
+    calls = []
+    monkeypatch.setattr(caovan.adapters, "select_adapter", lambda: calls.append(1) or Selection("0.21.0", _Adapter(), "family=gdn-linear-attn-v020"))
+    plugin.register()
+    plugin.register()
+    plugin.register()
+    assert len(calls) == 1
+    assert len(fresh_state) == 1
+    line = fresh_state[0].getMessage()
+    assert line.startswith("caovan_sm75_turbo3 0.1.0: vLLM 0.21.0, GDN interface check: PASS")
+    assert "family=gdn-linear-attn-v020" in line
+    assert plugin.status().family_id == "gdn-linear-attn-v020"
+
+
+def test_unsupported_vllm_stays_inert(fresh_state, monkeypatch):
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(None, "no GDN family matches vLLM 9.9.9: x"))
+    plugin.register()  # must not raise
+    assert fresh_state[0].levelno == logging.WARNING
+    assert "FAIL, plugin inert: no GDN family matches vLLM 9.9.9" in fresh_state[0].getMessage()
+
+
+def test_probe_crash_stays_inert(fresh_state, monkeypatch):
+    def boom():
+        raise RuntimeError("kaput")
+
+    monkeypatch.setattr(caovan.adapters, "select_adapter", boom)
+    plugin.register()
+    assert "probe crashed: RuntimeError: kaput" in fresh_state[0].getMessage()
+
+
+def test_require_mode_fails_at_start_up(fresh_state, monkeypatch):
+    monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", "1")
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(None, "no GDN family matches vLLM 9.9.9: x"))
+    with pytest.raises(plugin.CaovanRequireError, match="no GDN family matches vLLM 9.9.9.*requires caovan"):
+        plugin.register()
+
+
+def test_unreadable_require_env_is_refused(fresh_state, monkeypatch):
+    monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", "maybe")
+    with pytest.raises(plugin.CaovanRequireError, match="CAOVAN_REQUIRE_TURBO3='maybe'"):
+        plugin.register()
