@@ -60,9 +60,7 @@ def _bool_key(config: Mapping[str, Any], key: str, where: str) -> bool | None:
         return None
     value = config[key]
     if not isinstance(value, bool):
-        raise CaovanConfigError(
-            f"{where}: key {key!r} must be {KNOWN_KEYS[key]}, got {type(value).__name__} {value!r}"
-        )
+        raise CaovanConfigError(f"{where}: key {key!r} must be {KNOWN_KEYS[key]}, got {type(value).__name__} {value!r}")
     return value
 
 
@@ -99,9 +97,7 @@ def parse_options(
     else:
         config = additional_config
     if not isinstance(config, Mapping):
-        raise CaovanConfigError(
-            f"{where}: must be a JSON object, got {type(config).__name__}"
-        )
+        raise CaovanConfigError(f"{where}: must be a JSON object, got {type(config).__name__}")
 
     unknown = sorted(k for k in config if str(k).startswith("caovan") and k not in KNOWN_KEYS)
     if unknown:
@@ -113,9 +109,7 @@ def parse_options(
     require_cfg = _bool_key(config, "caovan_require_turbo3", where)
     mode = config.get("caovan_mode", "auto")
     if mode not in MODES:
-        raise CaovanConfigError(
-            f"{where}: key 'caovan_mode' must be {KNOWN_KEYS['caovan_mode']}, got {mode!r}"
-        )
+        raise CaovanConfigError(f"{where}: key 'caovan_mode' must be {KNOWN_KEYS['caovan_mode']}, got {mode!r}")
     if legacy is not None and modern is not None and legacy != modern:
         raise CaovanConfigError(
             f"{where}: 'caovan_sm75_turbo3'={legacy} and 'caovan'={modern} contradict each other; keep one"
@@ -123,9 +117,7 @@ def parse_options(
     switch = legacy if legacy is not None else modern
     switch_key = "caovan_sm75_turbo3" if legacy is not None else "caovan"
     if switch is False and mode == "on":
-        raise CaovanConfigError(
-            f"{where}: '{switch_key}'=false contradicts 'caovan_mode'=\"on\"; keep one"
-        )
+        raise CaovanConfigError(f"{where}: '{switch_key}'=false contradicts 'caovan_mode'=\"on\"; keep one")
 
     require_env = require_from_env(environ)
     require = bool(require_cfg) or require_env

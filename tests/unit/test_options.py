@@ -39,7 +39,7 @@ def test_env_require_applies():
         ("[1, 2]", "must be a JSON object, got list"),
         ({"caovan": "yes"}, "key 'caovan' must be true or false, got str 'yes'"),
         ({"caovan_sm75_turbo3": 1}, "key 'caovan_sm75_turbo3' must be true or false, got int 1"),
-        ({"caovan_mode": "fast"}, "key 'caovan_mode' must be \"auto\", \"on\" or \"off\", got 'fast'"),
+        ({"caovan_mode": "fast"}, 'key \'caovan_mode\' must be "auto", "on" or "off", got \'fast\''),
         ({"caovan_require": True}, "unknown key 'caovan_require'; caovan accepts: caovan_sm75_turbo3"),
         ({"caovan_sm75_turbo3": True, "caovan": False}, "contradict each other"),
         ({"caovan": False, "caovan_mode": "on"}, "'caovan'=false contradicts 'caovan_mode'=\"on\""),

@@ -31,7 +31,11 @@ def _select(adapter, reason):
 
 def test_register_logs_one_status_line_and_is_idempotent(fresh_state, monkeypatch):
     calls = []
-    monkeypatch.setattr(caovan.adapters, "select_adapter", lambda: calls.append(1) or Selection("0.21.0", _Adapter(), "family=gdn-linear-attn-v020"))
+    monkeypatch.setattr(
+        caovan.adapters,
+        "select_adapter",
+        lambda: calls.append(1) or Selection("0.21.0", _Adapter(), "family=gdn-linear-attn-v020"),
+    )
     plugin.register()
     plugin.register()
     plugin.register()

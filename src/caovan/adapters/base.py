@@ -61,9 +61,7 @@ class ProbeReport:
             "hint_matches": self.hint_matches,
             "ok": self.ok,
             "reason": self.reason,
-            "hook_points": [
-                {"name": h.name, "found": h.found, "detail": h.detail} for h in self.hook_points
-            ],
+            "hook_points": [{"name": h.name, "found": h.found, "detail": h.detail} for h in self.hook_points],
         }
 
 

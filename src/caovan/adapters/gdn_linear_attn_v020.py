@@ -72,7 +72,9 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
             # nn.Module attributes exist on instances only; their assignment shows in __init__'s code.
             init_code = getattr(getattr(layer_cls, "__init__", None), "__code__", None)
             names = init_code.co_names if init_code is not None else ()
-            p.record(f"{GDN_CLASS}.{attr} set in __init__", attr in names, "assigned" if attr in names else "not assigned")
+            p.record(
+                f"{GDN_CLASS}.{attr} set in __init__", attr in names, "assigned" if attr in names else "not assigned"
+            )
 
         p.arguments(
             getattr(gdn, "causal_conv1d_update", None),

@@ -97,7 +97,9 @@ def collect() -> dict[str, Any]:
 def render(facts: dict[str, Any], verbose: bool = False) -> str:
     gpus = facts["gpus"]
     if gpus["available"]:
-        gpu_line = "; ".join(f"{d['index']}: {d['name']} (sm_{d['capability'].replace('.', '')})" for d in gpus["devices"])
+        gpu_line = "; ".join(
+            f"{d['index']}: {d['name']} (sm_{d['capability'].replace('.', '')})" for d in gpus["devices"]
+        )
         gpu_line += f"; sm75={gpus['sm75']}"
     else:
         gpu_line = f"none ({gpus['reason']})"
@@ -105,7 +107,8 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
     lines = [
         f"{facts['plugin']['name']} {facts['plugin']['version']} doctor",
         f"python        {facts['python']}",
-        f"torch         {facts['torch'] or 'not installed'}" + (f" (CUDA {gpus.get('cuda')})" if gpus.get("cuda") else ""),
+        f"torch         {facts['torch'] or 'not installed'}"
+        + (f" (CUDA {gpus.get('cuda')})" if gpus.get("cuda") else ""),
         f"triton        {facts['triton'] or 'not installed'}",
         f"vllm          {facts['vllm'] or 'not installed'}",
         f"gpus          {gpu_line}",
