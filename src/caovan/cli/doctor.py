@@ -82,7 +82,8 @@ def collect() -> dict[str, Any]:
     passing = [r for r in reports if r.ok]
     return {
         "plugin": {"name": PLUGIN_NAME, "version": __version__},
-        "python": f"{platform.python_version()} ({sys.implementation.name}, {platform.system().lower()} {platform.machine()})",
+        "python": f"{platform.python_version()} ({sys.implementation.name}, {platform.system().lower()} "
+        f"{platform.machine()})",
         "torch": _version("torch"),
         "triton": _version("triton"),
         "vllm": _version("vllm"),
@@ -112,7 +113,12 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         f"triton        {facts['triton'] or 'not installed'}",
         f"vllm          {facts['vllm'] or 'not installed'}",
         f"gpus          {gpu_line}",
-        f"entry point   {'discovered: ' + disc['target'] if disc['discovered'] else 'NOT discovered in ' + disc['entry_point_group'] + ' (is the wheel installed in this environment?)'}",
+        "entry point   "
+        + (
+            f"discovered: {disc['target']}"
+            if disc["discovered"]
+            else f"NOT discovered in {disc['entry_point_group']} (is the wheel installed in this environment?)"
+        ),
         f"plugins       {disc['vllm_plugins']}",
     ]
     if not facts["families"]:
