@@ -39,6 +39,10 @@ class CaovanConfigError(ValueError):
     """A caovan option is malformed; the message names the key and the accepted values."""
 
 
+class CaovanRequireError(RuntimeError):
+    """Require mode is on and caovan cannot activate; the message says why."""
+
+
 @dataclass(frozen=True)
 class CaovanOptions:
     """What the user asked for.

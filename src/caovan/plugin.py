@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from . import PLUGIN_NAME, __version__
 from .log import logger
-from .options import CaovanConfigError, require_from_env
+from .options import CaovanConfigError, CaovanRequireError, require_from_env
 
 
 @dataclass
@@ -26,10 +26,6 @@ class _PluginState:
 
 _state = _PluginState()
 _lock = threading.Lock()
-
-
-class CaovanRequireError(RuntimeError):
-    """Require mode is on and caovan cannot activate; the message says why."""
 
 
 def status() -> _PluginState:
@@ -54,6 +50,14 @@ def register() -> None:
             family, reason, vllm_version = selection.family_id, selection.reason, selection.vllm_version
         except Exception as exc:  # never break vLLM over a probe
             family, reason, vllm_version = None, f"probe crashed: {type(exc).__name__}: {exc}", None
+        if family is not None:
+            try:
+                reason = f"{reason}, layer override {selection.adapter.install()}"
+            except Exception as exc:  # an install failure leaves vLLM exactly as it was
+                family, reason = (
+                    None,
+                    f"family={family} but installing its override failed: {type(exc).__name__}: {exc}",
+                )
         _state.family_id = family
         head = f"{PLUGIN_NAME} {__version__}: vLLM {vllm_version or 'unknown'},"
         if family is not None:

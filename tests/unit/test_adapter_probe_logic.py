@@ -4,7 +4,15 @@ from caovan.adapters import registry
 from caovan.adapters.base import GdnAdapter, Prober, has_argument, version_in
 
 
-class _Passing(GdnAdapter):
+class _Adapter(GdnAdapter):
+    def install(self) -> str:
+        return "installed"
+
+    def uninstall(self) -> bool:
+        return True
+
+
+class _Passing(_Adapter):
     family_id = "fam-pass"
     version_hint = ">=0.20,<0.22"
     description = ""
@@ -13,7 +21,7 @@ class _Passing(GdnAdapter):
         p.record("thing", True, "present")
 
 
-class _Failing(GdnAdapter):
+class _Failing(_Adapter):
     family_id = "fam-fail"
     version_hint = ">=0.22"
     description = ""
@@ -24,7 +32,7 @@ class _Failing(GdnAdapter):
         p.record("c", False, "gone")
 
 
-class _Crashing(GdnAdapter):
+class _Crashing(_Adapter):
     family_id = "fam-crash"
     version_hint = ">=0"
     description = ""

@@ -12,6 +12,14 @@ from caovan.adapters.registry import Selection
 class _Adapter:
     family_id = "gdn-linear-attn-v020"
 
+    def install(self) -> str:
+        return "installed"
+
+
+class _BrokenAdapter(_Adapter):
+    def install(self) -> str:
+        raise RuntimeError("GatedDeltaNetAttention is already replaced by other.Plugin")
+
 
 @pytest.fixture
 def fresh_state(monkeypatch):
@@ -43,7 +51,7 @@ def test_register_logs_one_status_line_and_is_idempotent(fresh_state, monkeypatc
     assert len(fresh_state) == 1
     line = fresh_state[0].getMessage()
     assert line.startswith("caovan_sm75_turbo3 0.1.0: vLLM 0.21.0, GDN interface check: PASS")
-    assert "family=gdn-linear-attn-v020" in line
+    assert "family=gdn-linear-attn-v020, layer override installed" in line
     assert plugin.status().family_id == "gdn-linear-attn-v020"
 
 
@@ -74,3 +82,12 @@ def test_unreadable_require_env_is_refused(fresh_state, monkeypatch):
     monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", "maybe")
     with pytest.raises(plugin.CaovanRequireError, match="CAOVAN_REQUIRE_TURBO3='maybe'"):
         plugin.register()
+
+
+def test_install_failure_stays_inert(fresh_state, monkeypatch):
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(_BrokenAdapter(), "family=gdn-linear-attn-v020"))
+    plugin.register()
+    assert plugin.status().family_id is None
+    assert "installing its override failed: RuntimeError: GatedDeltaNetAttention is already replaced" in (
+        fresh_state[0].getMessage()
+    )

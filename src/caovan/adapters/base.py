@@ -171,3 +171,11 @@ class GdnAdapter(ABC):
     @abstractmethod
     def _probe(self, prober: Prober) -> None:
         """Record every hook point this family needs through ``prober``."""
+
+    @abstractmethod
+    def install(self) -> str:
+        """Put caovan's override in place (idempotent); returns what happened, for the status line."""
+
+    @abstractmethod
+    def uninstall(self) -> bool:
+        """Take the override out again; True when there was one."""

@@ -97,3 +97,13 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
         )
         utils = p.module("vllm.v1.attention.backends.utils")
         p.equals(getattr(utils, "NULL_BLOCK_ID", None), 0, "NULL_BLOCK_ID (null/pad state slot)")
+
+    def install(self) -> str:
+        from . import gdn_linear_attn_v020_layer
+
+        return gdn_linear_attn_v020_layer.install()
+
+    def uninstall(self) -> bool:
+        from . import gdn_linear_attn_v020_layer
+
+        return gdn_linear_attn_v020_layer.uninstall()

@@ -1,0 +1,238 @@
+"""caovan's out-of-tree ``GatedDeltaNetAttention`` for vLLM 0.20 – 0.21 (family ``gdn-linear-attn-v020``).
+
+Patch of upstream behaviour, documented in place:
+
+* Why: vLLM's speculative-decode (MTP verify) core for GDN runs the conv update, a split/cat rearrange and
+  the recurrent kernel as separate launches with a lot of Python around them; caovan does the same maths in
+  two Triton kernels (shared Q/K conv prep, fused V-conv + GDN update) writing straight into vLLM's buffers.
+* How: ``GatedDeltaNetAttention.register_oot`` (the family's ``PluggableLayer`` mechanism) makes vLLM build
+  this subclass wherever it builds the in-tree layer; its ``__init__`` runs the in-tree ``__init__`` untouched
+  and then, only when caovan is enabled and the layer is supported, binds ``_forward_core`` on the instance.
+  The custom op ``vllm::gdn_attention_core`` looks ``_forward_core`` up on the instance at every call, so a
+  disabled or unsupported layer keeps the in-tree method with zero overhead.
+* Upstream code replaced: ``vllm/model_executor/layers/mamba/gdn_linear_attn.py``,
+  ``GatedDeltaNetAttention._forward_core``, speculative branch (``spec_sequence_masks is not None``), vLLM 0.21.0.
+  Everything else — prefill, plain decode, warm-up/profile calls without metadata — still runs the in-tree code.
+  In mixed prefill + spec batches the spec tokens are ours and the rest is handed to the in-tree core.
+* Remove when: this family leaves the matrix (vLLM 0.22 moved the class to ``layers/mamba/gdn/``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from .. import PLUGIN_NAME
+from ..dispatch import counters
+from ..log import logger
+from ..options import CaovanRequireError, parse_options
+
+FAMILY_ID = "gdn-linear-attn-v020"
+IN_TREE_NAME = "GatedDeltaNetAttention"
+#: vLLM >= 0.20 marks null/padded state slots with block id 0 (NULL_BLOCK_ID).
+NULL_SLOT_MAX = 0
+SUPPORTED_HV_PER_H = (1, 2, 3)
+
+_announced: set[str] = set()
+
+
+def _once(key: str, level: int, msg: str, *args: Any) -> None:
+    if key not in _announced:
+        _announced.add(key)
+        logger.log(level, msg, *args)
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """Per-layer constants the hot path needs, fixed at construction."""
+
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    conv_dim_first: bool
+
+
+def unsupported_reasons(layer: Any, is_cuda: bool) -> list[str]:
+    reasons = []
+    if not is_cuda:
+        reasons.append("platform is not CUDA")
+    if not getattr(layer, "num_spec", 0):
+        reasons.append("speculative decoding is off (no --speculative-config): no spec-decode step to accelerate")
+    tp = layer.tp_size
+    h, hv = layer.num_k_heads // tp, layer.num_v_heads // tp
+    if h == 0 or hv % h or hv // h not in SUPPORTED_HV_PER_H:
+        reasons.append(f"value/key heads per rank {hv}/{h} not in ratios {SUPPORTED_HV_PER_H}")
+    k = layer.head_k_dim
+    if k & (k - 1) or not 16 <= k <= 256:
+        reasons.append(f"head_k_dim={k} is not a power of two in 16..256")
+    if layer.head_v_dim % 16:
+        reasons.append(f"head_v_dim={layer.head_v_dim} is not a multiple of 16")
+    if layer.activation not in ("silu", "swish"):
+        reasons.append(f"conv activation {layer.activation!r} is not SiLU")
+    return reasons
+
+
+def plan_for_layer(layer: Any) -> LayerPlan | None:
+    """Decide, once per layer at construction, whether caovan takes this layer's spec-decode core."""
+    from vllm.config import get_current_vllm_config
+    from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
+    from vllm.platforms import current_platform
+
+    options = parse_options(get_current_vllm_config().additional_config)  # malformed -> clear error at start-up
+    if not options.enabled:
+        _once("off", logging.INFO, "%s: off (%s); vLLM's own GDN kernels run", PLUGIN_NAME, options.source)
+        return None
+    reasons = unsupported_reasons(layer, current_platform.is_cuda())
+    if reasons:
+        why = "; ".join(reasons)
+        if options.require:
+            raise CaovanRequireError(f"{PLUGIN_NAME}: require mode is on but caovan cannot activate: {why}")
+        _once(
+            "unsupported:" + why,
+            logging.WARNING,
+            "%s: inactive for GDN layers, vLLM's kernels run: %s",
+            PLUGIN_NAME,
+            why,
+        )
+        return None
+    counters.install_exit_hook()
+    _once(
+        "on",
+        logging.INFO,
+        "%s: family=%s caovan_mode=%s require=%s speculative_config MTP=%d: GDN spec-decode core routed to caovan",
+        PLUGIN_NAME,
+        FAMILY_ID,
+        options.mode,
+        options.require,
+        layer.num_spec,
+    )
+    return LayerPlan(
+        num_k_heads=layer.num_k_heads // layer.tp_size,
+        num_v_heads=layer.num_v_heads // layer.tp_size,
+        head_k_dim=layer.head_k_dim,
+        head_v_dim=layer.head_v_dim,
+        conv_dim_first=bool(gdn.is_conv_state_dim_first()),
+    )
+
+
+def build_override_class(base: type) -> type:
+    """The subclass registered under ``GatedDeltaNetAttention`` (it must subclass ``base`` for __init__ to run)."""
+    from vllm.forward_context import get_forward_context
+
+    from ..kernels.gdn_spec_decode import KERNEL_NAMES, gdn_spec_decode
+
+    in_tree_core = base._forward_core
+
+    class CaovanGatedDeltaNetAttention(base):  # type: ignore[misc, valid-type]
+        _caovan_override = True
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._caovan_plan = plan_for_layer(self)
+            if self._caovan_plan is not None:
+                self._forward_core = self._caovan_forward_core
+
+        def _caovan_spec(self, md: Any, mixed_qkv: Any, b: Any, a: Any, out: Any, token_index: Any) -> None:
+            plan = self._caovan_plan
+            conv_state, ssm_state = self.kv_cache[0], self.kv_cache[1]
+            if not plan.conv_dim_first:
+                conv_state = conv_state.transpose(-1, -2)
+            weight = self.conv1d.weight
+            n = md.num_spec_decodes
+            gdn_spec_decode(
+                mixed_qkv,
+                a,
+                b,
+                self.A_log,
+                self.dt_bias,
+                weight.view(weight.size(0), weight.size(2)),
+                self.conv1d.bias,
+                conv_state,
+                ssm_state,
+                md.spec_query_start_loc[: n + 1],
+                md.spec_state_indices_tensor,
+                md.num_accepted_tokens,
+                out,
+                num_k_heads=plan.num_k_heads,
+                head_k_dim=plan.head_k_dim,
+                head_v_dim=plan.head_v_dim,
+                ssm_layout="vk",
+                null_slot_max=NULL_SLOT_MAX,
+                token_index=token_index,
+            )
+
+        def _caovan_forward_core(self, mixed_qkv: Any, b: Any, a: Any, core_attn_out: Any) -> None:
+            raw = get_forward_context().attn_metadata
+            if raw is None:
+                counters.record_fallback("no-metadata")  # warm-up / profile run
+                return in_tree_core(self, mixed_qkv, b, a, core_attn_out)
+            md = raw[self.prefix]
+            if md.spec_sequence_masks is None:
+                counters.record_fallback("no-spec-tokens")  # prefill / plain decode batch
+                return in_tree_core(self, mixed_qkv, b, a, core_attn_out)
+            if md.num_prefills == 0 and md.num_decodes == 0:
+                self._caovan_spec(md, mixed_qkv, b, a, core_attn_out, None)
+                counters.record_dispatch("spec", FAMILY_ID, KERNEL_NAMES, self.prefix)
+                return None
+            self._caovan_mixed(raw, md, mixed_qkv, b, a, core_attn_out)
+            counters.record_dispatch("mixed", FAMILY_ID, KERNEL_NAMES, self.prefix)
+            return None
+
+        def _caovan_mixed(self, raw: dict, md: Any, mixed_qkv: Any, b: Any, a: Any, core_attn_out: Any) -> None:
+            """Spec tokens through caovan (gathered by index), the rest through the in-tree core."""
+            self._caovan_spec(md, mixed_qkv, b, a, core_attn_out, md.spec_token_indx)
+            idx = md.non_spec_token_indx
+            num_non_spec = md.num_prefill_tokens + md.num_decode_tokens
+            non_spec_md = dataclasses.replace(
+                md,
+                num_spec_decodes=0,
+                num_spec_decode_tokens=0,
+                num_actual_tokens=num_non_spec,
+                spec_query_start_loc=None,
+                spec_state_indices_tensor=None,
+                spec_sequence_masks=None,
+                spec_token_indx=None,
+                non_spec_token_indx=None,
+                num_accepted_tokens=None,
+            )
+            out = core_attn_out.new_zeros((num_non_spec, *core_attn_out.shape[1:]))
+            raw[self.prefix] = non_spec_md
+            try:
+                in_tree_core(self, mixed_qkv.index_select(0, idx), b.index_select(0, idx), a.index_select(0, idx), out)
+            finally:
+                raw[self.prefix] = md
+            core_attn_out.index_copy_(0, idx, out)
+
+    CaovanGatedDeltaNetAttention.__qualname__ = "CaovanGatedDeltaNetAttention"
+    return CaovanGatedDeltaNetAttention
+
+
+def install() -> str:
+    """Register the override once per process; returns what happened (for the status line)."""
+    from vllm.model_executor.custom_op import op_registry_oot
+    from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
+
+    existing = op_registry_oot.get(IN_TREE_NAME)
+    if existing is not None:
+        if getattr(existing, "_caovan_override", False):
+            return "already installed"
+        raise RuntimeError(
+            f"{IN_TREE_NAME} is already replaced by {existing.__module__}.{existing.__qualname__}; "
+            "two plugins cannot both replace it"
+        )
+    gdn.GatedDeltaNetAttention.register_oot(build_override_class(gdn.GatedDeltaNetAttention), name=IN_TREE_NAME)
+    return "installed"
+
+
+def uninstall() -> bool:
+    """Remove the override (tests; ``pip uninstall`` needs nothing: vLLM then never loads caovan)."""
+    from vllm.model_executor.custom_op import op_registry_oot
+
+    existing = op_registry_oot.get(IN_TREE_NAME)
+    if existing is not None and getattr(existing, "_caovan_override", False):
+        del op_registry_oot[IN_TREE_NAME]
+        return True
+    return False

@@ -1,0 +1,81 @@
+"""Dispatch counters and the once-per-process activation line.
+
+Users grep the activation line (Turbo3 wording) to know the kernels really run; tests read the counters.
+Counters count Python-level calls of the layer core: under full CUDA graphs the core runs at capture only
+and replays are invisible here, so the engine tests that count calls run eagerly.
+
+``CAOVAN_COUNTERS_FILE``: when set, each process writes its counters as JSON at exit to this path, with
+``{pid}`` replaced by the process id (vLLM runs the model in worker processes the caller cannot inspect).
+``CAOVAN_LOG_COUNTERS=1``: also log the counters at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..log import logger
+
+ACTIVE_LINE = "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed"
+
+_lock = threading.Lock()
+_dispatched: Counter[str] = Counter()
+_fallbacks: Counter[str] = Counter()
+_activation_logged = False
+_exit_hook_installed = False
+
+
+def record_dispatch(kind: str, family: str, kernels: tuple[str, ...], layer: str) -> None:
+    global _activation_logged
+    _dispatched[kind] += 1
+    if not _activation_logged:
+        with _lock:
+            if not _activation_logged:
+                _activation_logged = True
+                logger.info("%s: family=%s layer=%s kernels=%s", ACTIVE_LINE, family, layer, ",".join(kernels))
+
+
+def record_fallback(reason: str) -> None:
+    _fallbacks[reason] += 1
+
+
+def snapshot() -> dict[str, Any]:
+    return {
+        "pid": os.getpid(),
+        "activation_logged": _activation_logged,
+        "dispatched": dict(_dispatched),
+        "fallbacks": dict(_fallbacks),
+    }
+
+
+def reset() -> None:
+    global _activation_logged
+    _dispatched.clear()
+    _fallbacks.clear()
+    _activation_logged = False
+
+
+def _at_exit() -> None:
+    snap = snapshot()
+    if os.environ.get("CAOVAN_LOG_COUNTERS", "") not in ("", "0"):
+        logger.info("caovan dispatch counters: %s", json.dumps(snap, sort_keys=True))
+    target = os.environ.get("CAOVAN_COUNTERS_FILE")
+    if target:
+        path = Path(target.replace("{pid}", str(os.getpid())))
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(snap, sort_keys=True))
+        os.replace(tmp, path)
+
+
+def install_exit_hook() -> None:
+    """Called when a layer is taken over, so processes that never build one write nothing."""
+    global _exit_hook_installed
+    with _lock:
+        if not _exit_hook_installed:
+            _exit_hook_installed = True
+            atexit.register(_at_exit)

@@ -1,0 +1,56 @@
+"""Installing caovan's layer override against the real vLLM classes (tier `discovery`, no GPU needed)."""
+
+import pytest
+
+from caovan.adapters import select_adapter
+
+pytestmark = pytest.mark.discovery
+
+
+@pytest.fixture
+def v020():
+    selection = select_adapter()
+    if selection.family_id != "gdn-linear-attn-v020":
+        pytest.skip(f"family gdn-linear-attn-v020 not selected here: {selection.reason}")
+    from vllm.model_executor.custom_op import op_registry_oot
+
+    from caovan.adapters import gdn_linear_attn_v020_layer as layer_mod
+
+    saved = op_registry_oot.pop(layer_mod.IN_TREE_NAME, None)
+    yield selection.adapter, op_registry_oot, layer_mod
+    op_registry_oot.pop(layer_mod.IN_TREE_NAME, None)
+    if saved is not None:
+        op_registry_oot[layer_mod.IN_TREE_NAME] = saved
+
+
+def test_install_is_idempotent_and_reversible(v020):
+    adapter, registry, layer_mod = v020
+    from vllm.model_executor.layers.mamba.gdn_linear_attn import GatedDeltaNetAttention
+
+    assert adapter.install() == "installed"
+    first = registry["GatedDeltaNetAttention"]
+    assert adapter.install() == "already installed"
+    assert registry["GatedDeltaNetAttention"] is first
+    # The replacement must subclass the in-tree class, or vLLM's PluggableLayer.__new__ would skip __init__.
+    assert issubclass(first, GatedDeltaNetAttention)
+    assert first.__name__ == "CaovanGatedDeltaNetAttention"
+    # The in-tree core stays the class method: an instance only gets caovan's core when enabled and supported.
+    assert first._forward_core is GatedDeltaNetAttention._forward_core
+    assert adapter.uninstall() is True
+    assert "GatedDeltaNetAttention" not in registry
+    assert adapter.uninstall() is False
+    assert adapter.install() == "installed"
+
+
+def test_install_refuses_to_replace_a_foreign_override(v020):
+    adapter, registry, layer_mod = v020
+    from vllm.model_executor.layers.mamba.gdn_linear_attn import GatedDeltaNetAttention
+
+    class OtherPluginLayer(GatedDeltaNetAttention):
+        pass
+
+    registry["GatedDeltaNetAttention"] = OtherPluginLayer
+    with pytest.raises(RuntimeError, match="already replaced by .*OtherPluginLayer; two plugins cannot both"):
+        adapter.install()
+    assert registry["GatedDeltaNetAttention"] is OtherPluginLayer
+    assert adapter.uninstall() is False
