@@ -171,7 +171,7 @@ QUANTIZATION_NOTES: dict[str, tuple[str, str]] = {
     "fp8": (
         STATUS_WARN,
         "FP8 weights: native FP8 needs SM89 or newer; on SM75 vLLM can at best fall back to "
-        "weight-only FP8 (Marlin) or refuses: check vLLM support for your release",
+        "weight-only FP8 (Marlin) or refuse: check vLLM support for your release",
     ),
     "fbgemm_fp8": (STATUS_WARN, "FBGEMM FP8 needs SM80 or newer: check vLLM support"),
     "modelopt": (STATUS_WARN, "ModelOpt FP8 needs SM89 or newer: check vLLM support"),
@@ -442,10 +442,20 @@ def check_model_dir(model_dir: str | Path) -> ModelReport:
     family = GDN_ARCHITECTURES.get(architecture) if architecture else None
 
     report = ModelReport(model_dir=str(folder))
-    report.facts["config_file"] = str(config_path)
-    report.facts["architecture"] = architecture
-    report.facts["model_type"] = top.get_str("model_type") or text.get_str("model_type")
-    report.facts["fields_from"] = "text_config" if text_config is not None else "top level"
+    # Every key is always present (null when not applicable) so --json consumers can rely on it.
+    report.facts.update(
+        config_file=str(config_path),
+        architecture=architecture,
+        model_type=top.get_str("model_type") or text.get_str("model_type"),
+        fields_from="text_config" if text_config is not None else "top level",
+        layers=None,
+        mtp=None,
+        gdn_heads=None,
+        tensor_parallel=[],
+        dtype=None,
+        mamba_ssm_dtype=None,
+        quantization=None,
+    )
 
     gdn_layers = _count_gdn_layers(text, family, report)
     if gdn_layers["gdn_layers"] == 0:
@@ -454,9 +464,6 @@ def check_model_dir(model_dir: str | Path) -> ModelReport:
             STATUS_FAIL,
             "no GatedDeltaNet (linear_attention) layers: the plugin has nothing to act on",
         )
-        report.facts["mtp"] = None
-        report.facts["gdn_heads"] = None
-        report.facts["tensor_parallel"] = []
     else:
         report._add(
             "gdn_layers",
@@ -525,10 +532,8 @@ def _count_gdn_layers(
         "gdn_layers": sum(1 for kind in types if kind == GDN_LAYER_TYPE),
         "full_attention_layers": sum(1 for kind in types if kind == FULL_ATTENTION_LAYER_TYPE),
         "source": source,
+        "other_layer_types": sorted(set(types) - {GDN_LAYER_TYPE, FULL_ATTENTION_LAYER_TYPE}),
     }
-    other = sorted({kind for kind in types} - {GDN_LAYER_TYPE, FULL_ATTENTION_LAYER_TYPE})
-    if other:
-        counts["other_layer_types"] = other
     report.facts["layers"] = counts
     return counts
 
