@@ -1,0 +1,50 @@
+"""``caovan check-model DIR [--json]`` (Turbo3 alias ``caovan-sm75-check-model``).
+
+Static check that a model folder has the structure caovan's GDN + MTP spec-decode kernels need.
+Exit codes: 0 candidate, 1 not a candidate, 2 the folder or its config cannot be read.
+The logic lives in :mod:`caovan.model_check`; this module only parses arguments and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from caovan.model_check import ModelCheckError, check_model_dir, format_report
+
+NAME = "check-model"
+HELP = "static check: could caovan's GDN spec-decode kernels serve this model folder?"
+ALIAS = "caovan-sm75-check-model"
+
+EXIT_CANDIDATE = 0
+EXIT_NOT_CANDIDATE = 1
+EXIT_USAGE_ERROR = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Read DIR/config.json (text_config of Qwen3.5/3.6 multimodal configs, top level of "
+        "Qwen3-Next) and report GDN layers, MTP depth, GDN head shapes per tensor-parallel rank, "
+        "dtype and quantization advice for SM75, and a verdict. A candidate, not a guarantee: "
+        "the start-up and dispatch logs decide. Exit 0 candidate, 1 not a candidate, 2 error."
+    )
+    parser.add_argument("model_dir", metavar="DIR", help="model folder holding config.json")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one stable JSON object (verdict, reasons, facts, advice) instead of text",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        report = check_model_dir(args.model_dir)
+    except ModelCheckError as error:
+        print(f"caovan {NAME}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE_ERROR
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(format_report(report))
+    return EXIT_CANDIDATE if report.is_candidate else EXIT_NOT_CANDIDATE
