@@ -261,9 +261,7 @@ def _parse_json_bytes(raw: bytes, where: str) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ModelCheckError(
-            f"{where}: not UTF-8 text (bad byte at offset {error.start})"
-        ) from None
+        raise ModelCheckError(f"{where}: not UTF-8 text (bad byte at offset {error.start})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
@@ -284,9 +282,7 @@ def load_config(model_dir: str | Path) -> tuple[Path, dict[str, Any]]:
         raise ModelCheckError(f"no {CONFIG_FILE_NAME} in {folder}")
     config = _read_json_file(config_path)
     if not isinstance(config, dict):
-        raise ModelCheckError(
-            f"{config_path}: top level must be a JSON object, got {_json_type_name(config)}"
-        )
+        raise ModelCheckError(f"{config_path}: top level must be a JSON object, got {_json_type_name(config)}")
     return config_path, config
 
 
@@ -327,8 +323,7 @@ class _Fields:
         if len(shown) > 40:
             shown = shown[:37] + "..."
         return ModelCheckError(
-            f"{self.config_path}: {self.where(key)} must be {expected}, "
-            f"got {shown} ({_json_type_name(value)})"
+            f"{self.config_path}: {self.where(key)} must be {expected}, got {shown} ({_json_type_name(value)})"
         )
 
     def get_int(self, key: str, *, minimum: int) -> int | None:
@@ -382,9 +377,7 @@ def _safetensors_tensor_names(path: Path) -> list[str]:
                 raise ModelCheckError(f"{path}: not a safetensors file (shorter than 8 bytes)")
             (header_length,) = struct.unpack("<Q", prefix)
             if header_length > _MAX_SAFETENSORS_HEADER_BYTES:
-                raise ModelCheckError(
-                    f"{path}: not a safetensors file (header length {header_length} bytes)"
-                )
+                raise ModelCheckError(f"{path}: not a safetensors file (header length {header_length} bytes)")
             raw = handle.read(header_length)
     except OSError as error:
         raise ModelCheckError(f"cannot read {path}: {error.strerror or error}") from None
@@ -481,9 +474,7 @@ def check_model_dir(model_dir: str | Path) -> ModelReport:
     return report
 
 
-def _count_gdn_layers(
-    text: _Fields, family: GdnArchitecture | None, report: ModelReport
-) -> dict[str, Any]:
+def _count_gdn_layers(text: _Fields, family: GdnArchitecture | None, report: ModelReport) -> dict[str, Any]:
     num_layers = text.get_int("num_hidden_layers", minimum=1)
     layer_types = text.get_str_list("layer_types")
     interval = text.get_int("full_attention_interval", minimum=1)
@@ -516,8 +507,7 @@ def _count_gdn_layers(
             )
         assert used_interval is not None
         types = [
-            FULL_ATTENTION_LAYER_TYPE if (i + 1) % used_interval == 0 else GDN_LAYER_TYPE
-            for i in range(num_layers)
+            FULL_ATTENTION_LAYER_TYPE if (i + 1) % used_interval == 0 else GDN_LAYER_TYPE for i in range(num_layers)
         ]
         if interval is not None and used_interval == interval:
             source = f"{text.where('full_attention_interval')}={interval}"
@@ -538,9 +528,7 @@ def _count_gdn_layers(
     return counts
 
 
-def _check_architecture(
-    architecture: str | None, family: GdnArchitecture | None, report: ModelReport
-) -> None:
+def _check_architecture(architecture: str | None, family: GdnArchitecture | None, report: ModelReport) -> None:
     if family is not None:
         report._add(
             "architecture",
@@ -558,15 +546,11 @@ def _check_architecture(
 
 
 def _speculative_config_flag(num_tokens: int) -> str:
-    value = json.dumps(
-        {"method": "mtp", "num_speculative_tokens": num_tokens}, separators=(",", ":")
-    )
+    value = json.dumps({"method": "mtp", "num_speculative_tokens": num_tokens}, separators=(",", ":"))
     return f"--speculative-config '{value}'"
 
 
-def _check_mtp(
-    folder: Path, text: _Fields, family: GdnArchitecture | None, report: ModelReport
-) -> None:
+def _check_mtp(folder: Path, text: _Fields, family: GdnArchitecture | None, report: ModelReport) -> None:
     fields = (family.mtp_field,) if family is not None else MTP_FIELDS
     declared_field = next((name for name in fields if text.has(name)), None)
     declared = text.get_int(declared_field, minimum=0) if declared_field else None
@@ -647,8 +631,7 @@ def _check_mtp(
         report._add(
             "mtp",
             STATUS_FAIL,
-            f"no MTP depth field ({' / '.join(fields)}): no speculative-decode step for the "
-            "plugin to accelerate",
+            f"no MTP depth field ({' / '.join(fields)}): no speculative-decode step for the plugin to accelerate",
         )
         report._advise(no_mtp_advice)
         return
@@ -660,16 +643,13 @@ def _check_mtp(
     )
 
 
-def _read_gdn_heads(
-    text: _Fields, family: GdnArchitecture | None, report: ModelReport
-) -> dict[str, int] | None:
+def _read_gdn_heads(text: _Fields, family: GdnArchitecture | None, report: ModelReport) -> dict[str, int] | None:
     missing = [name for name in GDN_HEAD_FIELDS if not text.has(name)]
     if missing and family is not None:
         # A GDN architecture's config must say its head shapes; vLLM's silent defaults would make
         # this check answer for a different model.
         raise ModelCheckError(
-            f"{text.config_path}: {text.where(missing[0])} missing: needed for the GDN layers of "
-            f"{family.name}"
+            f"{text.config_path}: {text.where(missing[0])} missing: needed for the GDN layers of {family.name}"
         )
     if missing:
         report.facts["gdn_heads"] = None
@@ -746,8 +726,7 @@ def _check_gdn_heads(heads: dict[str, int], report: ModelReport) -> None:
         report._add(
             "value_head_dim",
             STATUS_WARN,
-            f"V={v_dim}: supported, but the SM75 tile BV={env.value_head_dim_tile} leaves a masked "
-            "tail tile",
+            f"V={v_dim}: supported, but the SM75 tile BV={env.value_head_dim_tile} leaves a masked tail tile",
         )
     elif v_dim != env.tuned_value_head_dim:
         report._add(
@@ -770,9 +749,7 @@ def _check_gdn_heads(heads: dict[str, int], report: ModelReport) -> None:
     per_rank = []
     impossible = []
     for tp in env.reported_tensor_parallel_sizes:
-        undivided = [
-            f"{label}={count}" for label, count in (("H", num_k), ("HV", num_v)) if count % tp
-        ]
+        undivided = [f"{label}={count}" for label, count in (("H", num_k), ("HV", num_v)) if count % tp]
         if undivided:
             per_rank.append({"tp": tp, "divisible": False, "not_divisible": undivided})
             impossible.append(f"TP={tp} ({', '.join(undivided)} not divisible by {tp})")
@@ -818,9 +795,7 @@ def _check_dtypes(top: _Fields, text: _Fields, report: ModelReport) -> None:
     if dtype == "float16":
         report._add("dtype", STATUS_PASS, f"float16 ({dtype_where})")
     elif dtype == "bfloat16":
-        report._add(
-            "dtype", STATUS_WARN, "bfloat16 weights: SM75 has no bf16: run with --dtype half"
-        )
+        report._add("dtype", STATUS_WARN, "bfloat16 weights: SM75 has no bf16: run with --dtype half")
         report._advise("run with --dtype half (SM75 has no bf16)")
     elif dtype == "float32":
         report._add(
@@ -848,9 +823,7 @@ def _check_dtypes(top: _Fields, text: _Fields, report: ModelReport) -> None:
             STATUS_WARN,
             f"{where}=bfloat16: SM75 has no bf16; pass --mamba-ssm-cache-dtype float32",
         )
-        report._advise(
-            "pass --mamba-ssm-cache-dtype float32 (the config asks for a bf16 SSM state)"
-        )
+        report._advise("pass --mamba-ssm-cache-dtype float32 (the config asks for a bf16 SSM state)")
     elif ssm_dtype in ("float32", "float16"):
         report._add(
             "ssm_state_dtype",
@@ -900,8 +873,7 @@ def _describe_compressed_tensors(quant: dict[str, Any]) -> tuple[str, str, str]:
             notes.append("vLLM runs integer weight-only schemes through Marlin on SM75")
         elif kind == "int":
             notes.append(
-                f"int{bits} weights with quantized activations (SM75 has INT8 tensor cores): "
-                "check vLLM support"
+                f"int{bits} weights with quantized activations (SM75 has INT8 tensor cores): check vLLM support"
             )
             status = STATUS_WARN
         elif kind == "float" and bits == 8:
@@ -933,8 +905,7 @@ def _check_quantization(top: _Fields, text: _Fields, report: ModelReport) -> Non
     method_value = quant.get("quant_method")
     if method_value is not None and not isinstance(method_value, str):
         raise ModelCheckError(
-            f"{top.config_path}: {quant_where}.quant_method must be a string, "
-            f"got {_json_type_name(method_value)}"
+            f"{top.config_path}: {quant_where}.quant_method must be a string, got {_json_type_name(method_value)}"
         )
     method = (method_value or "").strip().lower()
     method = _QUANT_METHOD_ALIASES.get(method, method)
@@ -1016,8 +987,7 @@ def format_report(report: ModelReport) -> str:
     for rank in facts.get("tensor_parallel") or []:
         if rank["divisible"]:
             per_rank.append(
-                f"TP={rank['tp']}: H={rank['num_key_heads']} HV={rank['num_value_heads']} "
-                f"conv_dim={rank['conv_dim']}"
+                f"TP={rank['tp']}: H={rank['num_key_heads']} HV={rank['num_value_heads']} conv_dim={rank['conv_dim']}"
             )
         else:
             per_rank.append(f"TP={rank['tp']}: impossible ({', '.join(rank['not_divisible'])})")

@@ -59,7 +59,14 @@ def register() -> None:
                     f"family={family} but installing its override failed: {type(exc).__name__}: {exc}",
                 )
         _state.family_id = family
-        head = f"{PLUGIN_NAME} {__version__}: vLLM {vllm_version or 'unknown'},"
+        try:
+            from .runtime_guards import apply_guards
+
+            applied = [f"{g.name}={g.why}" for g in apply_guards() if g.applies]
+        except Exception as exc:  # a guard is a convenience; it never stops vLLM
+            applied = [f"guards skipped ({type(exc).__name__}: {exc})"]
+        guards = f" guards: {', '.join(applied)};" if applied else ""
+        head = f"{PLUGIN_NAME} {__version__}: vLLM {vllm_version or 'unknown'},{guards}"
         if family is not None:
             _state.status_line = f"{head} GDN interface check: PASS {reason}"
             logger.info(_state.status_line)

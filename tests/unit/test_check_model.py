@@ -115,9 +115,7 @@ def write_safetensors(path: Path, tensor_names: list[str]) -> None:
 def drop_mtp_from_index(folder: Path) -> None:
     index_path = folder / model_check.SAFETENSORS_INDEX_FILE_NAME
     index = json.loads(index_path.read_text())
-    index["weight_map"] = {
-        name: shard for name, shard in index["weight_map"].items() if not name.startswith("mtp.")
-    }
+    index["weight_map"] = {name: shard for name, shard in index["weight_map"].items() if not name.startswith("mtp.")}
     index_path.write_text(json.dumps(index))
 
 
@@ -257,10 +255,7 @@ def test_awq_checkpoint_that_dropped_its_mtp_head_is_not_a_candidate(
     drop_mtp_from_index(folder)
     code, out, _ = run_cli(capsys, folder)
     assert code == 1
-    assert (
-        "FAIL mtp: text_config.mtp_num_hidden_layers=1 but model.safetensors.index.json has no "
-        "mtp.* tensors" in out
-    )
+    assert "FAIL mtp: text_config.mtp_num_hidden_layers=1 but model.safetensors.index.json has no mtp.* tensors" in out
     assert "verdict: not a candidate" in out
 
 
@@ -305,9 +300,7 @@ def test_qwen3_next_without_weights_assumes_vllm_default_mtp_layer(
     assert reasons_by_check(report)["mtp"]["status"] == "warn"
 
 
-def test_qwen3_next_declared_mtp_field_is_read(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_qwen3_next_declared_mtp_field_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = variant(tmp_path, "qwen3_next_80b_a3b", set_text(num_nextn_predict_layers=2))
     code, report = run_json(capsys, folder)
     assert code == 0
@@ -356,9 +349,7 @@ def test_llama_has_no_gdn_layers(capsys: pytest.CaptureFixture[str]) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def test_full_attention_interval_without_layer_types(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_full_attention_interval_without_layer_types(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = variant(tmp_path, "qwen3_6_27b", set_text(layer_types=_DELETE))
     code, report = run_json(capsys, folder)
     assert code == 0
@@ -366,32 +357,22 @@ def test_full_attention_interval_without_layer_types(
     assert report["facts"]["layers"]["source"] == "text_config.full_attention_interval=4"
 
 
-def test_qwen3_5_interval_other_than_4_is_honoured(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    folder = variant(
-        tmp_path, "qwen3_6_27b", set_text(layer_types=_DELETE, full_attention_interval=8)
-    )
+def test_qwen3_5_interval_other_than_4_is_honoured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = variant(tmp_path, "qwen3_6_27b", set_text(layer_types=_DELETE, full_attention_interval=8))
     code, report = run_json(capsys, folder)
     assert code == 0
     assert report["facts"]["layers"]["gdn_layers"] == 56
 
 
-def test_qwen3_5_without_layer_pattern_uses_vllm_default(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    folder = variant(
-        tmp_path, "qwen3_6_27b", set_text(layer_types=_DELETE, full_attention_interval=_DELETE)
-    )
+def test_qwen3_5_without_layer_pattern_uses_vllm_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = variant(tmp_path, "qwen3_6_27b", set_text(layer_types=_DELETE, full_attention_interval=_DELETE))
     code, report = run_json(capsys, folder)
     assert code == 0
     assert report["facts"]["layers"]["gdn_layers"] == 48
     assert report["facts"]["layers"]["source"] == ("vLLM's default: every 4th layer full attention")
 
 
-def test_all_full_attention_layer_types_is_not_a_candidate(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_all_full_attention_layer_types_is_not_a_candidate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = variant(tmp_path, "qwen3_6_27b", set_text(layer_types=["full_attention"] * 64))
     code, report = run_json(capsys, folder)
     assert code == 1
@@ -403,9 +384,7 @@ def test_all_full_attention_layer_types_is_not_a_candidate(
 # ------------------------------------------------------------------------------------------------
 
 
-def test_gdn_model_without_mtp_field_is_not_a_candidate(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_gdn_model_without_mtp_field_is_not_a_candidate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = variant(tmp_path, "qwen3_6_27b", set_text(mtp_num_hidden_layers=_DELETE))
     code, out, _ = run_cli(capsys, folder)
     assert code == 1
@@ -414,9 +393,7 @@ def test_gdn_model_without_mtp_field_is_not_a_candidate(
     assert "verdict: not a candidate" in out
 
 
-def test_mtp_depth_zero_is_not_a_candidate(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_mtp_depth_zero_is_not_a_candidate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = variant(tmp_path, "qwen3_6_27b", set_text(mtp_num_hidden_layers=0))
     code, report = run_json(capsys, folder)
     assert code == 1
@@ -449,9 +426,7 @@ def test_mtp_tensors_read_from_safetensors_headers_without_index(
     assert report["facts"]["mtp"]["depth"] == 1
 
 
-def test_safetensors_without_mtp_tensors_is_not_a_candidate(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_safetensors_without_mtp_tensors_is_not_a_candidate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = variant(tmp_path, "qwen3_6_27b")
     write_safetensors(folder / "model.safetensors", ["model.language_model.embed_tokens.weight"])
     code, report = run_json(capsys, folder)
@@ -459,12 +434,8 @@ def test_safetensors_without_mtp_tensors_is_not_a_candidate(
     assert "has no mtp.* tensors" in reasons_by_check(report)["mtp"]["message"]
 
 
-def test_declared_depth_disagreeing_with_weights_warns(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    folder = variant(
-        tmp_path, "qwen3_6_27b_awq", set_text(mtp_num_hidden_layers=2), copy_index=True
-    )
+def test_declared_depth_disagreeing_with_weights_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = variant(tmp_path, "qwen3_6_27b_awq", set_text(mtp_num_hidden_layers=2), copy_index=True)
     code, report = run_json(capsys, folder)
     assert code == 0
     assert reasons_by_check(report)["mtp_weights"]["status"] == "warn"
@@ -519,9 +490,7 @@ def test_bad_ratio_human_output(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "verdict: not a candidate" in out
 
 
-def test_envelope_is_data(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_envelope_is_data(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # When the kernels learn HV/H = 4, changing the table is all the check needs.
     wider = dataclasses.replace(model_check.KERNEL_ENVELOPE, value_heads_per_key_head=(1, 2, 3, 4))
     monkeypatch.setattr(model_check, "KERNEL_ENVELOPE", wider)
@@ -531,12 +500,8 @@ def test_envelope_is_data(
     assert reasons_by_check(report)["head_ratio"]["status"] == "pass"
 
 
-def test_heads_that_do_not_split_for_tp2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    folder = variant(
-        tmp_path, "qwen3_6_27b", set_text(linear_num_key_heads=3, linear_num_value_heads=9)
-    )
+def test_heads_that_do_not_split_for_tp2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = variant(tmp_path, "qwen3_6_27b", set_text(linear_num_key_heads=3, linear_num_value_heads=9))
     code, out, _ = run_cli(capsys, folder)
     assert code == 0
     assert "TP=1: H=3 HV=9 conv_dim=1920 | TP=2: impossible (H=3, HV=9)" in out
@@ -567,9 +532,7 @@ def test_unknown_architecture_with_gdn_fields_is_a_warned_candidate(
     assert "not an architecture caovan knows" in reason["message"]
 
 
-def test_unknown_linear_attention_model_without_gdn_fields(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_unknown_linear_attention_model_without_gdn_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Another family's linear attention (no linear_num_key_heads & co.): not a candidate, and not
     # a usage error either, since the config is valid for its own model.
     config = {
@@ -622,9 +585,7 @@ def test_torch_dtype_at_top_level_is_read(capsys: pytest.CaptureFixture[str]) ->
     assert reasons_by_check(report)["dtype"]["status"] == "warn"
 
 
-def test_root_dtype_wins_over_text_config_dtype(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_root_dtype_wins_over_text_config_dtype(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # vLLM reads the root config's dtype first and falls back to text_config's.
     def edit(config: dict[str, Any]) -> None:
         config["torch_dtype"] = "float16"
@@ -706,12 +667,8 @@ def test_quantization_notes(
     assert any(note in item for item in report["advice"]) is (status == "warn")
 
 
-def test_quantization_config_inside_text_config_is_found(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    folder = variant(
-        tmp_path, "qwen3_6_27b", set_text(quantization_config={"quant_method": "gptq", "bits": 4})
-    )
+def test_quantization_config_inside_text_config_is_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = variant(tmp_path, "qwen3_6_27b", set_text(quantization_config={"quant_method": "gptq", "bits": 4}))
     code, report = run_json(capsys, folder)
     assert report["facts"]["quantization"] == {
         "method": "gptq",
@@ -739,9 +696,7 @@ def assert_usage_error(
 
 
 @pytest.mark.parametrize("json_flag", [False, True])
-def test_missing_folder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], json_flag: bool
-) -> None:
+def test_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str], json_flag: bool) -> None:
     missing = tmp_path / "nope"
     assert_usage_error(capsys, missing, f"model folder not found: {missing}", json_flag=json_flag)
 
@@ -761,12 +716,8 @@ def test_config_json_that_is_a_folder(tmp_path: Path, capsys: pytest.CaptureFixt
     assert_usage_error(capsys, tmp_path, "config.json is a folder, not a JSON file")
 
 
-def test_invalid_json_names_file_line_and_column(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    (tmp_path / "config.json").write_text(
-        '{\n  "architectures": ["X"],\n  "num_hidden_layers": 4\n  "oops": 1\n}\n'
-    )
+def test_invalid_json_names_file_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text('{\n  "architectures": ["X"],\n  "num_hidden_layers": 4\n  "oops": 1\n}\n')
     assert_usage_error(
         capsys,
         tmp_path,
@@ -779,12 +730,8 @@ def test_non_utf8_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert_usage_error(capsys, tmp_path, "config.json: not UTF-8 text (bad byte at offset 16)")
 
 
-@pytest.mark.parametrize(
-    ("payload", "kind"), [("[1, 2]", "array"), ('"qwen"', "string"), ("null", "null")]
-)
-def test_non_object_json(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], payload: str, kind: str
-) -> None:
+@pytest.mark.parametrize(("payload", "kind"), [("[1, 2]", "array"), ('"qwen"', "string"), ("null", "null")])
+def test_non_object_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], payload: str, kind: str) -> None:
     (tmp_path / "config.json").write_text(payload)
     assert_usage_error(capsys, tmp_path, f"top level must be a JSON object, got {kind}")
 
@@ -823,8 +770,7 @@ def test_non_object_json(
         (set_text(dtype=16), "text_config.dtype must be a string, got 16 (number)"),
         (
             set_text(linear_num_value_heads=_DELETE),
-            "text_config.linear_num_value_heads missing: needed for the GDN layers of "
-            "Qwen3_5ForConditionalGeneration",
+            "text_config.linear_num_value_heads missing: needed for the GDN layers of Qwen3_5ForConditionalGeneration",
         ),
         (
             set_text(layer_types=["linear_attention"] * 63),
@@ -872,22 +818,17 @@ def test_qwen3_next_missing_head_field_names_top_level_field(
     assert_usage_error(
         capsys,
         folder,
-        "config.json: linear_conv_kernel_dim missing: needed for the GDN layers of "
-        "Qwen3NextForCausalLM",
+        "config.json: linear_conv_kernel_dim missing: needed for the GDN layers of Qwen3NextForCausalLM",
     )
 
 
 def test_invalid_weight_index_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = variant(tmp_path, "qwen3_6_27b")
     (folder / "model.safetensors.index.json").write_text('{"weight_map": {,}}')
-    assert_usage_error(
-        capsys, folder, "model.safetensors.index.json: invalid JSON at line 1, column 17"
-    )
+    assert_usage_error(capsys, folder, "model.safetensors.index.json: invalid JSON at line 1, column 17")
 
 
-def test_weight_index_without_weight_map(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_weight_index_without_weight_map(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = variant(tmp_path, "qwen3_6_27b")
     (folder / "model.safetensors.index.json").write_text('{"metadata": {}}')
     assert_usage_error(capsys, folder, "weight_map must be a JSON object")

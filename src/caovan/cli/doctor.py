@@ -8,6 +8,7 @@ import os
 import platform
 import sys
 from importlib.metadata import PackageNotFoundError, entry_points, version
+from pathlib import Path
 from typing import Any
 
 from .. import PLUGIN_NAME, __version__
@@ -74,12 +75,53 @@ def plugin_discovery(environ: dict[str, str] | None = None) -> dict[str, Any]:
     }
 
 
+def _writable(path: Path) -> tuple[bool, str]:
+    """A cache folder is usable when it, or the nearest folder above it that exists, is writable."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    ok = os.access(probe, os.W_OK)
+    where = "exists" if probe == path else f"will be created under {probe}"
+    return ok, f"{where}, {'writable' if ok else 'NOT writable'}"
+
+
+def cache_facts(guards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from ..runtime_guards import isolated_cache_dir
+
+    triton_guard = next(g for g in guards if g["guard"] == "triton_cache")
+    # Triton's own default when neither the user nor the SM75 guard sets TRITON_CACHE_DIR.
+    triton_dir = triton_guard["value"] if triton_guard["applies"] else os.environ.get("TRITON_CACHE_DIR")
+    folders = {
+        "caovan (CAOVAN_CACHE_DIR)": isolated_cache_dir(),
+        "triton (TRITON_CACHE_DIR)": Path(triton_dir or Path.home() / ".triton" / "cache"),
+    }
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        folders["inductor (TORCHINDUCTOR_CACHE_DIR)"] = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    out = []
+    for label, path in folders.items():
+        ok, detail = _writable(path)
+        out.append({"cache": label, "path": str(path), "writable": ok, "detail": detail})
+    return out
+
+
+def guard_facts(gpus: dict[str, Any]) -> list[dict[str, Any]]:
+    from ..runtime_guards import plan_guards
+
+    caps = [tuple(int(x) for x in d["capability"].split(".")) for d in gpus.get("devices", [])]
+    return [
+        {"guard": g.name, "env": g.env, "value": g.value, "applies": g.applies, "why": g.why}
+        for g in plan_guards(caps, os.environ)
+    ]
+
+
 def collect() -> dict[str, Any]:
     from ..adapters import probe_all
     from ..adapters.base import installed_vllm_version
 
     reports = probe_all() if installed_vllm_version() else ()
     passing = [r for r in reports if r.ok]
+    gpus = gpu_facts()
+    guards = guard_facts(gpus)
     return {
         "plugin": {"name": PLUGIN_NAME, "version": __version__},
         "python": f"{platform.python_version()} ({sys.implementation.name}, {platform.system().lower()} "
@@ -87,8 +129,10 @@ def collect() -> dict[str, Any]:
         "torch": _version("torch"),
         "triton": _version("triton"),
         "vllm": _version("vllm"),
-        "gpus": gpu_facts(),
+        "gpus": gpus,
         "discovery": plugin_discovery(),
+        "guards": guards,
+        "caches": cache_facts(guards),
         "families": [r.as_dict() for r in reports],
         "family": passing[0].family_id if passing else None,
         "ok": bool(passing),
@@ -133,7 +177,18 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         if verbose:
             for h in fam["hook_points"]:
                 lines.append(f"    [{'x' if h['found'] else ' '}] {h['name']}: {h['detail']}")
-    lines.append(f"result        {'PASS family=' + facts['family'] if facts['ok'] else 'FAIL: no GDN family passes'}")
+    for g in facts["guards"]:
+        state = f"{g['env']}={g['value']} would be set" if g["applies"] else "not applied"
+        lines.append(f"guard         {g['guard']}: {state} ({g['why']})")
+    for c in facts["caches"]:
+        lines.append(f"cache         {c['cache']}: {c['path']} ({c['detail']})")
+    if not facts["ok"]:
+        verdict = "FAIL: no GDN family passes"
+    elif not all(c["writable"] for c in facts["caches"]):
+        verdict = "FAIL: a cache folder is not writable"
+    else:
+        verdict = f"PASS family={facts['family']}"
+    lines.append(f"result        {verdict}")
     return "\n".join(lines)
 
 
@@ -143,4 +198,4 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(facts, indent=2, sort_keys=True))
     else:
         print(render(facts, verbose=args.verbose))
-    return 0 if facts["ok"] else 1
+    return 0 if facts["ok"] and all(c["writable"] for c in facts["caches"]) else 1
