@@ -79,7 +79,7 @@ MIXED_CASES = [c for c in KERNEL_EDGE_CASES if c.mixed_batch_tokens][:2]
 
 
 @pytest.mark.parametrize("case", MIXED_CASES, ids=lambda c: c.id)
-def test_mixed_batch_touches_only_spec_rows_and_states(case):
+def test_mixed_batch_writes_only_spec_rows_and_leaves_inputs_alone(case):
     inputs = build_inputs(case, DEVICE)
     before = inputs.clone()
     mine = inputs.clone()

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch", reason="the bench's error measurement runs 
 
 from caovan.bench import accuracy  # noqa: E402
 from caovan.bench import kernels as kb  # noqa: E402
-from caovan.bench.cases import SpecDecodeCase, build_inputs  # noqa: E402
+from caovan.bench.cases import TENSOR_ARGS, SpecDecodeCase, build_inputs  # noqa: E402
 
 
 def _load_standin():
@@ -54,9 +54,7 @@ def test_rounded_implementation_is_within_tolerance(edge):
 def _broken(mutate):
     def impl(*args, **kwargs):
         standin(*args, **kwargs)
-        mutate(dict(zip(("mixed_qkv", "a", "b", "A_log", "dt_bias", "conv_weight", "conv_bias",
-                         "conv_state", "ssm_state", "query_start_loc", "state_indices",
-                         "num_accepted_tokens", "out"), args)))  # fmt: skip
+        mutate(dict(zip(TENSOR_ARGS, args, strict=True)))
 
     return impl
 
@@ -116,7 +114,9 @@ def test_rule_against_vllm_uses_the_documented_floor():
     vllm = _report(out=1e-4, ssm=1e-3)
     floor_out = accuracy.FLOOR_ULPS * 2.0**-10 * 1.0
     floor_ssm = accuracy.FLOOR_ULPS * 2.0**-23 * 2.0
-    assert accuracy.check_against_vllm(case, _report(1e-4 + floor_out, 1e-3 + floor_ssm), vllm) == []
+    assert (
+        accuracy.check_against_vllm(case, _report(1e-4 + floor_out, 1e-3 + floor_ssm), vllm) == []
+    )
     fails = accuracy.check_against_vllm(case, _report(1e-4 + 2 * floor_out, 1e-3), vllm)
     assert len(fails) == 1 and fails[0].startswith("out:")
     fails = accuracy.check_against_vllm(case, _report(0.0, 1e-3 + 2 * floor_ssm), vllm)
@@ -186,3 +186,12 @@ def test_bench_row_and_strict_json_report():
 def test_nan_errors_survive_as_strings_in_json():
     safe = kb._json_safe({"a": [math.nan, math.inf, 1.0]})
     assert safe == {"a": ["nan", "inf", 1.0]}
+
+
+def test_environment_records_versions():
+    env = kb.environment()
+    assert set(env) == {"gpu", "versions"}
+    assert env["versions"]["torch"] == torch.__version__
+    assert set(env["versions"]) >= {"python", "torch", "triton", "vllm", "caovan"}
+    if not torch.cuda.is_available():
+        assert env["gpu"] == {}

@@ -1,4 +1,4 @@
-"""CPU tests of ``caovan bench kernels`` and ``caovan verify`` argument handling and no-GPU exits."""
+"""CPU tests of ``caovan bench kernels`` / ``caovan verify`` arguments and no-GPU exits."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@
   fake kernels), and ``check_inputs`` refuses what vLLM cannot express.
 - Triton interpreter (marker ``interpreter``, needs vLLM): in a subprocess with TRITON_INTERPRET=1,
   vLLM's real kernels run at tiny shapes on the bench's inputs - null slots, CUDA-graph padding,
-  mixed lengths, every accepted count, mixed batches, strided inputs, both conv layouts, "kv" state -
-  and must match the test stand-in of the float64 reference; the installed vLLM's own
+  mixed lengths, every accepted count, mixed batches, strided inputs, both conv layouts, "kv"
+  state - and must match the test stand-in of the float64 reference; the installed vLLM's own
   ``rearrange_mixed_qkv`` and ``_forward_core`` source are checked against what we replay.
 """
 
@@ -198,4 +198,6 @@ def test_vllm_kernels_under_interpreter_match_the_contract_semantics():
         assert r["errors"]["out"] > 0  # fp16 rounding shows: the comparison is not vacuous
     assert result["rearrange_equal"]
     missing = [f for f in FORWARD_CORE_FRAGMENTS if f not in result["forward_core_source"]]
-    assert not missing, f"installed vLLM's _forward_core no longer calls the spec path as replayed: {missing}"
+    assert not missing, (
+        f"installed vLLM's _forward_core no longer calls the spec path as replayed: {missing}"
+    )

@@ -30,9 +30,14 @@ ACCEPTED_MODES = ("random", "sweep")
 
 #: vLLM's NULL_BLOCK_ID (>= 0.20): block 0 is reserved, a state index of 0 means "no slot".
 NULL_BLOCK_ID = 0
-#: Bytes appended to every cache page, like vLLM's page_size_padded (pages padded to the attention
-#: page size); filled with PAGE_PADDING_FILL so a test can prove nothing writes there.
+#: Cache pages are padded like vLLM pads mamba pages to the attention page size (page_size_padded):
+#: one page size per head config, big enough for MTP <= PAGE_MAX_MTP with fp32 states, plus at
+#: least PAGE_PADDING_BYTES, rounded up to PAGE_ALIGN. One size for every MTP and dtype is also what
+#: keeps Triton from compiling a kernel per case (vLLM's kernels take the page stride as constexpr).
+#: The unused tail of every page is filled with PAGE_PADDING_FILL: tests prove nobody writes it.
+PAGE_MAX_MTP = 4
 PAGE_PADDING_BYTES = 256
+PAGE_ALIGN = 4096
 PAGE_PADDING_FILL = 0xA5
 
 
@@ -561,13 +566,31 @@ class SpecDecodeInputs:
         return args, kwargs
 
     def page_padding_intact(self) -> bool:
-        """True when no byte of the cache pages outside the conv and SSM views changed."""
+        """True when no byte of the cache pages past the conv and SSM states changed."""
         raw = self.backing.get("cache")
         if raw is None:
             return True
         page_bytes = raw.numel() // self.plan.num_blocks
-        pad = raw.view(self.plan.num_blocks, page_bytes)[:, page_bytes - PAGE_PADDING_BYTES :]
+        used = state_bytes(self.case)
+        pad = raw.view(self.plan.num_blocks, page_bytes)[:, sum(used) :]
         return bool((pad == PAGE_PADDING_FILL).all())
+
+
+def state_bytes(case: SpecDecodeCase) -> tuple[int, int]:
+    """Bytes of one block's conv state and SSM state (the used head of a cache page)."""
+    h = case.head_config
+    state_len = h.conv_width - 1 + case.num_spec_tokens
+    conv = state_len * h.conv_dim * DTYPE_BYTES[case.conv_state_dtype]
+    ssm = h.num_v_heads * h.head_v_dim * h.head_k_dim * DTYPE_BYTES[case.ssm_dtype]
+    return conv, ssm
+
+
+def page_size_bytes(case: SpecDecodeCase) -> int:
+    """Cache page size of the case's head config (same for every MTP <= PAGE_MAX_MTP and dtype)."""
+    mtp = max(PAGE_MAX_MTP, case.num_spec_tokens)
+    widest = replace(case, num_spec_tokens=mtp, ssm_dtype="float32", conv_dtype="float32")
+    need = sum(state_bytes(widest)) + PAGE_PADDING_BYTES
+    return -(-need // PAGE_ALIGN) * PAGE_ALIGN
 
 
 def _torch_dtype(name: str):
@@ -638,10 +661,8 @@ def build_inputs(
 
     # --- caches: raw pages [conv state | SSM state | padding], as vLLM's _reshape_kv_cache_tensors
     state_len = h.conv_width - 1 + case.num_spec_tokens
-    conv_bytes = state_len * h.conv_dim * DTYPE_BYTES[case.conv_state_dtype]
-    ssm_elems = h.num_v_heads * h.head_v_dim * h.head_k_dim
-    ssm_bytes = ssm_elems * DTYPE_BYTES[case.ssm_dtype]
-    page_bytes = conv_bytes + ssm_bytes + PAGE_PADDING_BYTES
+    conv_bytes, _ = state_bytes(case)
+    page_bytes = page_size_bytes(case)
     for itemsize in (DTYPE_BYTES[case.conv_state_dtype], DTYPE_BYTES[case.ssm_dtype]):
         if page_bytes % itemsize or conv_bytes % itemsize:
             raise ValueError(
