@@ -52,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
             f"--device {args.device!r}: only {torch.cuda.device_count()} CUDA device(s) visible"
         )
 
-    from caovan.bench import accuracy
-    from caovan.bench.cases import VERIFY_CASES, build_inputs
+    from caovan.bench.cases import VERIFY_CASES
 
     try:
         from caovan.kernels.gdn_spec_decode import gdn_spec_decode
@@ -69,13 +68,26 @@ def run(args: argparse.Namespace) -> int:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(idx)
     print(f"device cuda:{idx} {props.name} (sm_{props.major}{props.minor})")
+    failures = verify_cases(
+        VERIFY_CASES, torch.device("cuda", idx), gdn_spec_decode, gdn_spec_decode_reference
+    )
+    total = len(VERIFY_CASES)
+    verdict = "PASS" if failures == 0 else "FAIL"
+    print(f"[Caovan] verify={verdict} cases={total - failures}/{total} device={props.name}")
+    return 0 if failures == 0 else 1
+
+
+def verify_cases(cases, device, kernel, reference, emit=print) -> int:
+    """Check ``kernel`` against ``reference`` on every case; one PASS/FAIL line each; # failures."""
+    from caovan.bench import accuracy
+    from caovan.bench.cases import build_inputs
+
     failures = 0
-    for case in VERIFY_CASES:
+    for case in cases:
         try:
             inputs = build_inputs(case, device)
-            ref = accuracy.run_reference(gdn_spec_decode_reference, inputs)
-            errors = accuracy.measure(gdn_spec_decode, inputs, ref)
-            torch.cuda.synchronize(device)
+            ref = accuracy.run_reference(reference, inputs)
+            errors = accuracy.measure(kernel, inputs, ref)
             problems = accuracy.check_standalone(case, errors)
             detail = (
                 f"out_err={errors.out:.2e} ssm_err={errors.ssm_state:.2e} "
@@ -85,10 +97,7 @@ def run(args: argparse.Namespace) -> int:
             problems, detail = [f"{type(exc).__name__}: {exc}"], "raised"
         if problems:
             failures += 1
-            print(f"FAIL {case.id}: {detail}; " + "; ".join(problems))
+            emit(f"FAIL {case.id}: {detail}; " + "; ".join(problems))
         else:
-            print(f"PASS {case.id}: {detail}")
-    total = len(VERIFY_CASES)
-    verdict = "PASS" if failures == 0 else "FAIL"
-    print(f"[Caovan] verify={verdict} cases={total - failures}/{total} device={props.name}")
-    return 0 if failures == 0 else 1
+            emit(f"PASS {case.id}: {detail}")
+    return failures
