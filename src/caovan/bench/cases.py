@@ -36,6 +36,8 @@ NULL_BLOCK_ID = 0
 #: keeps Triton from compiling a kernel per case (vLLM's kernels take the page stride as constexpr).
 #: The unused tail of every page is filled with PAGE_PADDING_FILL: tests prove nobody writes it.
 PAGE_MAX_MTP = 4
+#: Blocks in every case's cache (more when a case needs them): B=8 at MTP=4 uses 1 + 40.
+NUM_CACHE_BLOCKS = 64
 PAGE_PADDING_BYTES = 256
 PAGE_ALIGN = 4096
 PAGE_PADDING_FILL = 0xA5
@@ -398,10 +400,12 @@ def plan_batch(case: SpecDecodeCase) -> BatchPlan:
             SeqPlan(kind=kind, length=length, num_accepted=accepted, slots=[NULL_BLOCK_ID] * t_max)
         )
 
-    # One distinct cache block per (real sequence, token column); block 0 is the null block and a
-    # few spare blocks stay unused so a stray write anywhere is caught by comparing whole caches.
+    # One distinct cache block per (real sequence, token column); block 0 is the null block and
+    # spare blocks stay unused so a stray write anywhere is caught by comparing whole caches. The
+    # cache has a fixed block count (like vLLM's) unless a case needs more: vLLM's conv kernel
+    # takes the number of cache lines as a constexpr, so this also spares a compile per case.
     num_real = sum(s.kind == "real" for s in seqs)
-    num_blocks = 1 + num_real * t_max + 3
+    num_blocks = max(NUM_CACHE_BLOCKS, 1 + num_real * t_max + 3)
     free_blocks = list(range(1, num_blocks))
     rng.shuffle(free_blocks)
     for s in seqs:
@@ -602,11 +606,13 @@ def _torch_dtype(name: str):
 def build_inputs(
     case: SpecDecodeCase, device: Any = "cpu", *, value_seed: int | None = None
 ) -> SpecDecodeInputs:
-    """Random inputs for ``case`` on ``device`` (deterministic in the seeds, same on every device).
+    """Random inputs for ``case``, made on ``device`` (deterministic per seed and device type).
 
     The batch plan (lengths, slots, accepted counts: every shape) comes from ``case.seed``; tensor
     values from ``value_seed`` (default ``case.seed``), so a CUDA-graph test can refill captured
-    buffers with new values of the same shapes.
+    buffers with new values of the same shapes. Values are drawn on the device itself (a model-size
+    cache is tens of millions of numbers: too slow to draw on the CPU for every test case), so a GPU
+    and the CPU draw different, equally valid, numbers.
 
     Value ranges follow the real layer: A_log = log(U[1, 16]), dt_bias = softplus^-1(U[1e-3, 0.1])
     (Mamba-2 initialisation), unit-scale activations and conv history, conv weights ~ N(0, 1/width),
@@ -617,13 +623,16 @@ def build_inputs(
     plan = plan_batch(case)
     h = case.head_config
     t_max = case.max_query_len
-    gen = torch.Generator(device="cpu").manual_seed(case.seed if value_seed is None else value_seed)
+    device = torch.device(device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(case.seed if value_seed is None else value_seed)
     act = _torch_dtype(case.act_dtype)
     conv_dt = _torch_dtype(case.conv_state_dtype)
     ssm_dt = _torch_dtype(case.ssm_dtype)
 
     def randn(*shape, scale=1.0, dtype=act):
-        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
+        x = torch.randn(*shape, generator=gen, dtype=torch.float32, device=device)
+        return (x * scale).to(dtype)
 
     backing: dict[str, Any] = {}
     views: dict[str, _ViewSpec] = {}
@@ -651,9 +660,10 @@ def build_inputs(
         dense("a", randn(rows, h.num_v_heads))
 
     # --- layer parameters
-    a_log = torch.empty(h.num_v_heads, dtype=torch.float64).uniform_(1.0, 16.0, generator=gen).log()
+    f64 = dict(dtype=torch.float64, device=device)
+    a_log = torch.empty(h.num_v_heads, **f64).uniform_(1.0, 16.0, generator=gen).log()
     dense("A_log", a_log.to(torch.float32))
-    dt = torch.empty(h.num_v_heads, dtype=torch.float64).uniform_(1e-3, 0.1, generator=gen)
+    dt = torch.empty(h.num_v_heads, **f64).uniform_(1e-3, 0.1, generator=gen)
     dense("dt_bias", (dt + torch.log(-torch.expm1(-dt))).to(act))  # softplus^-1(dt)
     dense("conv_weight", randn(h.conv_dim, h.conv_width, scale=h.conv_width**-0.5))
     if case.conv_bias:
@@ -669,7 +679,7 @@ def build_inputs(
                 f"case {case.id}: cache page of {page_bytes} B not aligned to {itemsize} B"
             )
     nb = plan.num_blocks
-    cache = torch.full((nb * page_bytes,), PAGE_PADDING_FILL, dtype=torch.uint8)
+    cache = torch.full((nb * page_bytes,), PAGE_PADDING_FILL, dtype=torch.uint8, device=device)
     backing["cache"] = cache
     conv_page = page_bytes // DTYPE_BYTES[case.conv_state_dtype]
     if case.conv_layout == "SD":
@@ -701,18 +711,17 @@ def build_inputs(
     )
 
     # --- metadata (int32 like vLLM's GDN metadata builder)
-    dense("query_start_loc", torch.tensor(plan.query_start_loc, dtype=torch.int32))
-    dense(
-        "state_indices", torch.tensor(plan.state_index_rows(), dtype=torch.int32).reshape(-1, t_max)
-    )
-    dense("num_accepted_tokens", torch.tensor(plan.accepted_rows(), dtype=torch.int32))
+    i32 = dict(dtype=torch.int32, device=device)
+    dense("query_start_loc", torch.tensor(plan.query_start_loc, **i32))
+    dense("state_indices", torch.tensor(plan.state_index_rows(), **i32).reshape(-1, t_max))
+    dense("num_accepted_tokens", torch.tensor(plan.accepted_rows(), **i32))
     # NaN everywhere: a row that should be written and is not shows up in every comparison.
-    dense("out", torch.full((rows, h.num_v_heads, h.head_v_dim), float("nan"), dtype=act))
+    out_shape = (rows, h.num_v_heads, h.head_v_dim)
+    dense("out", torch.full(out_shape, float("nan"), dtype=act, device=device))
 
     token_index = None
     if plan.token_index is not None:
         token_index = torch.tensor(plan.token_index, dtype=torch.int64, device=device)
-    backing = {k: v.to(device) for k, v in backing.items()}
     return SpecDecodeInputs(
         case=case, plan=plan, backing=backing, views=views, token_index=token_index
     )
