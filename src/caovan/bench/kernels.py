@@ -249,7 +249,7 @@ def table_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
             [
                 r["id"],
                 _fmt(r["traffic_bytes"]["total"] / 1e6, ".2f"),
-                _fmt(r["roofline_us"], ".1f"),
+                _fmt(r["roofline_us"], ".2f"),
                 _fmt(o["eager_us"], ".1f"),
                 _fmt(v["eager_us"], ".1f"),
                 _fmt(r["speedup_eager"], ".2f"),
