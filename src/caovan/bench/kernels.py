@@ -1,0 +1,375 @@
+"""``caovan bench kernels``: our spec-decode kernels and vLLM's path, side by side, case by case.
+
+For every case, on copies of one random input set:
+  - eager host-inclusive time: wall clock around ``eager_iters`` back-to-back calls (after
+    ``warmup`` calls), one ``torch.cuda.synchronize()`` at the end, divided by the count - what a
+    PIECEWISE CUDA-graph server pays, Python and launch overhead included;
+  - CUDA-graph replay time: ``graph_calls`` calls captured in one ``torch.cuda.CUDAGraph``, replayed
+    ``graph_replays`` times between two CUDA events, per call - the GPU time under full graphs;
+  - DRAM roofline: minimum bytes (``roofline.spec_decode_traffic``) over the device-to-device copy
+    bandwidth measured in the same run, and each implementation's % of it (graph time);
+  - max abs error against the float64 reference, for both.
+Plain torch timing (no triton.testing), so what is measured is visible here.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from caovan.bench import accuracy
+from caovan.bench.cases import SpecDecodeCase, SpecDecodeInputs, build_inputs
+from caovan.bench.roofline import roofline_us, spec_decode_traffic
+
+JSON_SCHEMA = "caovan-bench-kernels/1"
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    warmup: int = 10
+    eager_iters: int = 200
+    graph_calls: int = 20
+    graph_replays: int = 20
+    copy_bytes: int = 512 << 20  # far beyond any L2 (H200: 60 MiB, 2080 Ti: 5.5 MiB)
+    copy_iters: int = 10
+
+
+QUICK_SETTINGS = BenchSettings(
+    warmup=5, eager_iters=50, graph_calls=10, graph_replays=10, copy_iters=5
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Timers (CUDA). Each takes a zero-argument callable that launches one call.
+# --------------------------------------------------------------------------------------------------
+def time_eager_us(fn: Callable[[], None], settings: BenchSettings) -> float:
+    import torch
+
+    for _ in range(settings.warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(settings.eager_iters):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / settings.eager_iters * 1e6
+
+
+def time_cuda_graph_us(fn: Callable[[], None], settings: BenchSettings) -> float:
+    import torch
+
+    # Warm up on a side stream before capture (torch.cuda.graphs docs): compiles, caches, allocator.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(settings.graph_calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(settings.graph_replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    us = start.elapsed_time(end) * 1e3 / (settings.graph_replays * settings.graph_calls)
+    del graph
+    return us
+
+
+def measure_copy_bandwidth(settings: BenchSettings, device: Any = "cuda") -> float:
+    """Device-to-device copy bandwidth in bytes/s, read + write counted, best of ``copy_iters``."""
+    import torch
+
+    src = torch.empty(settings.copy_bytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    src.fill_(1)
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    best_ms = math.inf
+    for _ in range(settings.copy_iters):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        best_ms = min(best_ms, start.elapsed_time(end))
+    del src, dst
+    return 2 * settings.copy_bytes / (best_ms * 1e-3)
+
+
+# --------------------------------------------------------------------------------------------------
+# One case
+# --------------------------------------------------------------------------------------------------
+Timer = Callable[[Callable[[], None], BenchSettings], float]
+
+
+def _bound_call(fn: Callable[..., None], inputs: SpecDecodeInputs) -> Callable[[], None]:
+    # Views and kwargs are made once: the timed call is exactly fn(*tensors, **kwargs).
+    args, kwargs = inputs.kernel_args()
+    return lambda: fn(*args, **kwargs)
+
+
+def _pct(roof: float, t: float | None) -> float | None:
+    return None if t is None or t <= 0 else 100.0 * roof / t
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b <= 0 else a / b
+
+
+def bench_case(
+    case: SpecDecodeCase,
+    *,
+    ours: Callable[..., None],
+    vllm: Callable[..., None],
+    reference: Callable[..., None],
+    bandwidth: float,
+    settings: BenchSettings,
+    device: Any = "cuda",
+    eager_timer: Timer = time_eager_us,
+    graph_timer: Timer = time_cuda_graph_us,
+) -> dict[str, Any]:
+    """Errors, times, roofline and speedups of one case, as a JSON-able row."""
+    inputs = build_inputs(case, device)
+    traffic = spec_decode_traffic(inputs.plan)
+    roof = roofline_us(traffic.total, bandwidth)
+    ref = accuracy.run_reference(reference, inputs)
+    err_ours = accuracy.measure(ours, inputs, ref)
+    err_vllm = accuracy.measure_vllm(vllm, inputs, ref)
+    del ref
+
+    times: dict[str, dict[str, float]] = {}
+    for name, fn, copy in (
+        ("ours", ours, inputs.clone()),
+        ("vllm", vllm, inputs.with_ssm_layout("vk")),
+    ):
+        call = _bound_call(fn, copy)
+        times[name] = {
+            "eager_us": eager_timer(call, settings),
+            "graph_us": graph_timer(call, settings),
+        }
+
+    def impl_row(name: str, err: accuracy.ErrorReport) -> dict[str, Any]:
+        t = times[name]
+        return {
+            **t,
+            "pct_roofline_graph": _pct(roof, t["graph_us"]),
+            "pct_roofline_eager": _pct(roof, t["eager_us"]),
+            "errors": err.as_dict(),
+        }
+
+    problems = accuracy.check_against_vllm(case, err_ours, err_vllm)
+    return {
+        "id": case.id,
+        "case": case.as_dict(),
+        "num_tokens": inputs.plan.query_start_loc[-1],
+        "traffic_bytes": traffic.as_dict(),
+        "roofline_us": roof,
+        "ours": impl_row("ours", err_ours),
+        "vllm": impl_row("vllm", err_vllm),
+        "speedup_eager": _ratio(times["vllm"]["eager_us"], times["ours"]["eager_us"]),
+        "speedup_graph": _ratio(times["vllm"]["graph_us"], times["ours"]["graph_us"]),
+        "accuracy_rule": {"passed": not problems, "problems": problems},
+        "error": None,
+    }
+
+
+def failed_row(case: SpecDecodeCase, exc: BaseException) -> dict[str, Any]:
+    return {"id": case.id, "case": case.as_dict(), "error": f"{type(exc).__name__}: {exc}"}
+
+
+def run_cases(
+    cases: Sequence[SpecDecodeCase],
+    *,
+    progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    **kwargs: Any,
+) -> list[dict[str, Any]]:
+    """``bench_case`` for every case; a case that raises becomes a row with ``error`` set."""
+    rows = []
+    for i, case in enumerate(cases, 1):
+        progress(f"[{i}/{len(cases)}] {case.id}")
+        try:
+            rows.append(bench_case(case, **kwargs))
+        except Exception as exc:  # one broken case must not hide the others' numbers
+            rows.append(failed_row(case, exc))
+            progress(f"  error: {rows[-1]['error']}")
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------------
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+TABLE_HEADERS = (
+    "case",
+    "MB",
+    "roof us",
+    "eager ours",
+    "eager vLLM",
+    "x eager",
+    "graph ours",
+    "graph vLLM",
+    "x graph",
+    "%roof ours",
+    "%roof vLLM",
+    "err out ours",
+    "err out vLLM",
+    "err ssm ours",
+    "err ssm vLLM",
+    "acc",
+)
+
+
+def table_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        if r.get("error"):
+            out.append([r["id"], "ERROR: " + r["error"]] + [""] * (len(TABLE_HEADERS) - 2))
+            continue
+        o, v = r["ours"], r["vllm"]
+        out.append(
+            [
+                r["id"],
+                _fmt(r["traffic_bytes"]["total"] / 1e6, ".2f"),
+                _fmt(r["roofline_us"], ".2f"),
+                _fmt(o["eager_us"], ".1f"),
+                _fmt(v["eager_us"], ".1f"),
+                _fmt(r["speedup_eager"], ".2f"),
+                _fmt(o["graph_us"], ".1f"),
+                _fmt(v["graph_us"], ".1f"),
+                _fmt(r["speedup_graph"], ".2f"),
+                _fmt(o["pct_roofline_graph"], ".0f"),
+                _fmt(v["pct_roofline_graph"], ".0f"),
+                _fmt(o["errors"]["out"], ".1e"),
+                _fmt(v["errors"]["out"], ".1e"),
+                _fmt(o["errors"]["ssm_state"], ".1e"),
+                _fmt(v["errors"]["ssm_state"], ".1e"),
+                "ok" if r["accuracy_rule"]["passed"] else "FAIL",
+            ]
+        )
+    return out
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    from tabulate import tabulate
+
+    return tabulate(
+        table_rows(rows), headers=TABLE_HEADERS, tablefmt="github", disable_numparse=True
+    )
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def environment(device: Any = "cuda") -> dict[str, Any]:
+    """GPU and software versions for the JSON record."""
+    import torch
+
+    import caovan
+
+    gpu: dict[str, Any] = {}
+    if torch.cuda.is_available():
+        idx = torch.device(device).index or 0
+        props = torch.cuda.get_device_properties(idx)
+        gpu = {
+            "index": idx,
+            "name": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "total_memory_bytes": props.total_memory,
+            "multiprocessors": props.multi_processor_count,
+        }
+    return {
+        "gpu": gpu,
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "triton": _version("triton"),
+            "vllm": _version("vllm"),
+            "caovan": caovan.__version__,
+        },
+    }
+
+
+def _json_safe(x: Any) -> Any:
+    """NaN/inf become strings (strict JSON has no NaN); containers recurse."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def build_report(
+    rows: Sequence[dict[str, Any]],
+    *,
+    env: dict[str, Any],
+    bandwidth: float,
+    settings: BenchSettings,
+    case_set: str,
+    quick: bool,
+    argv: Sequence[str] | None = None,
+    timestamp: str | None = None,
+) -> dict[str, Any]:
+    argv = list(sys.argv if argv is None else argv)
+    return _json_safe(
+        {
+            "schema": JSON_SCHEMA,
+            "command": shlex.join(argv),
+            "argv": argv,
+            "timestamp": timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **env,
+            "bandwidth": {
+                "bytes_per_s": bandwidth,
+                "gb_per_s": bandwidth / 1e9,
+                "method": f"device-to-device copy of {settings.copy_bytes} B, "
+                f"best of {settings.copy_iters}, "
+                "read + write bytes counted",
+            },
+            "settings": {**asdict(settings), "cases": case_set, "quick": quick},
+            "summary": summarize(rows),
+            "cases": list(rows),
+        }
+    )
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in rows if not r.get("error")]
+
+    def geomean(key: str) -> float | None:
+        vals = [r[key] for r in ok if r.get(key)]
+        return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+
+    return {
+        "cases": len(rows),
+        "errors": len(rows) - len(ok),
+        "accuracy_rule_failures": sum(not r["accuracy_rule"]["passed"] for r in ok),
+        "geomean_speedup_eager": geomean("speedup_eager"),
+        "geomean_speedup_graph": geomean("speedup_graph"),
+    }

@@ -1,0 +1,199 @@
+"""vLLM's own speculative-decode GDN core, for a side-by-side comparison with ``gdn_spec_decode``.
+
+``VllmSpecCore`` replays the spec branch of ``GatedDeltaNetAttention._forward_core`` of vLLM 0.21.0
+(vllm/model_executor/layers/mamba/gdn_linear_attn.py) for a pure-spec batch, statement by statement:
+
+1. ``causal_conv1d_update(mixed_qkv, conv_state, conv_weights, conv1d.bias, "silu",
+   conv_state_indices=spec_state_indices[:, 0][:num_spec_decodes], num_accepted_tokens=...,
+   query_start_loc=spec_query_start_loc, max_query_len=spec_state_indices.size(-1),
+   validate_data=False)`` - it writes the conv output over ``mixed_qkv`` in place when the conv
+   state has the activations' dtype;
+2. ``rearrange_mixed_qkv``: split q|k|v, one ``torch.cat`` into a flat buffer, views
+   (1, T, heads, dim);
+3. ``fused_sigmoid_gating_delta_rule_update(A_log, a, b, dt_bias, q, k, v, initial_state=ssm_state,
+   inplace_final_state=True, cu_seqlens=spec_query_start_loc[:num_spec_decodes + 1],
+   ssm_state_indices=spec_state_indices, num_accepted_tokens=..., use_qk_l2norm_in_kernel=True)``;
+4. ``core_attn_out[:num_actual_tokens] = core_attn_out_spec.squeeze(0)``.
+
+The two kernel functions are looked up in the GDN module's namespace (``from ... import f`` bound
+them there), so this calls exactly what the installed vLLM calls, including any patch applied to
+that module.
+
+It takes the same tensors as ``caovan.kernels.gdn_spec_decode.gdn_spec_decode`` so both can run on
+clones of one input set. ``check_inputs`` refuses (ValueError) what vLLM 0.21.0 cannot express:
+the (HV, K, V) SSM layout, SSM inner dims that are not contiguous (its kernel only uses
+stride(0)), and a null-slot rule other than "index <= 0". ``__call__`` runs vLLM's statements only,
+so its eager time is vLLM's kernel-side cost without the metadata plumbing of the real
+``_forward_core`` (forward-context and dict lookups): a lower bound of what vLLM pays per layer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+#: Where vLLM 0.19-0.21 keep the GDN layer (and, bound by import, the kernels its core calls).
+VLLM_GDN_MODULE = "vllm.model_executor.layers.mamba.gdn_linear_attn"
+
+
+def load_vllm_gdn_module(name: str = VLLM_GDN_MODULE) -> ModuleType:
+    """Import vLLM's GDN layer module; ImportError names the module and the cause."""
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # vLLM import failures are not always ImportError
+        raise ImportError(
+            f"cannot import vLLM's GDN module {name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+class VllmSpecCore:
+    """vLLM's spec-decode core (conv update + sigmoid-gating delta rule), our calling convention."""
+
+    activation = "silu"  # GatedDeltaNetAttention.activation = config.hidden_act ("silu" for Qwen)
+
+    def __init__(self, module: ModuleType | None = None):
+        mod = module if module is not None else load_vllm_gdn_module()
+        missing = [
+            f
+            for f in ("causal_conv1d_update", "fused_sigmoid_gating_delta_rule_update")
+            if not hasattr(mod, f)
+        ]
+        if missing:
+            raise ImportError(
+                f"{mod.__name__} has no {', '.join(missing)}: not vLLM 0.19-0.21's GDN module"
+            )
+        self.module_name = mod.__name__
+        self.causal_conv1d_update = mod.causal_conv1d_update
+        self.fused_sigmoid_gating_delta_rule_update = mod.fused_sigmoid_gating_delta_rule_update
+
+    # Same arithmetic as GatedDeltaNetAttention.rearrange_mixed_qkv with tp_size folded into the
+    # head counts (key_dim // tp_size == num_k_heads * head_k_dim per GPU).
+    @staticmethod
+    def rearrange_mixed_qkv(mixed_qkv, num_k_heads: int, head_k_dim: int, head_v_dim: int):
+        import torch
+
+        seq_len = mixed_qkv.shape[0]
+        q_dim = k_dim = num_k_heads * head_k_dim
+        v_dim = mixed_qkv.shape[-1] - q_dim - k_dim
+        query, key, value = torch.split(mixed_qkv, [q_dim, k_dim, v_dim], dim=-1)
+        fused = torch.cat([query.reshape(-1), key.reshape(-1), value.reshape(-1)], dim=0)
+        q_size = seq_len * q_dim
+        k_size = seq_len * k_dim
+        query = fused[0:q_size].view(1, seq_len, -1, head_k_dim)
+        key = fused[q_size : q_size + k_size].view(1, seq_len, -1, head_k_dim)
+        value = fused[q_size + k_size :].view(1, seq_len, -1, head_v_dim)
+        return query, key, value
+
+    @staticmethod
+    def check_inputs(
+        mixed_qkv,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        conv_weight,
+        conv_bias,
+        conv_state,
+        ssm_state,
+        query_start_loc,
+        state_indices,
+        num_accepted_tokens,
+        out,
+        *,
+        ssm_layout: str = "vk",
+        null_slot_max: int = 0,
+        **_: Any,
+    ) -> None:
+        """Refuse what vLLM 0.21.0's kernels cannot express (kept out of ``__call__`` so the timed
+        call runs only the statements vLLM runs)."""
+        if ssm_layout != "vk":
+            raise ValueError(
+                f"VllmSpecCore: ssm_layout={ssm_layout!r}; "
+                "vLLM 0.21.0's kernel only handles 'vk' (HV, V, K)"
+            )
+        hv, v, k = ssm_state.shape[1:]
+        if ssm_state.stride()[1:] != (v * k, k, 1):
+            raise ValueError(
+                f"VllmSpecCore: ssm_state inner strides {tuple(ssm_state.stride()[1:])} "
+                "must be contiguous "
+                f"{(v * k, k, 1)}: vLLM 0.21.0's kernel only uses stride(0)"
+            )
+        if null_slot_max != 0:
+            raise ValueError(
+                f"VllmSpecCore: null_slot_max={null_slot_max}; vLLM 0.21.0 skips index <= 0 only"
+            )
+
+    def __call__(
+        self,
+        mixed_qkv,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        conv_weight,
+        conv_bias,
+        conv_state,
+        ssm_state,
+        query_start_loc,
+        state_indices,
+        num_accepted_tokens,
+        out,
+        *,
+        num_k_heads: int,
+        head_k_dim: int,
+        head_v_dim: int,
+        ssm_layout: str = "vk",  # accepted for the shared calling convention; see check_inputs
+        null_slot_max: int = 0,
+        token_index: Any = None,
+    ) -> None:
+        if token_index is not None:
+            # Mixed prefill+spec batch: _forward_core gathers the spec rows with index_select and
+            # scatters the spec output with index_copy_. vLLM 0.21.0 passes the *ungathered* a and
+            # b to the recurrent kernel (correct only while spec tokens come first, which the batch
+            # reordering normally ensures; later vLLM selects them); we gather them too so this
+            # measures the kernels' numerics, not that ordering assumption.
+            mixed_qkv = mixed_qkv.index_select(0, token_index)
+            a = a.index_select(0, token_index)
+            b = b.index_select(0, token_index)
+
+        num_spec_decodes = query_start_loc.shape[0] - 1
+        # 1.1 conv over the multi-query part (kernel writes its output over mixed_qkv when dtypes
+        # match)
+        mixed_qkv_spec = self.causal_conv1d_update(
+            mixed_qkv,
+            conv_state,
+            conv_weight,
+            conv_bias,
+            self.activation,
+            conv_state_indices=state_indices[:, 0][:num_spec_decodes],
+            num_accepted_tokens=num_accepted_tokens,
+            query_start_loc=query_start_loc,
+            max_query_len=state_indices.size(-1),
+            validate_data=False,
+        )
+        query_spec, key_spec, value_spec = self.rearrange_mixed_qkv(
+            mixed_qkv_spec, num_k_heads, head_k_dim, head_v_dim
+        )
+        # 2.1 recurrent part
+        core_attn_out_spec, _last_recurrent_state = self.fused_sigmoid_gating_delta_rule_update(
+            A_log=A_log,
+            a=a,
+            b=b,
+            dt_bias=dt_bias,
+            q=query_spec,
+            k=key_spec,
+            v=value_spec,
+            initial_state=ssm_state,
+            inplace_final_state=True,
+            cu_seqlens=query_start_loc[: num_spec_decodes + 1],
+            ssm_state_indices=state_indices,
+            num_accepted_tokens=num_accepted_tokens,
+            use_qk_l2norm_in_kernel=True,
+        )
+        # 3. merge
+        if token_index is not None:
+            out.index_copy_(0, token_index, core_attn_out_spec.squeeze(0).to(out.dtype))
+        else:
+            num_actual_tokens = mixed_qkv.shape[0]
+            out[:num_actual_tokens] = core_attn_out_spec.squeeze(0)

@@ -1,0 +1,119 @@
+"""``caovan bench kernels``: our spec-decode kernels vs vLLM's own path, timed and checked.
+
+Not to be confused with Turbo3's ``caovan-sm75-benchmark`` (end-to-end tokens/s through a running
+server's OpenAI API); this one times the GDN spec-decode core alone, on synthetic inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+NAME = "bench"
+HELP = "time caovan's GDN spec-decode kernels against vLLM's own path (needs a CUDA GPU)"
+ALIAS = None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from caovan.bench.cases import BENCH_CASE_SETS
+
+    targets = parser.add_subparsers(dest="bench_target", metavar="TARGET", required=True)
+    k = targets.add_parser(
+        "kernels",
+        help="ours vs vLLM's spec-decode core: eager and CUDA-graph time, DRAM roofline, errors",
+        description=(
+            "For every case, on copies of the same random inputs: eager host-inclusive time, "
+            "CUDA-graph replay time, DRAM roofline (bytes / measured copy bandwidth) and max abs "
+            "error vs the float64 reference, for caovan's kernels and for vLLM's own path. "
+            "Prints a table; "
+            "--json writes the full record. Exit 1 when a case fails to run or our error exceeds "
+            "vLLM's by more than the documented floor."
+        ),
+    )
+    k.add_argument("--json", metavar="FILE", type=Path, help="write the full record (JSON) to FILE")
+    k.add_argument(
+        "--cases",
+        choices=BENCH_CASE_SETS,
+        default="all",
+        help="small shapes, model shapes (Qwen3.6-27B, Qwen3-Next-80B at TP=2), or all (default)",
+    )
+    k.add_argument("--quick", action="store_true", help="fewer cases and iterations (a smoke run)")
+
+
+def _error(message: str) -> int:
+    print(f"caovan {NAME}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.bench_target == "kernels":
+        return run_kernels(args)
+    return _error(f"unknown bench target {args.bench_target!r}")  # argparse already refuses these
+
+
+def run_kernels(args: argparse.Namespace) -> int:
+    if args.json is not None and not args.json.parent.is_dir():
+        return _error(f"--json {args.json}: directory {args.json.parent} does not exist")
+    try:
+        import torch
+    except ImportError as exc:
+        return _error(f"PyTorch is not importable ({exc}); the kernel bench runs on a CUDA GPU")
+    if not torch.cuda.is_available():
+        return _error(
+            "no CUDA GPU visible (torch.cuda.is_available() is False); "
+            "the kernel bench runs on a GPU"
+        )
+
+    from caovan.bench import kernels as kb
+    from caovan.bench.cases import bench_cases
+    from caovan.bench.vllm_spec_path import VllmSpecCore
+
+    try:
+        vllm_core = VllmSpecCore()
+    except ImportError as exc:
+        return _error(f"vLLM is needed for the side-by-side bench: {exc}")
+    try:
+        from caovan.kernels.gdn_spec_decode import gdn_spec_decode
+        from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
+    except ImportError as exc:
+        print(
+            f"caovan {NAME}: caovan's kernels are not importable (broken install?): {exc}",
+            file=sys.stderr,
+        )
+        return 1
+
+    settings = kb.QUICK_SETTINGS if args.quick else kb.BenchSettings()
+    cases = bench_cases(args.cases, quick=args.quick)
+    env = kb.environment()
+    print(
+        f"GPU: {env['gpu']['name']} (sm_{env['gpu']['capability'].replace('.', '')}); "
+        f"{len(cases)} cases",
+        file=sys.stderr,
+    )
+    bandwidth = kb.measure_copy_bandwidth(settings)
+    print(f"device-to-device copy bandwidth: {bandwidth / 1e9:.0f} GB/s", file=sys.stderr)
+    rows = kb.run_cases(
+        cases,
+        ours=gdn_spec_decode,
+        vllm=vllm_core,
+        reference=gdn_spec_decode_reference,
+        bandwidth=bandwidth,
+        settings=settings,
+    )
+    report = kb.build_report(
+        rows, env=env, bandwidth=bandwidth, settings=settings, case_set=args.cases, quick=args.quick
+    )
+    print(kb.format_table(rows))
+    s = report["summary"]
+    print(
+        f"{s['cases']} cases, {s['errors']} failed to run, "
+        f"{s['accuracy_rule_failures']} over vLLM's error; "
+        f"geomean speedup eager x{s['geomean_speedup_eager'] or float('nan'):.2f}, "
+        f"graph x{s['geomean_speedup_graph'] or float('nan'):.2f}"
+    )
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 1 if s["errors"] or s["accuracy_rule_failures"] else 0

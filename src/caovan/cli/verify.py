@@ -1,0 +1,103 @@
+"""``caovan verify`` (Turbo3: ``caovan-sm75-verify``): synthetic tensors through the kernels.
+
+Runs caovan's spec-decode kernels on random inputs at the model shapes (Qwen3.6-27B and
+Qwen3-Next-80B at TP=2, MTP 1/3/4, fp16 and fp32 SSM state) plus the batches a server produces
+(null slots, CUDA-graph padding, mixed lengths, mixed prefill+spec), compares each with the float64
+reference, and prints one PASS/FAIL line per case and a final ``[Caovan] verify=PASS|FAIL`` line
+for the safety gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+NAME = "verify"
+HELP = "run caovan's kernels on synthetic tensors at model shapes vs the float64 reference (GPU)"
+ALIAS = "caovan-sm75-verify"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        default="cuda",
+        help="torch device to verify on (default: cuda, i.e. the first visible GPU; "
+        "choose GPUs with CUDA_VISIBLE_DEVICES as Turbo3 taught)",
+    )
+
+
+def _error(message: str) -> int:
+    print(f"caovan {NAME}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import torch
+    except ImportError as exc:
+        return _error(f"PyTorch is not importable ({exc}); verify runs the kernels on a CUDA GPU")
+    if not torch.cuda.is_available():
+        return _error(
+            "no CUDA GPU visible (torch.cuda.is_available() is False); "
+            "verify runs the kernels on a GPU"
+        )
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as exc:
+        return _error(f"--device {args.device!r}: {exc}")
+    if device.type != "cuda":
+        return _error(f"--device {args.device!r}: verify runs on a CUDA device")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        return _error(
+            f"--device {args.device!r}: only {torch.cuda.device_count()} CUDA device(s) visible"
+        )
+
+    from caovan.bench.cases import VERIFY_CASES
+
+    try:
+        from caovan.kernels.gdn_spec_decode import gdn_spec_decode
+        from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
+    except ImportError as exc:
+        print(
+            f"caovan {NAME}: FAIL caovan's kernels are not importable (broken install?): {exc}",
+            file=sys.stderr,
+        )
+        print("[Caovan] verify=FAIL")
+        return 1
+
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(idx)
+    print(f"device cuda:{idx} {props.name} (sm_{props.major}{props.minor})")
+    failures = verify_cases(
+        VERIFY_CASES, torch.device("cuda", idx), gdn_spec_decode, gdn_spec_decode_reference
+    )
+    total = len(VERIFY_CASES)
+    verdict = "PASS" if failures == 0 else "FAIL"
+    print(f"[Caovan] verify={verdict} cases={total - failures}/{total} device={props.name}")
+    return 0 if failures == 0 else 1
+
+
+def verify_cases(cases, device, kernel, reference, emit=print) -> int:
+    """Check ``kernel`` against ``reference`` on every case; one PASS/FAIL line each; # failures."""
+    from caovan.bench import accuracy
+    from caovan.bench.cases import build_inputs
+
+    failures = 0
+    for case in cases:
+        try:
+            inputs = build_inputs(case, device)
+            ref = accuracy.run_reference(reference, inputs)
+            errors = accuracy.measure(kernel, inputs, ref)
+            problems = accuracy.check_standalone(case, errors)
+            detail = (
+                f"out_err={errors.out:.2e} ssm_err={errors.ssm_state:.2e} "
+                f"conv_err={errors.conv_state:.2e}"
+            )
+        except Exception as exc:  # a crash is a FAIL of that case, the others still run
+            problems, detail = [f"{type(exc).__name__}: {exc}"], "raised"
+        if problems:
+            failures += 1
+            emit(f"FAIL {case.id}: {detail}; " + "; ".join(problems))
+        else:
+            emit(f"PASS {case.id}: {detail}")
+    return failures

@@ -1,0 +1,177 @@
+"""Kernel tier (CUDA GPU): caovan's spec-decode kernels vs float64 reference vs vLLM's kernels.
+
+Every case runs three implementations on copies of one random input set laid out like vLLM's caches
+(caovan.bench.cases.build_inputs): ours (``gdn_spec_decode``), the float64 reference
+(``gdn_spec_decode_reference`` on an exact float64 upcast), and vLLM's spec path exactly as vLLM
+0.21.0's ``_forward_core`` calls it (caovan.bench.vllm_spec_path.VllmSpecCore).
+
+Rule (caovan.bench.accuracy.check_against_vllm): our max abs error vs float64 is at most vLLM's max
+abs error vs float64 plus FLOOR_ULPS (2) units in the last place of the stored dtype at the largest
+reference magnitude, for the outputs of real sequences and for the whole SSM cache; the whole conv
+cache must be exact (it only moves values). Also: rows of null-slot sequences are zero, nothing is
+written into the cache pages' padding, and vLLM's own error is within the stand-alone tolerance (if
+not, the reference or the case builder disagrees with vLLM and the comparison would be meaningless).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="kernel tier needs PyTorch")
+
+pytestmark = pytest.mark.kernel
+
+if not torch.cuda.is_available():
+    pytest.skip(
+        "no CUDA GPU: the kernel tier runs Triton kernels on a GPU", allow_module_level=True
+    )
+
+from caovan.kernels.gdn_spec_decode import gdn_spec_decode  # noqa: E402
+from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference  # noqa: E402
+
+from caovan.bench import accuracy  # noqa: E402
+from caovan.bench.cases import (  # noqa: E402
+    KERNEL_EDGE_CASES,
+    KERNEL_TEST_GRID,
+    SpecDecodeCase,
+    build_inputs,
+    expand_grid,
+)
+
+DEVICE = "cuda"
+GRID_CASES = expand_grid(KERNEL_TEST_GRID)
+
+
+@pytest.fixture(scope="session")
+def vllm_core():
+    from caovan.bench.vllm_spec_path import VllmSpecCore
+
+    try:
+        return VllmSpecCore()
+    except ImportError as exc:
+        pytest.skip(f"vLLM not importable, nothing to compare against: {exc}")
+
+
+def _check_vs_vllm(case: SpecDecodeCase, vllm_core) -> None:
+    inputs = build_inputs(case, DEVICE)
+    ref = accuracy.run_reference(gdn_spec_decode_reference, inputs)
+    ours = accuracy.measure(gdn_spec_decode, inputs, ref)
+    theirs = accuracy.measure_vllm(vllm_core, inputs, ref)
+    sanity = accuracy.check_standalone(case, theirs)
+    assert not sanity, (
+        f"{case.id}: vLLM's own error is off - reference/builder disagree with vLLM: {sanity}"
+    )
+    problems = accuracy.check_against_vllm(case, ours, theirs)
+    assert not problems, f"{case.id}: {problems}\n  ours: {ours}\n  vLLM: {theirs}"
+
+
+@pytest.mark.parametrize("case", GRID_CASES, ids=lambda c: c.id)
+def test_grid_matches_reference_at_least_as_well_as_vllm(case, vllm_core):
+    _check_vs_vllm(case, vllm_core)
+
+
+@pytest.mark.parametrize("case", KERNEL_EDGE_CASES, ids=lambda c: c.id)
+def test_edge_cases_match_reference_at_least_as_well_as_vllm(case, vllm_core):
+    _check_vs_vllm(case, vllm_core)
+
+
+MIXED_CASES = [c for c in KERNEL_EDGE_CASES if c.mixed_batch_tokens][:2]
+
+
+@pytest.mark.parametrize("case", MIXED_CASES, ids=lambda c: c.id)
+def test_mixed_batch_writes_only_spec_rows_and_leaves_inputs_alone(case):
+    inputs = build_inputs(case, DEVICE)
+    before = inputs.clone()
+    mine = inputs.clone()
+    accuracy.call(gdn_spec_decode, mine)
+    spec_rows = set(inputs.plan.token_index)
+    other = torch.tensor(
+        [r for r in range(inputs.plan.num_token_rows) if r not in spec_rows], device=DEVICE
+    )
+    assert other.numel() > 0
+    assert torch.isnan(mine.out.index_select(0, other)).all(), (
+        "rows of non-spec tokens were written"
+    )
+    for name in ("mixed_qkv", "a", "b"):
+        assert torch.equal(getattr(mine, name), getattr(before, name)), f"input {name} was modified"
+
+
+EMPTY_CASES = [
+    SpecDecodeCase("qwen3.6-27b-tp2", num_seqs=0, num_spec_tokens=3),
+    SpecDecodeCase(
+        "qwen3.6-27b-tp2", num_seqs=0, num_spec_tokens=3, padded_seqs=4, padded_tokens=5
+    ),
+]
+
+
+@pytest.mark.parametrize("case", EMPTY_CASES, ids=lambda c: c.id)
+def test_empty_batch_is_a_no_op(case):
+    inputs = build_inputs(case, DEVICE)
+    mine = inputs.clone()
+    accuracy.call(gdn_spec_decode, mine)
+    torch.cuda.synchronize()
+    assert torch.equal(mine.backing["cache"], inputs.backing["cache"]), (
+        "caches changed on an empty batch"
+    )
+
+
+GRAPH_CASES = [
+    SpecDecodeCase("small", num_seqs=4, num_spec_tokens=2, ssm_dtype="float16"),
+    SpecDecodeCase(
+        "qwen3.6-27b-tp2",
+        num_seqs=5,
+        num_spec_tokens=3,
+        accepted="sweep",
+        mixed_lengths=True,
+        null_seqs=1,
+        padded_seqs=2,
+        padded_tokens=3,
+        null_write_slots=True,
+    ),
+    SpecDecodeCase("qwen3.6-27b-tp2", num_seqs=4, num_spec_tokens=3, mixed_batch_tokens=6),
+]
+
+
+def _assert_same(a, b, what: str) -> None:
+    torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+@pytest.mark.parametrize("case", GRAPH_CASES, ids=lambda c: c.id)
+def test_cuda_graph_replay_equals_eager(case):
+    inputs = build_inputs(case, DEVICE)
+    eager = inputs.clone()
+    accuracy.call(gdn_spec_decode, eager)
+
+    # Warm up (compile) on a throw-away copy with identical strides, on a side stream as torch
+    # advises,
+    # then capture on the graph's own copy and restore its values before replaying.
+    warm = inputs.clone()
+    graphed = inputs.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        accuracy.call(gdn_spec_decode, warm)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    args, kwargs = graphed.kernel_args()
+    with torch.cuda.graph(graph):
+        gdn_spec_decode(*args, **kwargs)
+    graphed.copy_from(inputs)
+    graph.replay()
+    torch.cuda.synchronize()
+    for name in ("out", "conv_state", "ssm_state"):
+        _assert_same(getattr(graphed, name), getattr(eager, name), name)
+
+    # vLLM replays one graph with new values in the same buffers every step, metadata included
+    # (num_accepted_tokens changes every step): same plan, new random values, rotated accepted
+    # counts.
+    other = build_inputs(case, DEVICE, value_seed=case.seed + 1)
+    t_max = case.max_query_len
+    other.num_accepted_tokens.copy_(other.num_accepted_tokens % t_max + 1)
+    eager2 = other.clone()
+    accuracy.call(gdn_spec_decode, eager2)
+    graphed.copy_from(other)
+    graph.replay()
+    torch.cuda.synchronize()
+    for name in ("out", "conv_state", "ssm_state"):
+        _assert_same(getattr(graphed, name), getattr(eager2, name), f"{name} (second replay)")

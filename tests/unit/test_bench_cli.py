@@ -1,0 +1,125 @@
+"""CPU tests of ``caovan bench kernels`` / ``caovan verify`` arguments and no-GPU exits."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from caovan.cli import bench as bench_cli
+from caovan.cli import verify as verify_cli
+
+torch = pytest.importorskip("torch", reason="the GPU check asks torch")
+
+
+def _parse(module, argv):
+    parser = argparse.ArgumentParser(prog=f"caovan {module.NAME}")
+    module.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize("module", [bench_cli, verify_cli])
+def test_subcommand_modules_follow_the_cli_contract(module):
+    assert isinstance(module.NAME, str) and isinstance(module.HELP, str) and module.HELP
+    assert module.ALIAS is None or module.ALIAS.startswith("caovan-sm75-")
+    assert callable(module.add_arguments) and callable(module.run)
+
+
+def test_verify_keeps_the_turbo3_alias():
+    assert verify_cli.NAME == "verify" and verify_cli.ALIAS == "caovan-sm75-verify"
+    # Turbo3's caovan-sm75-benchmark is the end-to-end HTTP benchmark, not this one.
+    assert bench_cli.ALIAS is None
+
+
+def test_bench_arguments(tmp_path):
+    args = _parse(bench_cli, ["kernels", "--cases", "model", "--quick", "--json", "r.json"])
+    assert (args.bench_target, args.cases, args.quick, str(args.json)) == (
+        "kernels", "model", True, "r.json",
+    )  # fmt: skip
+    args = _parse(bench_cli, ["kernels"])
+    assert args.cases == "all" and args.quick is False and args.json is None
+    with pytest.raises(SystemExit):
+        _parse(bench_cli, [])  # the target is required
+    with pytest.raises(SystemExit):
+        _parse(bench_cli, ["kernels", "--cases", "huge"])
+
+
+def _no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_bench_without_gpu_exits_2_with_one_line(monkeypatch, capsys, tmp_path):
+    _no_cuda(monkeypatch)
+    rc = bench_cli.run(_parse(bench_cli, ["kernels", "--json", str(tmp_path / "r.json")]))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("caovan bench: error: no CUDA GPU visible")
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_bench_json_into_missing_directory_exits_2(capsys, tmp_path):
+    target = tmp_path / "nope" / "r.json"
+    rc = bench_cli.run(_parse(bench_cli, ["kernels", "--json", str(target)]))
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("caovan bench: error: --json") and "does not exist" in err
+
+
+def test_verify_without_gpu_exits_2_with_one_line(monkeypatch, capsys):
+    _no_cuda(monkeypatch)
+    rc = verify_cli.run(_parse(verify_cli, []))
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert rc == 2 and captured.out == ""
+    assert len(err) == 1 and err[0].startswith("caovan verify: error: no CUDA GPU visible")
+
+
+def test_verify_refuses_a_non_cuda_device(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    rc = verify_cli.run(_parse(verify_cli, ["--device", "cpu"]))
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == "caovan verify: error: --device 'cpu': verify runs on a CUDA device"
+
+
+def test_verify_refuses_a_garbage_device(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    rc = verify_cli.run(_parse(verify_cli, ["--device", "gpu0"]))
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("caovan verify: error: --device 'gpu0':")
+
+
+def _load_standin():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).with_name("test_bench_standin_reference.py")
+    spec = importlib.util.spec_from_file_location("caovan_bench_standin_reference_cli", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.standin_gdn_spec_decode_reference
+
+
+def test_verify_loop_prints_pass_and_fail_lines_on_cpu():
+    from caovan.bench.cases import SpecDecodeCase
+
+    standin = _load_standin()
+    cases = [
+        SpecDecodeCase("tiny", 2, 1),
+        SpecDecodeCase("tiny", 2, 2, null_seqs=1, padded_seqs=1, padded_tokens=1),
+    ]
+    lines: list[str] = []
+    assert verify_cli.verify_cases(cases, "cpu", standin, standin, emit=lines.append) == 0
+    assert [ln.split(":")[0] for ln in lines] == [f"PASS {c.id}" for c in cases]
+
+    def output_off_by_half(*args, **kwargs):
+        standin(*args, **kwargs)
+        args[12].mul_(1.5)
+
+    def crashes(*args, **kwargs):
+        raise ValueError("ssm_state: expected 4 dims")
+
+    lines.clear()
+    assert verify_cli.verify_cases(cases[:1], "cpu", output_off_by_half, standin, lines.append) == 1
+    assert lines[0].startswith(f"FAIL {cases[0].id}: out_err=") and "tolerance" in lines[0]
+    lines.clear()
+    assert verify_cli.verify_cases(cases[:1], "cpu", crashes, standin, lines.append) == 1
+    assert lines == [f"FAIL {cases[0].id}: raised; ValueError: ssm_state: expected 4 dims"]
