@@ -63,8 +63,3 @@ def verify_alias() -> int:
 def check_model_alias() -> int:
     """``caovan-sm75-check-model``."""
     return _alias("check-model")
-
-
-def benchmark_alias() -> int:
-    """``caovan-sm75-benchmark``."""
-    return _alias("bench")
