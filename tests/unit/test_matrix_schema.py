@@ -1,4 +1,4 @@
-"""Matrix YAML validation: each kind of mistake gives one message naming the file, line, row, field."""
+"""Matrix YAML validation: every mistake is one message naming file, line, row and field."""
 
 from __future__ import annotations
 
@@ -86,7 +86,11 @@ def test_missing_field_names_the_field(tmp_path):
         ('python: "3.11"', "python: 3.11", "field 'python': expected a string, got number 3.11"),
         ("tiers: [discovery, kernel, serve]", "tiers: discovery", "field 'tiers': expected a list"),
         ("cuda: cu130", "cuda: 130", "field 'cuda': expected a string, got integer 130"),
-        ("tiers: [discovery, kernel, serve]", "tiers: [discovery, kernal]", "unknown tier 'kernal'"),
+        (
+            "tiers: [discovery, kernel, serve]",
+            "tiers: [discovery, kernal]",
+            "unknown tier 'kernal'",
+        ),
         ('vllm: "0.21.0"', 'vllm: ">=0.21"', "field 'vllm': '>=0.21' is not an exact version"),
         ("id: vllm-0.21.0", "id: Vllm 0.21", "field 'id': 'Vllm 0.21' is not a row id"),
     ],
@@ -108,9 +112,7 @@ def test_duplicate_row_id_across_files_names_both_places(tmp_path):
     first = write(tmp_path, "a.yaml", "rows:\n" + VALID_ROW)
     second = write(tmp_path, "b.yaml", "rows:\n" + VALID_ROW)
     (message,) = errors_of(first, second)
-    assert message == (
-        f"{second}:2: row id 'vllm-0.21.0' is defined twice (first at {first}:2)"
-    )
+    assert message == (f"{second}:2: row id 'vllm-0.21.0' is defined twice (first at {first}:2)")
 
 
 def test_duplicate_key_inside_a_row_is_reported(tmp_path):

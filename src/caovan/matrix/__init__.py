@@ -1,22 +1,17 @@
-"""The compatibility matrix: which vLLM/torch/Python/CUDA combinations caovan is tested on, and how
-it fared.
+"""The compatibility matrix: the vLLM/torch/Python/CUDA combinations caovan is tested on.
 
 Data flow: ``matrix/*.yaml`` (rows, validated by :mod:`caovan.matrix.schema`) -> ``nox -s
-"matrix(<row>)"`` (one
-venv per row; facts from :mod:`caovan.matrix.envinfo`, tier outcomes from
-:mod:`caovan.matrix.tiers`) ->
-``matrix/results/<runner>/<row>.json`` (:mod:`caovan.matrix.results`) -> ``nox -s compat`` ->
-``docs/compat.md`` (:mod:`caovan.matrix.compat`).
+"matrix(<row>)"`` (one venv per row; facts from :mod:`caovan.matrix.envinfo`, tier outcomes from
+:mod:`caovan.matrix.tiers`) -> ``matrix/results/<runner>/<row>.json`` (:mod:`caovan.matrix.results`)
+-> ``nox -s compat`` -> ``docs/compat.md`` (:mod:`caovan.matrix.compat`).
 
 Everything here is plain Python with pyyaml, tabulate and packaging only: it must import on a
-machine without
-vLLM or torch (the nox process itself, CI's lint job, GitHub-hosted runners).
+machine without vLLM or torch (the nox process itself, CI's lint job, GitHub-hosted runners).
 """
 
 from __future__ import annotations
 
-#: Version of the result-file layout written by ``nox -s matrix``; bump it when a field changes
-#: meaning.
+#: Layout version of the result files ``nox -s matrix`` writes; bump it when a field changes.
 RESULT_SCHEMA_VERSION = 1
 
 #: Test tiers, in the order a row runs them. Each is a pytest marker declared in pyproject.toml.

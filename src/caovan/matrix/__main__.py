@@ -1,9 +1,7 @@
-"""``python -m caovan.matrix validate [FILES...]`` / ``list``: check the matrix files, or print
-their rows.
+"""``python -m caovan.matrix validate|list [FILES...]``: check the matrix files or print their rows.
 
 Without FILES, every ``*.yaml`` in ``matrix/`` is read. Exit 0 when valid; otherwise one line per
-problem on
-stderr (file:line: row: field: problem) and exit 2.
+problem on stderr (file:line: row: field: problem) and exit 2.
 """
 
 from __future__ import annotations

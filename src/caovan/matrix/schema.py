@@ -3,23 +3,19 @@
 A matrix file is a mapping with one key, ``rows``, holding a list of rows::
 
     rows:
-      - id: vllm-0.21.0            # unique across all files; names the nox session and the result
-      file
-        vllm: "0.21.0"              # exact pins (quote them: YAML reads 2.11 as a number)
+      - id: vllm-0.21.0        # unique across files; names the nox session and the result file
+        vllm: "0.21.0"          # exact pins; quote them (YAML reads 2.11 as a number)
         torch: "2.11.0"
         python: "3.11"
-        cuda: cu130                 # the CUDA build tag of that torch (recorded; PyPI's torch
-        2.11.0 is cu130)
+        cuda: cu130             # CUDA build tag of that torch (PyPI's torch 2.11.0 is cu130)
         tiers: [discovery, kernel, serve]
         runner_labels: [self-hosted, linux, sm75]
         # optional:
-        torch_index: https://download.pytorch.org/whl/cu130   # install torch from here first (hosts
-        that reach it)
-        extra_requirements: ["flashinfer-python==0.5.2"]       # more pins for this row's venv
+        torch_index: https://download.pytorch.org/whl/cu130  # torch from here (hosts that reach it)
+        extra_requirements: ["flashinfer-python==0.5.2"]      # more pins for this row's venv
 
 Every problem becomes one message naming the file, the line, the row and the field; all of them are
-collected
-before :class:`~caovan.matrix.MatrixError` is raised, so one run shows everything to fix.
+collected before :class:`~caovan.matrix.MatrixError` is raised, so one run shows everything to fix.
 """
 
 from __future__ import annotations
@@ -54,15 +50,15 @@ REQUIRED_FIELDS: tuple[str, ...] = (
 )
 OPTIONAL_FIELDS: tuple[str, ...] = ("torch_index", "extra_requirements")
 #: Fields that do not change what a row installs or runs, so they stay out of its fingerprint:
-#: moving a row to
-#: other runner labels must not invalidate results that are still true.
+#: moving a row to other runner labels must not invalidate results that are still true.
 FINGERPRINT_EXCLUDED_FIELDS: frozenset[str] = frozenset({"runner_labels"})
 
 
 @dataclass(frozen=True)
 class MatrixRow:
     """One validated row: a vLLM release with its torch/Python/CUDA pins and the tiers to run
-    against it."""
+    against it.
+    """
 
     id: str
     vllm: str
@@ -94,14 +90,14 @@ class MatrixRow:
         return spec_fingerprint(self.spec())
 
     def install_pins(self) -> list[str]:
-        """Requirements that pin this row's venv (the plugin itself and its test extra come on
-        top)."""
+        """Requirements that pin this row's venv (the plugin and its test extra come on top)."""
         return [f"vllm=={self.vllm}", f"torch=={self.torch}", *self.extra_requirements]
 
 
 def spec_fingerprint(spec: dict[str, Any]) -> str:
     """Hash of the parts of a row spec that decide what gets installed and run (sha256, 16 hex
-    digits)."""
+    digits).
+    """
     relevant = {k: v for k, v in spec.items() if k not in FINGERPRINT_EXCLUDED_FIELDS}
     canonical = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -126,8 +122,7 @@ def _describe(value: Any) -> str:
 
 
 class _RowChecker:
-    """Validates one row mapping, appending messages that already carry file, line, row and
-    field."""
+    """Checks one row mapping; its messages already carry file, line, row and field."""
 
     def __init__(self, where: str, field_lines: dict[str, int], row_line: int, errors: list[str]):
         self.where = where
@@ -213,7 +208,8 @@ class _RowChecker:
 
 def _mapping_key_lines(node: yaml.MappingNode, where: str, errors: list[str]) -> dict[str, int]:
     """Line of every key of a YAML mapping node; duplicate keys (which PyYAML silently merges) are
-    errors."""
+    errors.
+    """
     lines: dict[str, int] = {}
     for key_node, _ in node.value:
         key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
@@ -366,7 +362,8 @@ def _check_row(raw: dict[str, Any], check: _RowChecker) -> dict[str, Any] | None
 
 def matrix_files(matrix_dir: Path) -> list[Path]:
     """The matrix files: ``*.yaml`` / ``*.yml`` directly in ``matrix_dir`` (results live in a
-    subfolder)."""
+    subfolder).
+    """
     if not matrix_dir.is_dir():
         raise MatrixError(f"{matrix_dir}: matrix folder does not exist")
     files = sorted(p for p in matrix_dir.iterdir() if p.is_file() and p.suffix in (".yaml", ".yml"))
@@ -377,7 +374,8 @@ def matrix_files(matrix_dir: Path) -> list[Path]:
 
 def load_matrix(paths: Iterable[Path], *, base: Path | None = None) -> list[MatrixRow]:
     """All rows of all files, in file order; raises :class:`MatrixError` listing every problem
-    found."""
+    found.
+    """
     errors: list[str] = []
     rows: list[MatrixRow] = []
     first_seen: dict[str, str] = {}
