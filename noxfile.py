@@ -31,6 +31,7 @@ Matrix options, as posargs after ``--`` or as environment variables (a posarg wi
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import json
 import os
@@ -73,8 +74,9 @@ COMPAT_DOC = ROOT / "docs" / "compat.md"
 CACHE_DIR = Path(os.environ.get("CAOVAN_MATRIX_CACHE", ROOT / "build" / "matrix")).resolve()
 #: The row whose pins the ``tests`` session uses: the release the README installs.
 TESTS_ROW_ID = "vllm-0.21.0"
-#: Wheelhouse folder with the plugin's build backend, so the plugin wheel builds offline too.
-BUILD_BACKEND_DIR = "_build-backend"
+#: Wheelhouse folder with the plugin's build backend (the plugin wheel builds offline too) and pip
+#: (which, unlike uv, counts a host's system site-packages as installed).
+WHEELHOUSE_TOOLS_DIR = "_tools"
 #: What ``--without-host-provided`` leaves out of a wheelhouse: GPU hosts often have them.
 HOST_PROVIDED = ("torch", "triton", "nvidia-*")
 
@@ -127,7 +129,7 @@ def plugin_wheel(session: nox.Session, wheelhouse: Path | None = None) -> Path:
     session.log(f"plugin wheel: building (source {fingerprint})")
     if shutil.which("uv"):
         offline = (
-            ["--no-index", "--find-links", str(wheelhouse / BUILD_BACKEND_DIR)]
+            ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)]
             if wheelhouse
             else []
         )
@@ -136,7 +138,7 @@ def plugin_wheel(session: nox.Session, wheelhouse: Path | None = None) -> Path:
         )
     else:
         offline = (
-            ["--no-index", "--find-links", str(wheelhouse / BUILD_BACKEND_DIR)]
+            ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)]
             if wheelhouse
             else []
         )
@@ -167,14 +169,18 @@ def install_row(session: nox.Session, row: MatrixRow, wheel: Path, wheelhouse: P
         row_wheels = wheelhouse / row.id
         if not row_wheels.is_dir():
             session.error(f"wheelhouse {wheelhouse}: no {row.id}/ (nox -s 'wheelhouse({row.id})')")
-        session.log(f"install: offline from {row_wheels}")
-        session.install(
-            "--no-index",
-            "--find-links",
-            str(row_wheels),
-            *row.install_pins(),
-            _plugin_requirement(wheel),
-        )
+        offline = ["--no-index", "--find-links", str(row_wheels)]
+        requirements = [*row.install_pins(), _plugin_requirement(wheel)]
+        if SYSTEM_SITE_PACKAGES:
+            # The host's torch/triton/nvidia-* live in its system site-packages; uv ignores those
+            # when resolving, pip counts them as installed.
+            session.log(f"install: offline with pip from {row_wheels} (+ host site-packages)")
+            tools = ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)]
+            session.install(*tools, "pip")
+            session.run("python", "-m", "pip", "install", *offline, *requirements)
+        else:
+            session.log(f"install: offline from {row_wheels}")
+            session.install(*offline, *requirements)
         return
     if row.torch_index:
         # torch first from its own index; the second install finds torch==X already satisfied.
@@ -354,96 +360,93 @@ def _requirement_name(line: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
+def _compile(
+    session: nox.Session, requirements: list[str], work: Path, name: str, index: list[str]
+):
+    """``uv pip compile`` for the session's interpreter: pinned lines, without the plugin itself."""
+    source, compiled = work / f"{name}.in", work / f"{name}.txt"
+    source.write_text("\n".join(requirements) + "\n")
+    session.run(
+        "uv", "pip", "compile", str(source), "-o", str(compiled),
+        "--python", str(Path(session.bin) / "python"),
+        "--no-header", "--no-annotate", "--quiet", *index, external=True,
+    )  # fmt: skip
+    lines = [line.strip() for line in compiled.read_text().splitlines()]
+    return [
+        line
+        for line in lines
+        if line
+        and not line.startswith(("#", "-"))
+        and _requirement_name(line) != PLUGIN_DISTRIBUTION
+        and " @ file:" not in line
+    ]
+
+
 @nox.session(tags=["wheelhouse"], default=False)
 @nox.parametrize(("row_id", "python"), _row_params(tagged=False))
 def wheelhouse(session: nox.Session, row_id: str) -> None:
     """Every wheel a row needs in wheelhouse/<row>/, for offline `--no-index --find-links` installs.
 
-    Posargs: ``--out DIR`` (default wheelhouse/); ``--without-host-provided`` leaves out torch,
-    triton and nvidia-* for hosts that have them (run the matrix there with
-    CAOVAN_SYSTEM_SITE_PACKAGES=1). The wheels fit this machine's OS/architecture and the row's
-    Python.
+    Posargs: ``--out DIR`` (default wheelhouse/); ``--without-host-provided`` leaves out torch and
+    what torch brings (triton, nvidia-*) for hosts that have them; run the matrix there with
+    CAOVAN_SYSTEM_SITE_PACKAGES=1. The wheels fit this machine's OS/architecture and the row's
+    Python; sdist-only packages are built into wheels here.
     """
     row = ROWS[row_id]
-    args = list(session.posargs)
-    without_host = "--without-host-provided" in args
-    out = Path(args[args.index("--out") + 1]) if "--out" in args else ROOT / "wheelhouse"
-    out = out.resolve()
+    parser = argparse.ArgumentParser(prog=f"nox -s 'wheelhouse({row_id})' --", exit_on_error=False)
+    parser.add_argument("--out", type=Path, default=ROOT / "wheelhouse")
+    parser.add_argument("--without-host-provided", action="store_true")
+    try:
+        args = parser.parse_args(session.posargs)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        session.error(f"wheelhouse posargs: {exc}")
     if shutil.which("uv") is None:
         session.error("wheelhouse needs uv on PATH (uv pip compile)")
+    out = args.out.resolve()
     target = out / row.id
     work = CACHE_DIR / "wheelhouse" / row.id
     work.mkdir(parents=True, exist_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True)
     if not (out / ".gitignore").exists():
         (out / ".gitignore").write_text("# made by nox -s wheelhouse; never committed\n*\n")
     wheel = plugin_wheel(session)
     session.install("pip")
+    index = ["--extra-index-url", row.torch_index] if row.torch_index else []
+    uv_index = [*index, "--index-strategy", "unsafe-best-match"] if index else []
 
-    requirements_in = work / "requirements.in"
-    requirements_in.write_text("\n".join([*row.install_pins(), _plugin_requirement(wheel)]) + "\n")
-    compiled = work / "requirements.txt"
-    index = (
-        ["--extra-index-url", row.torch_index, "--index-strategy", "unsafe-best-match"]
-        if row.torch_index
-        else []
-    )
     session.log(f"wheelhouse: resolving {row.id} for Python {row.python}")
-    session.run(
-        "uv", "pip", "compile", str(requirements_in), "-o", str(compiled),
-        "--python", str(Path(session.bin) / "python"),
-        "--no-header", "--no-annotate", "--quiet", *index, external=True,
-    )  # fmt: skip
-    pins, left_out = [], []
-    for line in compiled.read_text().splitlines():
-        line = line.strip()
-        if (
-            not line
-            or line.startswith(("#", "-"))
-            or line.startswith(PLUGIN_DISTRIBUTION)
-            or " @ file:" in line
-        ):
-            continue
-        name = _requirement_name(line)
-        if without_host and any(fnmatch.fnmatch(name, pattern) for pattern in HOST_PROVIDED):
-            left_out.append(line)
-        else:
-            pins.append(line)
+    pins = _compile(
+        session, [*row.install_pins(), _plugin_requirement(wheel)], work, "row", uv_index
+    )
+    left_out: list[str] = []
+    if args.without_host_provided:
+        # What a host with this torch already has: torch and those of its dependencies that
+        # match HOST_PROVIDED (vLLM's own nvidia-* packages, e.g. nvidia-ml-py, stay in).
+        torch_closure = _compile(session, [f"torch=={row.torch}"], work, "torch", uv_index)
+        provided = {
+            _requirement_name(line)
+            for line in torch_closure
+            if any(fnmatch.fnmatch(_requirement_name(line), p) for p in HOST_PROVIDED)
+        }
+        left_out = [line for line in pins if _requirement_name(line) in provided]
+        pins = [line for line in pins if _requirement_name(line) not in provided]
     wanted = work / "download.txt"
     wanted.write_text("\n".join(pins) + "\n")
     session.log(f"wheelhouse: {len(pins)} wheels to fetch into {target}")
     session.log(f"wheelhouse: left out (host-provided): {', '.join(left_out) or 'nothing'}")
-    target.mkdir(parents=True, exist_ok=True)
     # pip wheel: downloads wheels, and builds one for any package published as sdist only.
     session.run(
-        "python",
-        "-m",
-        "pip",
-        "wheel",
-        "--no-deps",
-        "--quiet",
-        "-w",
-        str(target),
-        "-r",
-        str(wanted),
-        *index[:2],
-    )
+        "python", "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(target),
+        "-r", str(wanted), *index,
+    )  # fmt: skip
     shutil.copy2(wheel, target / wheel.name)
-    session.log(f"wheelhouse: build backend for the plugin wheel into {out / BUILD_BACKEND_DIR}")
-    session.run(
-        "python",
-        "-m",
-        "pip",
-        "download",
-        "--quiet",
-        "-d",
-        str(out / BUILD_BACKEND_DIR),
-        "hatchling>=1.24",
-    )
     (target / "left-out.txt").write_text("".join(f"{line}\n" for line in left_out))
+    session.log(f"wheelhouse: plugin build backend and pip into {out / WHEELHOUSE_TOOLS_DIR}")
+    tools = ["-d", str(out / WHEELHOUSE_TOOLS_DIR), "hatchling>=1.24", "pip"]
+    session.run("python", "-m", "pip", "download", "--quiet", *tools)
     session.log(
         f"wheelhouse: {target} ready; on the GPU host: CAOVAN_WHEELHOUSE={out}"
-        + (" CAOVAN_SYSTEM_SITE_PACKAGES=1" if without_host else "")
+        + (" CAOVAN_SYSTEM_SITE_PACKAGES=1" if args.without_host_provided else "")
         + f" nox -s 'matrix({row.id})'"
     )
 

@@ -149,6 +149,14 @@ def test_missing_results_folder_is_a_clear_error(tmp_path):
         regenerate(tmp_path / "absent", doc)
 
 
+def test_missing_doc_is_a_clear_error(workspace):
+    results, doc = workspace
+    doc.unlink()
+    with pytest.raises(MatrixError, match="cannot read the compat doc"):
+        regenerate(results, doc)
+    assert not doc.exists()
+
+
 def test_empty_results_folder_says_so(tmp_path):
     (tmp_path / "results").mkdir()
     assert "No results yet" in render_block(collect_results(tmp_path / "results"))

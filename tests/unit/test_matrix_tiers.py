@@ -185,6 +185,7 @@ def test_real_run_with_a_failure_is_fail_and_lists_per_test_outcomes(tmp_path):
     }
     assert record["counts"]["passed"] == 1 and record["counts"]["failed"] == 1
     assert record["command"][:3] == ["python", "-m", "pytest"]
+    assert "--junitxml=out/kernel.xml" in record["command"]
 
 
 def test_real_run_with_a_collection_error_is_an_error_with_the_output_tail(tmp_path):

@@ -174,6 +174,17 @@ def classify_tier(
     return verdict
 
 
+def _relative_arg(arg: str, cwd: Path) -> str:
+    """``--junitxml=/abs/cwd/x.xml`` -> ``--junitxml=x.xml``: records stay machine-neutral."""
+    option, sep, value = arg.partition("=")
+    if sep and os.path.isabs(value):
+        try:
+            return f"{option}={Path(value).relative_to(cwd).as_posix()}"
+        except ValueError:
+            return arg
+    return arg
+
+
 def pytest_command(
     python: str, tier: str, junit_path: Path, test_paths: Sequence[str]
 ) -> list[str]:
@@ -254,7 +265,7 @@ def run_tier(
         "counts": verdict["counts"],
         "skip_reasons": verdict["skip_reasons"],
         "tests": [t.to_json() for t in tests or ()],
-        "command": ["python", *command[1:]],
+        "command": ["python", *(_relative_arg(arg, cwd) for arg in command[1:])],
         "started_at": started_at,
         "finished_at": utc_now(),
         "duration_s": duration,
