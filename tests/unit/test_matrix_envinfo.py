@@ -95,3 +95,15 @@ def test_package_versions_come_from_installed_metadata(monkeypatch):
     info = envinfo.gather(with_family=False)
     assert (info["vllm"], info["triton"], info["plugin"]) == ("0.21.0", "3.6.0", None)
     assert info["packages"]["numpy"] is None
+
+
+def test_cli_stdout_carries_only_the_json_even_when_imports_print(monkeypatch, capsys):
+    def noisy_gather(*, with_family):
+        print("INFO 11-30 [config.py:70] what vLLM prints on import")
+        return {"envinfo_version": envinfo.ENVINFO_VERSION, "family": None}
+
+    monkeypatch.setattr(envinfo, "gather", noisy_gather)
+    assert envinfo.main([]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["envinfo_version"] == envinfo.ENVINFO_VERSION
+    assert "what vLLM prints" in captured.err

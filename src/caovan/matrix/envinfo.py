@@ -12,6 +12,7 @@ fails because the environment is broken, since recording a broken environment is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -165,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         help="do not probe the GDN adapter family (no vLLM import)",
     )
     args = parser.parse_args(argv)
-    info = gather(with_family=not args.no_family)
+    # vLLM logs to stdout when imported (family probe): keep stdout for the JSON alone.
+    with contextlib.redirect_stdout(sys.stderr):
+        info = gather(with_family=not args.no_family)
     if args.output is None:
         json.dump(info, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
