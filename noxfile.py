@@ -1,0 +1,455 @@
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["nox>=2025.2.9", "pyyaml>=6", "tabulate>=0.9", "packaging>=23"]
+# ///
+"""caovan's development and compatibility-matrix sessions.
+
+Runs with nothing installed: ``uv run noxfile.py -l`` (uv reads the script header above), or
+``nox -l`` (nox reads the same header and builds its own environment when a dependency is missing).
+
+    nox -l                               # all sessions; `nox -l --json -t matrix` for CI
+    nox -s lint                          # ruff, workflow schema, matrix files, compat doc current
+    nox -s tests                         # whole tests/ suite on vLLM 0.21.0 (GPU tests skip)
+    nox -s "matrix(vllm-0.21.0)"         # one row -> matrix/results/<runner>/vllm-0.21.0.json
+    nox -t matrix -- --tiers discovery   # every row, discovery tier only
+    nox -s compat                        # docs/compat.md from matrix/results/
+    nox -s "wheelhouse(vllm-0.21.0)"     # the row's wheels, for an offline GPU host
+
+Matrix options, as posargs after ``--`` or as environment variables (a posarg wins):
+
+    --runner NAME   CAOVAN_RUNNER      default: first GPU's name from nvidia-smi as a slug
+                                       (e.g. nvidia-h200), or cpu
+    --tiers a,b     CAOVAN_TIERS       run only these tiers (the others keep their stored result
+                                       or are recorded as not run)
+    --redo          CAOVAN_REDO=1      rerun rows whose stored results are current
+    --strict        CAOVAN_STRICT=1    fail the session when a tier failed or errored (the result
+                                       file is written first)
+    --wheelhouse D  CAOVAN_WHEELHOUSE  install offline from D/<row>/ (made by `nox -s wheelhouse`)
+                    CAOVAN_SYSTEM_SITE_PACKAGES=1   row venvs see the host's torch/triton (for
+                                       wheelhouses made with --without-host-provided)
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+# The matrix logic lives in the plugin package: caovan.matrix needs pyyaml, tabulate and packaging
+# only (no vLLM, no torch), so the nox process imports it straight from the source tree.
+sys.path.insert(0, str(ROOT / "src"))
+
+from caovan.matrix import MatrixError  # noqa: E402
+from caovan.matrix.compat import regenerate  # noqa: E402
+from caovan.matrix.envinfo import PLUGIN_DISTRIBUTION  # noqa: E402
+from caovan.matrix.fingerprint import plugin_version, source_fingerprint  # noqa: E402
+from caovan.matrix.options import TRUE_WORDS, parse_matrix_options  # noqa: E402
+from caovan.matrix.results import (  # noqa: E402
+    Provenance,
+    build_result,
+    plan_row,
+    read_json_or_none,
+    result_path,
+    write_json_atomic,
+)
+from caovan.matrix.schema import MatrixRow, load_matrix, matrix_files  # noqa: E402
+from caovan.matrix.tiers import run_tier, utc_now  # noqa: E402
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.error_on_missing_interpreters = True
+
+MATRIX_DIR = ROOT / "matrix"
+RESULTS_DIR = MATRIX_DIR / "results"
+COMPAT_DOC = ROOT / "docs" / "compat.md"
+#: Wheels, partial row state, JUnit XML and pytest logs of matrix runs (``build/`` is git-ignored).
+CACHE_DIR = Path(os.environ.get("CAOVAN_MATRIX_CACHE", ROOT / "build" / "matrix")).resolve()
+#: The row whose pins the ``tests`` session uses: the release the README installs.
+TESTS_ROW_ID = "vllm-0.21.0"
+#: Wheelhouse folder with the plugin's build backend (the plugin wheel builds offline too) and pip
+#: (which, unlike uv, counts a host's system site-packages as installed).
+WHEELHOUSE_TOOLS_DIR = "_tools"
+#: What ``--without-host-provided`` leaves out of a wheelhouse: GPU hosts often have them.
+HOST_PROVIDED = ("torch", "triton", "nvidia-*")
+
+
+def _load_rows() -> dict[str, MatrixRow]:
+    try:
+        rows = load_matrix(matrix_files(MATRIX_DIR), base=ROOT)
+    except MatrixError as exc:
+        for message in exc.messages:
+            print(f"noxfile: matrix error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return {row.id: row for row in rows}
+
+
+ROWS = _load_rows()
+SYSTEM_SITE_PACKAGES = os.environ.get("CAOVAN_SYSTEM_SITE_PACKAGES", "").lower() in TRUE_WORDS
+
+
+def _row_params(*, tagged: bool) -> list:
+    # The row's Python picks the session interpreter (nox takes "python" out of the params).
+    # Row-id tags go on the matrix sessions only: `nox -t vllm-0.21.0` runs that row, nothing else.
+    return [
+        nox.param(row.id, row.python, id=row.id, tags=[row.id] if tagged else [])
+        for row in ROWS.values()
+    ]
+
+
+def _run_env(session: nox.Session) -> dict[str, str]:
+    """The environment session.run would use, for commands run via subprocess (exit code)."""
+    env = {**os.environ, **{k: v for k, v in session.env.items() if v is not None}}
+    for key, value in session.env.items():
+        if value is None:
+            env.pop(key, None)
+    env["PATH"] = os.pathsep.join([session.bin, env.get("PATH", "")])
+    return env
+
+
+def plugin_wheel(session: nox.Session, wheelhouse: Path | None = None) -> Path:
+    """The plugin wheel, built once per source fingerprint into the cache, reused by all rows."""
+    fingerprint = source_fingerprint(ROOT)
+    target = CACHE_DIR / "wheels" / fingerprint
+    built = sorted(target.glob("*.whl"))
+    if built:
+        session.log(
+            f"plugin wheel: reusing {built[0].relative_to(CACHE_DIR)} (source {fingerprint})"
+        )
+        return built[0]
+    staging = CACHE_DIR / "wheels" / f".staging-{fingerprint}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    session.log(f"plugin wheel: building (source {fingerprint})")
+    if shutil.which("uv"):
+        offline = (
+            ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)]
+            if wheelhouse
+            else []
+        )
+        session.run(
+            "uv", "build", "--wheel", "--out-dir", str(staging), *offline, str(ROOT), external=True
+        )
+    else:
+        offline = (
+            ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)]
+            if wheelhouse
+            else []
+        )
+        session.install("pip", *offline)
+        session.run(
+            "python", "-m", "pip", "wheel", "--no-deps", *offline, "-w", str(staging), str(ROOT)
+        )
+    wheels = sorted(staging.glob("*.whl"))
+    if len(wheels) != 1:
+        session.error(
+            f"plugin wheel: expected one wheel in {staging}, found {[w.name for w in wheels]}"
+        )
+    try:
+        os.replace(staging, target)
+    except OSError:  # another run finished the same build first: use its wheel
+        shutil.rmtree(staging, ignore_errors=True)
+    return sorted(target.glob("*.whl"))[0]
+
+
+def _plugin_requirement(wheel: Path) -> str:
+    """The plugin wheel with its ``test`` extra (pytest, numpy<2.4) as one PEP 508 requirement."""
+    return f"{PLUGIN_DISTRIBUTION}[test] @ {wheel.as_uri()}"
+
+
+def install_row(session: nox.Session, row: MatrixRow, wheel: Path, wheelhouse: Path | None) -> None:
+    """The row's pinned vLLM and torch, plus the plugin wheel with its test extra, into the venv."""
+    if wheelhouse is not None:
+        row_wheels = wheelhouse / row.id
+        if not row_wheels.is_dir():
+            session.error(f"wheelhouse {wheelhouse}: no {row.id}/ (nox -s 'wheelhouse({row.id})')")
+        offline = ["--no-index", "--find-links", str(row_wheels)]
+        requirements = [*row.install_pins(), _plugin_requirement(wheel)]
+        if SYSTEM_SITE_PACKAGES:
+            # The host's torch/triton/nvidia-* live in its system site-packages; uv ignores those
+            # when resolving, pip counts them as installed.
+            session.log(f"install: offline with pip from {row_wheels} (+ host site-packages)")
+            tools = ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)]
+            session.install(*tools, "pip")
+            session.run("python", "-m", "pip", "install", *offline, *requirements)
+        else:
+            session.log(f"install: offline from {row_wheels}")
+            session.install(*offline, *requirements)
+        return
+    if row.torch_index:
+        # torch first from its own index; the second install finds torch==X already satisfied.
+        session.log(f"install: torch=={row.torch} from {row.torch_index}")
+        session.install(f"torch=={row.torch}", "--index-url", row.torch_index)
+    session.log(f"install: {' '.join(row.install_pins())} + plugin wheel [test]")
+    session.install(*row.install_pins(), _plugin_requirement(wheel))
+
+
+def gather_envinfo(session: nox.Session, destination: Path) -> dict:
+    """Environment facts measured inside the row venv (imports torch, and vLLM for the family)."""
+    session.log(
+        "envinfo: python -m caovan.matrix.envinfo (probes the GDN adapter family; imports vLLM)"
+    )
+    destination.unlink(missing_ok=True)
+    session.run("python", "-m", "caovan.matrix.envinfo", "--output", str(destination))
+    return json.loads(destination.read_text(encoding="utf-8"))
+
+
+@nox.session(
+    tags=["matrix"],
+    default=False,
+    venv_params=["--system-site-packages"] if SYSTEM_SITE_PACKAGES else [],
+)
+@nox.parametrize(("row_id", "python"), _row_params(tagged=True))
+def matrix(session: nox.Session, row_id: str) -> None:
+    """One matrix row: own venv with the row's pins, pytest per tier, matrix/results/ JSON."""
+    row = ROWS[row_id]
+    try:
+        options = parse_matrix_options(session.posargs, os.environ)
+    except MatrixError as exc:
+        session.error(str(exc))
+    provenance = Provenance(row.fingerprint(), plugin_version(ROOT), source_fingerprint(ROOT))
+    result_file = result_path(RESULTS_DIR, options.runner, row.id)
+    state_file = CACHE_DIR / "state" / options.runner / f"{row.id}.json"
+    shown_result = result_file.relative_to(ROOT)
+    session.log(
+        f"row {row.id} ({row.origin}): vllm=={row.vllm} torch=={row.torch} "
+        f"python {row.python} {row.cuda}; runner {options.runner}; "
+        f"fingerprints: row {provenance.row_fingerprint}, plugin {provenance.plugin_version}, "
+        f"source {provenance.source_fingerprint}"
+    )
+    stored = read_json_or_none(result_file)
+    partial = read_json_or_none(state_file)
+    plan = plan_row(
+        row,
+        provenance,
+        selected_tiers=options.tiers,
+        stored=stored,
+        partial=partial,
+        redo=options.redo,
+    )
+    if plan.ignored:
+        session.log(f"tiers {', '.join(plan.ignored)}: not in this row, ignored")
+    if not plan.selected:
+        session.skip(
+            f"row {row.id} has none of the selected tiers ({', '.join(options.tiers or ())})"
+        )
+    if plan.up_to_date:
+        session.log(
+            f"{shown_result} is current for tiers {', '.join(plan.selected)}: nothing to do "
+            "(-- --redo or CAOVAN_REDO=1 runs it again)"
+        )
+        return
+    if plan.reused:
+        session.log(
+            f"resuming: tiers {', '.join(plan.reused)} already done with this checkout, kept"
+        )
+
+    started_at = (partial or {}).get("started_at") if plan.reused and partial else None
+    started_at = started_at or utc_now()
+    tiers: dict[str, dict] = dict(plan.reused)
+    env = plan.reused_env or {}
+    install: dict = {"wheelhouse": str(options.wheelhouse) if options.wheelhouse else None}
+    selected = list(plan.selected)
+
+    def save_state() -> None:
+        doc = build_result(
+            row, provenance, runner=options.runner, env=env, tiers=tiers, selected=selected,
+            started_at=started_at, finished_at=utc_now(), complete=False, install=install,
+        )  # fmt: skip
+        write_json_atomic(state_file, doc)
+
+    if plan.to_run:
+        clock = time.monotonic()
+        wheel = plugin_wheel(session, options.wheelhouse)
+        install_row(session, row, wheel, options.wheelhouse)
+        install["duration_s"] = round(time.monotonic() - clock, 1)
+        env = gather_envinfo(session, CACHE_DIR / "envinfo" / options.runner / f"{row.id}.json")
+        session.log(
+            f"envinfo: vllm {env.get('vllm')}, torch {env.get('torch')} "
+            f"(CUDA {env.get('torch_cuda')}), triton {env.get('triton')}, "
+            f"gpu {env.get('gpu')} {env.get('gpu_arch') or ''}, "
+            f"family {env.get('family')} ({env.get('family_reason')})"
+        )
+        save_state()
+        python = str(Path(session.bin) / "python")
+        for number, tier in enumerate(plan.to_run, start=1):
+            session.log(f"tier {number}/{len(plan.to_run)} {tier}: pytest tests -m {tier}")
+            tiers[tier] = run_tier(
+                python,
+                tier,
+                junit_path=CACHE_DIR / "junit" / options.runner / row.id / f"{tier}.xml",
+                log_path=CACHE_DIR / "logs" / options.runner / row.id / f"{tier}.log",
+                cwd=ROOT,
+                env=_run_env(session),
+            )
+            session.log(f"tier {tier}: {tiers[tier]['outcome']} — {tiers[tier]['reason']}")
+            save_state()
+
+    document = build_result(
+        row, provenance, runner=options.runner, env=env, tiers=tiers, selected=selected,
+        started_at=started_at, finished_at=utc_now(), complete=True, install=install,
+    )  # fmt: skip
+    write_json_atomic(result_file, document)
+    state_file.unlink(missing_ok=True)
+    summary = ", ".join(f"{tier} {record['outcome']}" for tier, record in document["tiers"].items())
+    session.log(f"wrote {shown_result}: {summary}")
+    bad = [t for t in plan.selected if document["tiers"][t]["outcome"] in ("fail", "error")]
+    if options.strict and bad:
+        session.error(f"--strict: tier(s) {', '.join(bad)} failed or errored (see {shown_result})")
+
+
+@nox.session(
+    python=ROWS[TESTS_ROW_ID].python if TESTS_ROW_ID in ROWS else "3.11",
+    default=False,
+    tags=["tests"],
+)
+def tests(session: nox.Session) -> None:
+    """README test command: all of tests/ on vLLM 0.21.0 + its torch, plugin as a wheel."""
+    if TESTS_ROW_ID not in ROWS:
+        session.error(f"the tests session takes its pins from matrix row {TESTS_ROW_ID!r}: missing")
+    row = ROWS[TESTS_ROW_ID]
+    wheel = plugin_wheel(session)
+    install_row(session, row, wheel, None)
+    session.log(
+        "pytest tests (all markers; GPU tests skip with their reasons; exit 5 = no tests = failure)"
+    )
+    try:
+        session.run("python", "-m", "pytest", "tests", *session.posargs)
+    except nox.command.CommandFailed as exc:
+        if exc.return_code == 5:
+            session.error("pytest collected no tests (exit 5): an empty suite is a failure")
+        raise
+
+
+@nox.session(tags=["lint"])
+def lint(session: nox.Session) -> None:
+    """ruff check + format --check, workflows vs GitHub's schema, matrix files, compat doc."""
+    session.install("ruff", "check-jsonschema", "pyyaml", "tabulate", "packaging")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.y*ml"))
+    if workflows:
+        session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
+    source_env = {"PYTHONPATH": str(ROOT / "src")}
+    session.run("python", "-m", "caovan.matrix", "validate", env=source_env)
+    session.run("python", "-m", "caovan.matrix.compat", "--check", env=source_env)
+
+
+@nox.session(python=False, tags=["compat"])
+def compat(session: nox.Session) -> None:
+    """Regenerate the table in docs/compat.md from matrix/results/<runner>/<row>.json."""
+    try:
+        changed = regenerate(RESULTS_DIR, COMPAT_DOC, base=ROOT)
+    except MatrixError as exc:
+        for message in exc.messages:
+            session.warn(f"compat: {message}")
+        session.error(
+            f"compat: {len(exc.messages)} problem(s); {COMPAT_DOC.relative_to(ROOT)} left untouched"
+        )
+    session.log(f"{COMPAT_DOC.relative_to(ROOT)}: {'updated' if changed else 'already up to date'}")
+
+
+def _requirement_name(line: str) -> str:
+    name = line.split(";")[0].split("==")[0].split("@")[0].split("[")[0].strip()
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _compile(
+    session: nox.Session, requirements: list[str], work: Path, name: str, index: list[str]
+):
+    """``uv pip compile`` for the session's interpreter: pinned lines, without the plugin itself."""
+    source, compiled = work / f"{name}.in", work / f"{name}.txt"
+    source.write_text("\n".join(requirements) + "\n")
+    session.run(
+        "uv", "pip", "compile", str(source), "-o", str(compiled),
+        "--python", str(Path(session.bin) / "python"),
+        "--no-header", "--no-annotate", "--quiet", *index, external=True,
+    )  # fmt: skip
+    lines = [line.strip() for line in compiled.read_text().splitlines()]
+    return [
+        line
+        for line in lines
+        if line
+        and not line.startswith(("#", "-"))
+        and _requirement_name(line) != PLUGIN_DISTRIBUTION
+        and " @ file:" not in line
+    ]
+
+
+@nox.session(tags=["wheelhouse"], default=False)
+@nox.parametrize(("row_id", "python"), _row_params(tagged=False))
+def wheelhouse(session: nox.Session, row_id: str) -> None:
+    """Every wheel a row needs in wheelhouse/<row>/, for offline `--no-index --find-links` installs.
+
+    Posargs: ``--out DIR`` (default wheelhouse/); ``--without-host-provided`` leaves out torch and
+    what torch brings (triton, nvidia-*) for hosts that have them; run the matrix there with
+    CAOVAN_SYSTEM_SITE_PACKAGES=1. The wheels fit this machine's OS/architecture and the row's
+    Python; sdist-only packages are built into wheels here.
+    """
+    row = ROWS[row_id]
+    parser = argparse.ArgumentParser(prog=f"nox -s 'wheelhouse({row_id})' --", exit_on_error=False)
+    parser.add_argument("--out", type=Path, default=ROOT / "wheelhouse")
+    parser.add_argument("--without-host-provided", action="store_true")
+    try:
+        args = parser.parse_args(session.posargs)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        session.error(f"wheelhouse posargs: {exc}")
+    if shutil.which("uv") is None:
+        session.error("wheelhouse needs uv on PATH (uv pip compile)")
+    out = args.out.resolve()
+    target = out / row.id
+    work = CACHE_DIR / "wheelhouse" / row.id
+    work.mkdir(parents=True, exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True)
+    if not (out / ".gitignore").exists():
+        (out / ".gitignore").write_text("# made by nox -s wheelhouse; never committed\n*\n")
+    wheel = plugin_wheel(session)
+    session.install("pip")
+    index = ["--extra-index-url", row.torch_index] if row.torch_index else []
+    uv_index = [*index, "--index-strategy", "unsafe-best-match"] if index else []
+
+    session.log(f"wheelhouse: resolving {row.id} for Python {row.python}")
+    pins = _compile(
+        session, [*row.install_pins(), _plugin_requirement(wheel)], work, "row", uv_index
+    )
+    left_out: list[str] = []
+    if args.without_host_provided:
+        # What a host with this torch already has: torch and those of its dependencies that
+        # match HOST_PROVIDED (vLLM's own nvidia-* packages, e.g. nvidia-ml-py, stay in).
+        torch_closure = _compile(session, [f"torch=={row.torch}"], work, "torch", uv_index)
+        provided = {
+            _requirement_name(line)
+            for line in torch_closure
+            if any(fnmatch.fnmatch(_requirement_name(line), p) for p in HOST_PROVIDED)
+        }
+        left_out = [line for line in pins if _requirement_name(line) in provided]
+        pins = [line for line in pins if _requirement_name(line) not in provided]
+    wanted = work / "download.txt"
+    wanted.write_text("\n".join(pins) + "\n")
+    session.log(f"wheelhouse: {len(pins)} wheels to fetch into {target}")
+    session.log(f"wheelhouse: left out (host-provided): {', '.join(left_out) or 'nothing'}")
+    # pip wheel: downloads wheels, and builds one for any package published as sdist only.
+    session.run(
+        "python", "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(target),
+        "-r", str(wanted), *index,
+    )  # fmt: skip
+    shutil.copy2(wheel, target / wheel.name)
+    (target / "left-out.txt").write_text("".join(f"{line}\n" for line in left_out))
+    session.log(f"wheelhouse: plugin build backend and pip into {out / WHEELHOUSE_TOOLS_DIR}")
+    tools = ["-d", str(out / WHEELHOUSE_TOOLS_DIR), "hatchling>=1.24", "pip"]
+    session.run("python", "-m", "pip", "download", "--quiet", *tools)
+    session.log(
+        f"wheelhouse: {target} ready; on the GPU host: CAOVAN_WHEELHOUSE={out}"
+        + (" CAOVAN_SYSTEM_SITE_PACKAGES=1" if args.without_host_provided else "")
+        + f" nox -s 'matrix({row.id})'"
+    )
+
+
+if __name__ == "__main__":
+    nox.main()

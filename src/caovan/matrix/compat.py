@@ -1,0 +1,272 @@
+"""The compatibility table in docs/compat.md, generated from result files only: ``nox -s compat``.
+
+Reads every ``matrix/results/<runner>/<row>.json``, validates all of them first (a bad file is one
+error naming the file and the field, and the doc is left untouched), renders one GitHub-markdown
+line per row x runner, and replaces what lies between the two markers in the doc through a temp file
++ ``os.replace``. The output depends on the result files alone (sorted, no clock of its own), so
+running it twice changes nothing.
+
+    python -m caovan.matrix.compat [--results matrix/results] [--doc docs/compat.md] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+from tabulate import tabulate
+
+from . import TIERS, MatrixError
+from .results import load_result, write_text_atomic
+
+MARK_START = "<!-- START compat-table -->"
+MARK_END = "<!-- END compat-table -->"
+GENERATOR_COMMAND = "nox -s compat"
+
+TIER_CELLS: dict[str, str] = {
+    "pass": "✅ pass",
+    "fail": "❌ fail",
+    "skipped": "⏭️ skipped",
+    "error": "⚠️ error",
+    "not-run": "➖ not run",
+}
+NOT_IN_ROW = "—"
+#: Outcomes whose reason becomes a note under the table (not-run explains itself in the legend).
+OUTCOMES_WITH_NOTES = frozenset({"fail", "skipped", "error"})
+NOTE_MAX_CHARS = 300
+
+LEGEND = (
+    "Legend: ✅ pass — the tier's tests ran and passed (some may have skipped) · "
+    "❌ fail — a test failed · "
+    "⏭️ skipped — every test of the tier skipped (e.g. no GPU on that runner) · "
+    "⚠️ error — the tier could not run or ran no tests · "
+    "➖ not run — the tier was not selected in that run · "
+    "— the row does not list the tier. "
+    "`[n]` points to the notes below the table. **family** is the GDN adapter family the plugin "
+    "chose for that vLLM (probed inside the row's venv); CUDA is the row's torch build tag."
+)
+
+
+@dataclass(frozen=True)
+class LoadedResult:
+    shown: str
+    doc: dict[str, Any]
+
+    @property
+    def sort_key(self) -> tuple[str, str]:
+        return (self.doc["row"]["id"], self.doc["runner"])
+
+
+def _shown(path: Path, base: Path | None) -> str:
+    if base is not None:
+        try:
+            return path.resolve().relative_to(base.resolve()).as_posix()
+        except ValueError:
+            pass
+    return str(path)
+
+
+def collect_results(results_dir: Path, *, base: Path | None = None) -> list[LoadedResult]:
+    """Every result file, validated; :class:`MatrixError` lists every bad file and field."""
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise MatrixError(
+            f"{_shown(results_dir, base)}: results folder does not exist "
+            "(run `nox -s matrix`, or download the matrix workflow's result artifacts, first)"
+        )
+    errors: list[str] = []
+    loaded: list[LoadedResult] = []
+    for stray in sorted(results_dir.glob("*.json")):
+        errors.append(
+            f"{_shown(stray, base)}: result files belong in <results>/<runner>/<row>.json"
+        )
+    for path in sorted(results_dir.glob("*/*.json")):
+        shown = _shown(path, base)
+        try:
+            doc = load_result(path, shown=shown)
+        except MatrixError as exc:
+            errors.extend(exc.messages)
+            continue
+        if doc["complete"] is not True:
+            errors.append(
+                f"{shown}: field 'complete': false — a partial result (its run did not finish)"
+            )
+        if doc["runner"] != path.parent.name:
+            errors.append(
+                f"{shown}: field 'runner': {doc['runner']!r} but the file lies in "
+                f"{path.parent.name}/"
+            )
+        if doc["row"]["id"] != path.stem:
+            errors.append(
+                f"{shown}: field 'row.id': {doc['row']['id']!r} but the file is named {path.name}"
+            )
+        loaded.append(LoadedResult(shown, doc))
+    if errors:
+        raise MatrixError(errors)
+    return loaded
+
+
+def _version_key(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+class _Notes:
+    """Numbered notes under the table; the same text gets the same number."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+
+    def ref(self, text: str) -> str:
+        text = " ".join(text.split())
+        if len(text) > NOTE_MAX_CHARS:
+            text = text[: NOTE_MAX_CHARS - 1] + "…"
+        number = self.numbers.setdefault(text, len(self.numbers) + 1)
+        return f"[{number}]"
+
+    def render(self) -> str:
+        return "\n".join(f"- [{n}] {_cell(text)}" for text, n in self.numbers.items())
+
+
+def _cuda_cell(row: Mapping[str, Any], env: Mapping[str, Any]) -> str:
+    tag = row["cuda"]
+    torch_cuda = env.get("torch_cuda")
+    if env.get("torch") is None:
+        return tag
+    if torch_cuda is None:
+        return f"{tag} (torch is a CPU build)" if tag != "cpu" else tag
+    if tag.startswith("cu") and tag[2:] != torch_cuda.replace(".", ""):
+        return f"{tag} (torch built for CUDA {torch_cuda})"
+    return tag
+
+
+def _table_line(result: LoadedResult, notes: _Notes) -> list[str]:
+    doc = result.doc
+    row, env, tiers = doc["row"], doc["env"], doc["tiers"]
+    vllm = row["vllm"]
+    if env.get("vllm") != row["vllm"]:
+        vllm += f" (installed: {env.get('vllm') or 'none'})"
+    family = env.get("family") or (
+        "none " + notes.ref(f"family: {env.get('family_reason') or 'no reason recorded'}")
+    )
+    gpu = env["gpu"] if env["gpu"] == "cpu" else f"{env['gpu']} ({env.get('gpu_arch') or '?'})"
+    gpus = env.get("gpus")
+    if isinstance(gpus, list) and len(gpus) > 1:
+        gpu = f"{len(gpus)}× {gpu}"
+    line = [
+        vllm,
+        family,
+        env.get("torch") or f"{row['torch']} (not installed)",
+        env["python"],
+        _cuda_cell(row, env),
+    ]
+    line += [gpu, doc["runner"]]
+    for tier in TIERS:
+        record = tiers.get(tier)
+        if record is None:
+            line.append(NOT_IN_ROW)
+            continue
+        cell = TIER_CELLS[record["outcome"]]
+        if record["outcome"] in OUTCOMES_WITH_NOTES and record.get("reason"):
+            cell += " " + notes.ref(f"{tier}: {record['reason']}")
+        line.append(cell)
+    line.append(doc["finished_at"][:10])
+    return [_cell(item) for item in line]
+
+
+def render_block(results: Sequence[LoadedResult]) -> str:
+    """The generated markdown between the markers (no markers), from validated results only."""
+    header = [
+        f"<!-- generated by `{GENERATOR_COMMAND}` from matrix/results/<runner>/<row>.json; do not "
+        "edit by hand -->",
+        f"_Generated by `{GENERATOR_COMMAND}` from the result files in `matrix/results/`._",
+        "",
+    ]
+    if not results:
+        return "\n".join(
+            [*header, f"_No results yet: run `nox -s matrix`, then `{GENERATOR_COMMAND}`._"]
+        )
+    ordered = sorted(results, key=lambda r: r.sort_key)
+    ordered = sorted(ordered, key=lambda r: _version_key(r.doc["row"]["vllm"]), reverse=True)
+    notes = _Notes()
+    lines = [_table_line(result, notes) for result in ordered]
+    headers = ["vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner", *TIERS, "date"]
+    table = tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+    parts = [*header, table, "", LEGEND]
+    if notes.numbers:
+        parts += ["", "Notes:", "", notes.render()]
+    return "\n".join(parts)
+
+
+def replace_block(doc_text: str, block: str, *, shown: str) -> str:
+    starts, ends = doc_text.count(MARK_START), doc_text.count(MARK_END)
+    if starts != 1 or ends != 1:
+        raise MatrixError(
+            f"{shown}: expected the markers {MARK_START} and {MARK_END} once each, found {starts} "
+            f"and {ends}"
+        )
+    head, rest = doc_text.split(MARK_START)
+    if MARK_END not in rest:
+        raise MatrixError(f"{shown}: {MARK_END} comes before {MARK_START}")
+    _, tail = rest.split(MARK_END)
+    return f"{head}{MARK_START}\n{block}\n{MARK_END}{tail}"
+
+
+def regenerate(
+    results_dir: Path, doc_path: Path, *, base: Path | None = None, check: bool = False
+) -> bool:
+    """Regenerate the doc's table; True if the doc changed (with ``check``: would change)."""
+    results = collect_results(results_dir, base=base)
+    shown = _shown(Path(doc_path), base)
+    try:
+        old_text = Path(doc_path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MatrixError(f"{shown}: cannot read the compat doc: {exc.strerror or exc}") from exc
+    new_text = replace_block(old_text, render_block(results), shown=shown)
+    if new_text == old_text:
+        return False
+    if not check:
+        write_text_atomic(Path(doc_path), new_text)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m caovan.matrix.compat", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--results", type=Path, default=Path("matrix/results"), help="results folder"
+    )
+    parser.add_argument(
+        "--doc", type=Path, default=Path("docs/compat.md"), help="markdown file with the markers"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the doc is not up to date; write nothing"
+    )
+    args = parser.parse_args(argv)
+    try:
+        changed = regenerate(args.results, args.doc, base=Path.cwd(), check=args.check)
+    except MatrixError as exc:
+        for message in exc.messages:
+            print(f"compat: error: {message}", file=sys.stderr)
+        return 2
+    if args.check and changed:
+        print(f"compat: {args.doc} is out of date: run `{GENERATOR_COMMAND}`", file=sys.stderr)
+        return 1
+    print(f"compat: {args.doc} {'updated' if changed else 'already up to date'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

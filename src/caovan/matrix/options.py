@@ -1,0 +1,133 @@
+"""Options of a matrix run (``nox -s "matrix(<row>)" -- [options]``) and the runner name.
+
+Each option also has an environment variable, for CI jobs that cannot easily pass posargs through:
+``CAOVAN_RUNNER``, ``CAOVAN_TIERS`` (comma-separated), ``CAOVAN_REDO=1``, ``CAOVAN_STRICT=1`` (fail
+the session when a tier that ran failed or errored, after writing the result), ``CAOVAN_WHEELHOUSE``
+(folder with ``<row>/`` wheel sets made by ``nox -s wheelhouse``). A posarg wins over its variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import TIERS, MatrixError
+from .results import RUNNER_NAME_PATTERN
+
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+
+
+def slugify(text: str) -> str:
+    """``NVIDIA GeForce RTX 2080 Ti`` -> ``nvidia-geforce-rtx-2080-ti``."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:64]
+
+
+def _nvidia_smi_gpu_names(run: Callable[..., subprocess.CompletedProcess[str]]) -> list[str]:
+    """GPU names from nvidia-smi; none when it is missing (OSError), hangs or fails."""
+    try:
+        done = run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if done.returncode != 0:
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+
+def detect_runner_name(
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+) -> str:
+    """Slug of the first GPU's name as nvidia-smi reports it (e.g. ``nvidia-h200``), or ``cpu``."""
+    names = _nvidia_smi_gpu_names(run)
+    if not names:
+        return "cpu"
+    return slugify(names[0]) or "cpu"
+
+
+@dataclass(frozen=True)
+class MatrixOptions:
+    runner: str
+    #: None: every tier of the row.
+    tiers: tuple[str, ...] | None
+    redo: bool
+    wheelhouse: Path | None
+    strict: bool = False
+
+
+def parse_tiers(text: str, *, source: str) -> tuple[str, ...]:
+    tiers = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = [t for t in tiers if t not in TIERS]
+    if unknown or not tiers:
+        raise MatrixError(
+            f"{source}: unknown tier(s) {', '.join(unknown) or '(none given)'} (known: "
+            f"{', '.join(TIERS)})"
+        )
+    return tiers
+
+
+def parse_matrix_options(
+    posargs: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    detect_runner: Callable[[], str] = detect_runner_name,
+) -> MatrixOptions:
+    parser = argparse.ArgumentParser(
+        prog='nox -s "matrix(<row>)" --', add_help=False, exit_on_error=False
+    )
+    parser.add_argument("--runner")
+    parser.add_argument("--tiers")
+    parser.add_argument("--redo", action="store_true")
+    parser.add_argument("--strict", action="store_true")
+    parser.add_argument("--wheelhouse")
+    try:
+        args, unknown = parser.parse_known_args(list(posargs))
+    except argparse.ArgumentError as exc:
+        raise MatrixError(f"matrix posargs: {exc}") from exc
+    if unknown:
+        raise MatrixError(
+            f"matrix posargs: unknown argument(s) {' '.join(unknown)} "
+            "(known: --runner NAME, --tiers discovery,kernel,serve, --redo, --strict, --wheelhouse "
+            "DIR)"
+        )
+
+    if args.runner is not None:
+        runner, source = args.runner, "--runner"
+    elif environ.get("CAOVAN_RUNNER"):
+        runner, source = environ["CAOVAN_RUNNER"], "CAOVAN_RUNNER"
+    else:
+        runner, source = detect_runner(), "nvidia-smi"
+    if not RUNNER_NAME_PATTERN.match(runner):
+        raise MatrixError(
+            f"{source}: runner name {runner!r} must be a slug (lowercase letters, digits, '.', "
+            "'_', '-')"
+        )
+
+    if args.tiers is not None:
+        tiers: tuple[str, ...] | None = parse_tiers(args.tiers, source="--tiers")
+    elif environ.get("CAOVAN_TIERS"):
+        tiers = parse_tiers(environ["CAOVAN_TIERS"], source="CAOVAN_TIERS")
+    else:
+        tiers = None
+
+    redo = args.redo or environ.get("CAOVAN_REDO", "").strip().lower() in TRUE_WORDS
+    strict = args.strict or environ.get("CAOVAN_STRICT", "").strip().lower() in TRUE_WORDS
+    wheelhouse_text = (
+        args.wheelhouse if args.wheelhouse is not None else environ.get("CAOVAN_WHEELHOUSE") or None
+    )
+    wheelhouse = Path(wheelhouse_text) if wheelhouse_text else None
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        raise MatrixError(
+            f"wheelhouse {wheelhouse}: folder does not exist (make it with `nox -s wheelhouse`)"
+        )
+    return MatrixOptions(
+        runner=runner, tiers=tiers, redo=redo, wheelhouse=wheelhouse, strict=strict
+    )

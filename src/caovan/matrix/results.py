@@ -1,0 +1,326 @@
+"""Result files ``matrix/results/<runner>/<row>.json``: layout, validation, currency, atomic writes.
+
+One file per row and runner. It records the row spec and its fingerprint, the runner, the plugin
+version and source fingerprint, the environment facts measured inside the row's venv (``python -m
+caovan.matrix.envinfo``), and per tier its outcome, reason, counts and per-test outcomes. While a
+row runs, the same document with ``"complete": false`` is kept as partial state outside the results
+folder, rewritten after every tier, so an interrupted run resumes at the first unfinished tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import RESULT_SCHEMA_VERSION, TIERS, MatrixError
+from .schema import MatrixRow
+from .tiers import FINAL_TIER_OUTCOMES, TIER_OUTCOMES
+
+RUNNER_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What a result was produced from; a stored result is current only if all three match."""
+
+    row_fingerprint: str
+    plugin_version: str
+    source_fingerprint: str
+
+
+def result_path(results_dir: Path, runner: str, row_id: str) -> Path:
+    return Path(results_dir) / runner / f"{row_id}.json"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """JSON via a temp file in the same folder + os.replace: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    write_text_atomic(path, text)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --- validation ------------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+class _Validator:
+    def __init__(self, shown: str):
+        self.shown = shown
+        self.errors: list[str] = []
+
+    def get(self, data: Any, dotted: str) -> Any:
+        node = data
+        for part in dotted.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return _MISSING
+            node = node[part]
+        return node
+
+    def require(
+        self, data: Any, dotted: str, kind: type | tuple[type, ...], *, nullable: bool = False
+    ) -> Any:
+        value = self.get(data, dotted)
+        if value is _MISSING:
+            self.errors.append(f"{self.shown}: field {dotted!r}: missing")
+            return _MISSING
+        if value is None and nullable:
+            return None
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            self.errors.append(
+                f"{self.shown}: field {dotted!r}: expected "
+                f"{names}{' or null' if nullable else ''}, "
+                f"got {type(value).__name__} {value!r:.60}"
+            )
+            return _MISSING
+        return value
+
+
+def validate_result(data: Any, shown: str) -> list[str]:
+    """Problems with a result document, each naming the file and the field; empty if usable."""
+    check = _Validator(shown)
+    if not isinstance(data, Mapping):
+        return [f"{shown}: expected a JSON object at the top, got {type(data).__name__}"]
+    version = check.require(data, "schema_version", int)
+    if version is not _MISSING and version != RESULT_SCHEMA_VERSION:
+        check.errors.append(
+            f"{shown}: field 'schema_version': {version} is not the supported version "
+            f"{RESULT_SCHEMA_VERSION} "
+            "(rerun the row with this checkout)"
+        )
+    for name in ("id", "vllm", "torch", "python", "cuda"):
+        check.require(data, f"row.{name}", str)
+    row_tiers = check.require(data, "row.tiers", list)
+    check.require(data, "row_fingerprint", str)
+    runner = check.require(data, "runner", str)
+    if runner is not _MISSING and not RUNNER_NAME_PATTERN.match(runner):
+        check.errors.append(f"{shown}: field 'runner': {runner!r} is not a runner name")
+    check.require(data, "plugin.version", str)
+    check.require(data, "plugin.source_fingerprint", str)
+    check.require(data, "complete", bool)
+    for name in ("python", "gpu"):
+        check.require(data, f"env.{name}", str)
+    for name in ("vllm", "torch", "triton", "torch_cuda", "gpu_arch", "family", "family_reason"):
+        check.require(data, f"env.{name}", str, nullable=True)
+    check.require(data, "started_at", str)
+    check.require(data, "finished_at", str)
+    tiers = check.require(data, "tiers", Mapping)
+    if tiers is not _MISSING:
+        for tier, record in tiers.items():
+            if tier not in TIERS:
+                check.errors.append(
+                    f"{shown}: field 'tiers.{tier}': unknown tier (known: {', '.join(TIERS)})"
+                )
+                continue
+            if not isinstance(record, Mapping):
+                check.errors.append(
+                    f"{shown}: field 'tiers.{tier}': expected an object, got {record!r:.60}"
+                )
+                continue
+            outcome = check.require(data, f"tiers.{tier}.outcome", str)
+            if outcome is not _MISSING and outcome not in TIER_OUTCOMES:
+                check.errors.append(
+                    f"{shown}: field 'tiers.{tier}.outcome': {outcome!r} is not one of "
+                    f"{', '.join(TIER_OUTCOMES)}"
+                )
+            check.require(data, f"tiers.{tier}.reason", str, nullable=True)
+        if row_tiers is not _MISSING:
+            for tier in row_tiers:
+                if tier not in tiers:
+                    check.errors.append(
+                        f"{shown}: field 'tiers.{tier}': missing (the row lists this tier)"
+                    )
+    return check.errors
+
+
+def load_result(path: Path, *, shown: str | None = None) -> dict[str, Any]:
+    """A validated result document; :class:`MatrixError` names the file and the field otherwise."""
+    shown = shown or str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise MatrixError(f"{shown}: cannot read: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise MatrixError(f"{shown}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from exc
+    errors = validate_result(data, shown)
+    if errors:
+        raise MatrixError(errors)
+    return data
+
+
+# --- currency and resuming -------------------------------------------------------------------
+
+
+def provenance_of(doc: Mapping[str, Any]) -> Provenance | None:
+    try:
+        return Provenance(
+            doc["row_fingerprint"], doc["plugin"]["version"], doc["plugin"]["source_fingerprint"]
+        )
+    except (KeyError, TypeError):
+        return None
+
+
+def is_current(doc: Mapping[str, Any] | None, provenance: Provenance) -> bool:
+    """Same schema, row fingerprint, plugin version and plugin source fingerprint."""
+    return (
+        doc is not None
+        and doc.get("schema_version") == RESULT_SCHEMA_VERSION
+        and provenance_of(doc) == provenance
+    )
+
+
+def finished_tiers(
+    doc: Mapping[str, Any] | None, provenance: Provenance
+) -> dict[str, dict[str, Any]]:
+    """Tier records of a current document that need no rerun (pass / fail / skipped / error)."""
+    if not is_current(doc, provenance):
+        return {}
+    assert doc is not None
+    tiers = doc.get("tiers")
+    if not isinstance(tiers, Mapping):
+        return {}
+    return {
+        tier: dict(record)
+        for tier, record in tiers.items()
+        if isinstance(record, Mapping) and record.get("outcome") in FINAL_TIER_OUTCOMES
+    }
+
+
+@dataclass
+class RowPlan:
+    """What a matrix run does for one row: tiers to run, tiers to carry over, or nothing."""
+
+    selected: list[str]
+    to_run: list[str]
+    reused: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Environment facts of the document the reused tiers came from (if nothing is left to run).
+    reused_env: dict[str, Any] | None = None
+    #: The stored result already covers every selected tier with this checkout: nothing to do.
+    up_to_date: bool = False
+    ignored: list[str] = field(default_factory=list)
+
+
+def plan_row(
+    row: MatrixRow,
+    provenance: Provenance,
+    *,
+    selected_tiers: Sequence[str] | None,
+    stored: Mapping[str, Any] | None,
+    partial: Mapping[str, Any] | None,
+    redo: bool,
+) -> RowPlan:
+    """The work for a row, from its stored result and partial state (either may be None/stale)."""
+    wanted = (
+        list(row.tiers) if selected_tiers is None else [t for t in row.tiers if t in selected_tiers]
+    )
+    ignored = [] if selected_tiers is None else [t for t in selected_tiers if t not in row.tiers]
+    if redo:
+        return RowPlan(selected=wanted, to_run=wanted, ignored=ignored)
+    if is_current(partial, provenance):
+        # An interrupted run of this checkout: its state already holds every tier it kept (from the
+        # stored result too, unless it was a redo), so it alone says what is left.
+        assert partial is not None
+        done = finished_tiers(partial, provenance)
+        env = partial.get("env")
+        return RowPlan(
+            selected=wanted,
+            to_run=[t for t in wanted if t not in done],
+            reused=done,
+            reused_env=dict(env) if isinstance(env, Mapping) and env else None,
+            ignored=ignored,
+        )
+    stored_done = finished_tiers(stored, provenance)
+    if (
+        stored is not None
+        and stored.get("complete") is True
+        and all(t in stored_done for t in wanted)
+    ):
+        return RowPlan(
+            selected=wanted, to_run=[], reused=stored_done, up_to_date=True, ignored=ignored
+        )
+    env = stored.get("env") if stored_done and stored is not None else None
+    return RowPlan(
+        selected=wanted,
+        to_run=[t for t in wanted if t not in stored_done],
+        reused=stored_done,
+        reused_env=dict(env) if isinstance(env, Mapping) and env else None,
+        ignored=ignored,
+    )
+
+
+def build_result(
+    row: MatrixRow,
+    provenance: Provenance,
+    *,
+    runner: str,
+    env: Mapping[str, Any],
+    tiers: Mapping[str, Mapping[str, Any]],
+    selected: Iterable[str],
+    started_at: str,
+    finished_at: str,
+    complete: bool,
+    install: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The result document. Row tiers that have no record are marked ``not-run`` with the reason."""
+    if not RUNNER_NAME_PATTERN.match(runner):
+        raise MatrixError(
+            f"runner name {runner!r} is not a slug (lowercase letters, digits, '.', '_', '-')"
+        )
+    selected = list(selected)
+    tier_records: dict[str, Any] = {}
+    for tier in row.tiers:
+        if tier in tiers:
+            tier_records[tier] = dict(tiers[tier])
+        elif complete:
+            tier_records[tier] = {
+                "outcome": "not-run",
+                "reason": f"not selected in this run (tiers run: {', '.join(selected) or 'none'})",
+            }
+    return {
+        "schema_version": RESULT_SCHEMA_VERSION,
+        "complete": complete,
+        "row": row.spec(),
+        "row_fingerprint": provenance.row_fingerprint,
+        "runner": runner,
+        "plugin": {
+            "version": provenance.plugin_version,
+            "source_fingerprint": provenance.source_fingerprint,
+        },
+        "env": dict(env),
+        "selected_tiers": selected,
+        "tiers": tier_records,
+        "install": dict(install or {}),
+        "started_at": started_at,
+        "finished_at": finished_at,
+    }
+
+
+def read_json_or_none(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None if absent or unreadable (such state is redone)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,394 @@
+"""Matrix rows: the YAML files under ``matrix/`` and their validation.
+
+A matrix file is a mapping with one key, ``rows``, holding a list of rows::
+
+    rows:
+      - id: vllm-0.21.0        # unique across files; names the nox session and the result file
+        vllm: "0.21.0"          # exact pins; quote them (YAML reads 2.11 as a number)
+        torch: "2.11.0"
+        python: "3.11"
+        cuda: cu130             # CUDA build tag of that torch (PyPI's torch 2.11.0 is cu130)
+        tiers: [discovery, kernel, serve]
+        runner_labels: [self-hosted, linux, sm75]
+        # optional:
+        torch_index: https://download.pytorch.org/whl/cu130  # torch from here (hosts that reach it)
+        extra_requirements: ["flashinfer-python==0.5.2"]      # more pins for this row's venv
+
+Every problem becomes one message naming the file, the line, the row and the field; all of them are
+collected before :class:`~caovan.matrix.MatrixError` is raised, so one run shows everything to fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from . import TIERS, MatrixError
+
+ROW_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+PYTHON_PATTERN = re.compile(r"^3\.\d{1,2}$")
+CUDA_TAG_PATTERN = re.compile(r"^(cu\d{2,3}|cpu|rocm\d+(\.\d+)*)$")
+RUNNER_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
+
+REQUIRED_FIELDS: tuple[str, ...] = (
+    "id",
+    "vllm",
+    "torch",
+    "python",
+    "cuda",
+    "tiers",
+    "runner_labels",
+)
+OPTIONAL_FIELDS: tuple[str, ...] = ("torch_index", "extra_requirements")
+#: Fields that do not change what a row installs or runs, so they stay out of its fingerprint:
+#: moving a row to other runner labels must not invalidate results that are still true.
+FINGERPRINT_EXCLUDED_FIELDS: frozenset[str] = frozenset({"runner_labels"})
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    """One validated row: a vLLM release with its torch/Python/CUDA pins and the tiers to run
+    against it.
+    """
+
+    id: str
+    vllm: str
+    torch: str
+    python: str
+    cuda: str
+    tiers: tuple[str, ...]
+    runner_labels: tuple[str, ...]
+    torch_index: str | None = None
+    extra_requirements: tuple[str, ...] = ()
+    #: ``file:line`` the row came from (diagnostics only; not part of the spec).
+    origin: str = field(default="", compare=False)
+
+    def spec(self) -> dict[str, Any]:
+        """The row as plain JSON data (what result files record), without its origin."""
+        return {
+            "id": self.id,
+            "vllm": self.vllm,
+            "torch": self.torch,
+            "python": self.python,
+            "cuda": self.cuda,
+            "tiers": list(self.tiers),
+            "runner_labels": list(self.runner_labels),
+            "torch_index": self.torch_index,
+            "extra_requirements": list(self.extra_requirements),
+        }
+
+    def fingerprint(self) -> str:
+        return spec_fingerprint(self.spec())
+
+    def install_pins(self) -> list[str]:
+        """Requirements that pin this row's venv (the plugin and its test extra come on top)."""
+        return [f"vllm=={self.vllm}", f"torch=={self.torch}", *self.extra_requirements]
+
+
+def spec_fingerprint(spec: dict[str, Any]) -> str:
+    """Hash of the parts of a row spec that decide what gets installed and run (sha256, 16 hex
+    digits).
+    """
+    relevant = {k: v for k, v in spec.items() if k not in FINGERPRINT_EXCLUDED_FIELDS}
+    canonical = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "list",
+        dict: "mapping",
+    }.get(type(value), type(value).__name__)
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{_type_name(value)} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+class _RowChecker:
+    """Checks one row mapping; its messages already carry file, line, row and field."""
+
+    def __init__(self, where: str, field_lines: dict[str, int], row_line: int, errors: list[str]):
+        self.where = where
+        self.field_lines = field_lines
+        self.row_line = row_line
+        self.errors = errors
+
+    def error(self, name: str | None, problem: str) -> None:
+        line = self.field_lines.get(name, self.row_line) if name else self.row_line
+        prefix = (
+            f"{self.where.format(line=line)}: field {name!r}: "
+            if name
+            else f"{self.where.format(line=line)}: "
+        )
+        self.errors.append(prefix + problem)
+
+    def string(self, row: dict[str, Any], name: str, *, hint: str = "") -> str | None:
+        value = row[name]
+        if not isinstance(value, str):
+            self.error(name, f"expected a string, got {_describe(value)}{hint}")
+            return None
+        if not value.strip():
+            self.error(name, "must not be empty")
+            return None
+        return value
+
+    def pattern(
+        self, row: dict[str, Any], name: str, pattern: re.Pattern[str], what: str, hint: str = ""
+    ) -> str | None:
+        value = self.string(row, name, hint=hint)
+        if value is not None and not pattern.match(value):
+            self.error(name, f"{value!r} is not {what}")
+            return None
+        return value
+
+    def version(self, row: dict[str, Any], name: str) -> str | None:
+        hint = (
+            f' (quote versions in YAML: {name}: "{row[name]}")'
+            if isinstance(row[name], (int, float))
+            else ""
+        )
+        value = self.string(row, name, hint=hint)
+        if value is None:
+            return None
+        try:
+            Version(value)
+        except InvalidVersion:
+            self.error(
+                name, f'{value!r} is not an exact version (e.g. "0.21.0"; ranges are not pins)'
+            )
+            return None
+        return value
+
+    def string_list(
+        self, row: dict[str, Any], name: str, *, allowed: Iterable[str] | None = None
+    ) -> tuple[str, ...] | None:
+        value = row[name]
+        if not isinstance(value, list):
+            self.error(name, f"expected a list of strings, got {_describe(value)}")
+            return None
+        if not value and name != "extra_requirements":
+            self.error(name, "must not be empty")
+            return None
+        items: list[str] = []
+        ok = True
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                self.error(name, f"item {index + 1}: expected a string, got {_describe(item)}")
+                ok = False
+            elif item in items:
+                self.error(name, f"item {index + 1}: {item!r} is listed twice")
+                ok = False
+            elif allowed is not None and item not in allowed:
+                self.error(
+                    name,
+                    f"item {index + 1}: unknown {name[:-1]} {item!r} (known: {', '.join(allowed)})",
+                )
+                ok = False
+            else:
+                items.append(item)
+        return tuple(items) if ok else None
+
+
+def _mapping_key_lines(node: yaml.MappingNode, where: str, errors: list[str]) -> dict[str, int]:
+    """Line of every key of a YAML mapping node; duplicate keys (which PyYAML silently merges) are
+    errors.
+    """
+    lines: dict[str, int] = {}
+    for key_node, _ in node.value:
+        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+        line = key_node.start_mark.line + 1
+        if key in lines:
+            errors.append(
+                f"{where.format(line=line)}: field {key!r} is given twice (first at line "
+                f"{lines[key]})"
+            )
+        else:
+            lines[key] = line
+    return lines
+
+
+def _display(path: Path, base: Path | None) -> str:
+    if base is not None:
+        try:
+            return str(path.resolve().relative_to(base.resolve()))
+        except ValueError:
+            pass
+    return str(path)
+
+
+def load_matrix_file(path: Path, errors: list[str], *, base: Path | None = None) -> list[MatrixRow]:
+    """Rows of one file; problems are appended to ``errors`` (the valid rows are still returned)."""
+    shown = _display(path, base)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        errors.append(f"{shown}: cannot read: {exc.strerror or exc}")
+        return []
+    try:
+        document = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        errors.append(f"{shown}{at}: malformed YAML: {problem}")
+        return []
+    if not isinstance(data, dict) or not isinstance(document, yaml.MappingNode):
+        errors.append(
+            f"{shown}:1: expected a mapping with a 'rows' list at the top, got {_type_name(data)}"
+        )
+        return []
+    top_lines = _mapping_key_lines(document, shown + ":{line}", errors)
+    for key in data:
+        if key != "rows":
+            errors.append(
+                f"{shown}:{top_lines.get(str(key), 1)}: unknown top-level field {key!r} (only "
+                "'rows')"
+            )
+    if "rows" not in data:
+        errors.append(f"{shown}:1: missing top-level field 'rows'")
+        return []
+    rows_node = next(v for k, v in document.value if k.value == "rows")
+    if not isinstance(data["rows"], list) or not isinstance(rows_node, yaml.SequenceNode):
+        errors.append(
+            f"{shown}:{top_lines['rows']}: field 'rows': expected a list of rows, got "
+            f"{_describe(data['rows'])}"
+        )
+        return []
+
+    rows: list[MatrixRow] = []
+    for index, (raw, node) in enumerate(zip(data["rows"], rows_node.value, strict=True), start=1):
+        row_line = node.start_mark.line + 1
+        label = f"row {index}"
+        if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+            label += f" (id {raw['id']!r})"
+        where = f"{shown}:{{line}}: {label}"
+        if not isinstance(raw, dict) or not isinstance(node, yaml.MappingNode):
+            errors.append(
+                f"{shown}:{row_line}: {label}: expected a mapping of fields, got {_describe(raw)}"
+            )
+            continue
+        row = _check_row(
+            raw, _RowChecker(where, _mapping_key_lines(node, where, errors), row_line, errors)
+        )
+        if row is not None:
+            rows.append(MatrixRow(**row, origin=f"{shown}:{row_line}"))
+    return rows
+
+
+def _check_row(raw: dict[str, Any], check: _RowChecker) -> dict[str, Any] | None:
+    before = len(check.errors)
+    for name in raw:
+        if name not in REQUIRED_FIELDS and name not in OPTIONAL_FIELDS:
+            check.error(
+                str(name), f"unknown field (known: {', '.join(REQUIRED_FIELDS + OPTIONAL_FIELDS)})"
+            )
+    for name in REQUIRED_FIELDS:
+        if name not in raw:
+            check.error(None, f"missing field {name!r}")
+    row: dict[str, Any] = {}
+    present = [n for n in REQUIRED_FIELDS + OPTIONAL_FIELDS if n in raw]
+    for name in present:
+        if name == "id":
+            row[name] = check.pattern(
+                raw, name, ROW_ID_PATTERN, "a row id (lowercase letters, digits, '.', '_', '-')"
+            )
+        elif name in ("vllm", "torch"):
+            row[name] = check.version(raw, name)
+        elif name == "python":
+            hint = (
+                f' (quote it in YAML: python: "{raw[name]}")'
+                if isinstance(raw[name], float)
+                else ""
+            )
+            row[name] = check.pattern(
+                raw, name, PYTHON_PATTERN, 'a Python version like "3.11"', hint
+            )
+        elif name == "cuda":
+            row[name] = check.pattern(
+                raw, name, CUDA_TAG_PATTERN, "a CUDA/torch build tag like cu130, cu128, cpu"
+            )
+        elif name == "tiers":
+            row[name] = check.string_list(raw, name, allowed=TIERS)
+        elif name == "runner_labels":
+            labels = check.string_list(raw, name)
+            if labels is not None:
+                for label in labels:
+                    if not RUNNER_LABEL_PATTERN.match(label):
+                        check.error(
+                            name,
+                            f"{label!r} is not a runner label (letters, digits, '.', '_', '-')",
+                        )
+            row[name] = labels
+        elif name == "torch_index":
+            if raw[name] is None:
+                row[name] = None
+                continue
+            url = check.string(raw, name)
+            if url is not None and not url.startswith(("https://", "http://", "file://")):
+                check.error(
+                    name, f"{url!r} is not an index URL (https://..., http://... or file://...)"
+                )
+            row[name] = url
+        elif name == "extra_requirements":
+            requirements = check.string_list(raw, name)
+            for requirement in requirements or ():
+                try:
+                    Requirement(requirement)
+                except InvalidRequirement as exc:
+                    check.error(name, f"{requirement!r} is not a requirement: {exc}")
+            row[name] = requirements
+    if len(check.errors) != before:
+        return None
+    return row
+
+
+def matrix_files(matrix_dir: Path) -> list[Path]:
+    """The matrix files: ``*.yaml`` / ``*.yml`` directly in ``matrix_dir`` (results live in a
+    subfolder).
+    """
+    if not matrix_dir.is_dir():
+        raise MatrixError(f"{matrix_dir}: matrix folder does not exist")
+    files = sorted(p for p in matrix_dir.iterdir() if p.is_file() and p.suffix in (".yaml", ".yml"))
+    if not files:
+        raise MatrixError(f"{matrix_dir}: no matrix files (*.yaml) in this folder")
+    return files
+
+
+def load_matrix(paths: Iterable[Path], *, base: Path | None = None) -> list[MatrixRow]:
+    """All rows of all files, in file order; raises :class:`MatrixError` listing every problem
+    found.
+    """
+    errors: list[str] = []
+    rows: list[MatrixRow] = []
+    first_seen: dict[str, str] = {}
+    for path in paths:
+        for row in load_matrix_file(Path(path), errors, base=base):
+            if row.id in first_seen:
+                errors.append(
+                    f"{row.origin}: row id {row.id!r} is defined twice (first at "
+                    f"{first_seen[row.id]})"
+                )
+                continue
+            first_seen[row.id] = row.origin
+            rows.append(row)
+    if errors:
+        raise MatrixError(errors)
+    return rows

@@ -1,0 +1,189 @@
+"""docs/compat.md generation from committed sample results: content, determinism, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from caovan.matrix import MatrixError
+from caovan.matrix.compat import (
+    MARK_END,
+    MARK_START,
+    collect_results,
+    main,
+    regenerate,
+    render_block,
+)
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the sample results and the template doc, so tests may damage them."""
+    results = tmp_path / "results"
+    shutil.copytree(DATA / "results", results)
+    doc = tmp_path / "compat.md"
+    shutil.copy(DATA / "compat_template.md", doc)
+    return results, doc
+
+
+def table_lines(text: str) -> list[list[str]]:
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+
+
+def test_generated_doc_matches_the_committed_expectation(workspace):
+    results, doc = workspace
+    assert regenerate(results, doc) is True
+    assert doc.read_text(encoding="utf-8") == (DATA / "compat_expected.md").read_text("utf-8")
+
+
+def test_one_line_per_row_and_runner_newest_vllm_first_with_required_columns(workspace):
+    results, _ = workspace
+    header, *rows = table_lines(render_block(collect_results(results)))
+    assert header == [
+        "vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner",
+        "discovery", "kernel", "serve", "date",
+    ]  # fmt: skip
+    assert [(r[0], r[6]) for r in rows] == [
+        ("0.21.0", "cpu"),
+        ("0.21.0", "nvidia-geforce-rtx-2080-ti"),
+        ("0.20.2", "cpu"),
+    ]
+    gpu_row = rows[1]
+    assert gpu_row[1] == "gdn-linear-attn-v020"
+    assert gpu_row[4] == "cu130"
+    assert gpu_row[5] == "2× NVIDIA GeForce RTX 2080 Ti (sm_75)"
+    assert gpu_row[7:10] == ["✅ pass", "✅ pass", "✅ pass"]
+    assert gpu_row[10] == "2026-11-28"
+    assert rows[2][1].startswith("none [")
+    assert rows[2][7].startswith("⚠️ error [")
+
+
+def test_skip_and_error_reasons_become_numbered_notes(workspace):
+    results, _ = workspace
+    block = render_block(collect_results(results))
+    assert "- [1] kernel: all 2 tests skipped: no CUDA GPU" in block
+    assert "(exit 5): a tier without tests is an error" in block
+    assert "Legend:" in block and "`nox -s compat`" in block
+
+
+def test_running_twice_changes_nothing(workspace):
+    results, doc = workspace
+    regenerate(results, doc)
+    first = doc.read_bytes()
+    assert regenerate(results, doc) is False
+    assert doc.read_bytes() == first
+
+
+def test_file_order_on_disk_does_not_matter(workspace, tmp_path):
+    results, doc = workspace
+    regenerate(results, doc)
+    shuffled = tmp_path / "shuffled"
+    for path in sorted(results.glob("*/*.json"), reverse=True):
+        target = shuffled / path.parent.name / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(path.read_text())
+    assert regenerate(shuffled, doc) is False
+
+
+def test_corrupt_json_is_one_error_naming_the_file_and_the_doc_is_untouched(workspace):
+    results, doc = workspace
+    before = doc.read_bytes()
+    bad = results / "cpu" / "vllm-0.20.2.json"
+    bad.write_text('{"schema_version": 1,')
+    with pytest.raises(MatrixError) as caught:
+        regenerate(results, doc)
+    (message,) = caught.value.messages
+    assert message.startswith(f"{bad}:1:") and "malformed JSON" in message
+    assert doc.read_bytes() == before
+    assert sorted(p.name for p in doc.parent.iterdir() if p.is_file()) == ["compat.md"]
+
+
+def test_bad_field_is_an_error_naming_file_and_field_and_the_doc_is_untouched(workspace):
+    results, doc = workspace
+    before = doc.read_bytes()
+    path = results / "nvidia-geforce-rtx-2080-ti" / "vllm-0.21.0.json"
+    data = json.loads(path.read_text())
+    data["tiers"]["serve"]["outcome"] = "green"
+    path.write_text(json.dumps(data))
+    with pytest.raises(MatrixError) as caught:
+        regenerate(results, doc)
+    assert caught.value.messages == [
+        f"{path}: field 'tiers.serve.outcome': 'green' is not one of "
+        "pass, fail, skipped, error, not-run"
+    ]
+    assert doc.read_bytes() == before
+
+
+def test_result_in_the_wrong_place_is_an_error(workspace):
+    results, doc = workspace
+    source = results / "cpu" / "vllm-0.21.0.json"
+    moved = results / "nvidia-h200" / "vllm-0.21.0.json"
+    moved.parent.mkdir()
+    source.rename(moved)
+    with pytest.raises(
+        MatrixError, match=r"field 'runner': 'cpu' but the file lies in nvidia-h200/"
+    ):
+        regenerate(results, doc)
+
+
+def test_partial_result_is_refused(workspace):
+    results, doc = workspace
+    path = results / "cpu" / "vllm-0.21.0.json"
+    data = json.loads(path.read_text())
+    data["complete"] = False
+    path.write_text(json.dumps(data))
+    with pytest.raises(MatrixError, match="field 'complete': false"):
+        regenerate(results, doc)
+
+
+def test_missing_results_folder_is_a_clear_error(tmp_path):
+    doc = tmp_path / "compat.md"
+    shutil.copy(DATA / "compat_template.md", doc)
+    with pytest.raises(MatrixError, match="results folder does not exist"):
+        regenerate(tmp_path / "absent", doc)
+
+
+def test_missing_doc_is_a_clear_error(workspace):
+    results, doc = workspace
+    doc.unlink()
+    with pytest.raises(MatrixError, match="cannot read the compat doc"):
+        regenerate(results, doc)
+    assert not doc.exists()
+
+
+def test_empty_results_folder_says_so(tmp_path):
+    (tmp_path / "results").mkdir()
+    assert "No results yet" in render_block(collect_results(tmp_path / "results"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "no markers at all\n",
+        f"{MARK_START}\n{MARK_END}\n{MARK_START}\n{MARK_END}\n",
+        f"{MARK_END}\nx\n{MARK_START}\n",
+    ],
+    ids=["none", "twice", "reversed"],
+)
+def test_doc_without_exactly_one_marker_pair_is_an_error_and_untouched(workspace, text):
+    results, doc = workspace
+    doc.write_text(text)
+    with pytest.raises(MatrixError, match=str(doc)):
+        regenerate(results, doc)
+    assert doc.read_text() == text
+
+
+def test_cli_exit_codes(workspace, capsys):
+    results, doc = workspace
+    args = ["--results", str(results), "--doc", str(doc)]
+    assert main([*args, "--check"]) == 1, "template doc is stale"
+    assert main(args) == 0
+    assert main([*args, "--check"]) == 0
+    assert main(["--results", str(results / "absent"), "--doc", str(doc)]) == 2
+    assert "compat: error:" in capsys.readouterr().err

@@ -1,0 +1,109 @@
+"""Environment facts: never fail on a broken environment, record the adapter family defensively."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+from caovan.matrix import envinfo
+
+
+def test_host_kind():
+    assert envinfo.host_kind({}) == "local"
+    assert envinfo.host_kind({"CI": "true"}) == "ci"
+    github = {"GITHUB_ACTIONS": "true", "RUNNER_ENVIRONMENT": "self-hosted", "CI": "true"}
+    assert envinfo.host_kind(github) == "self-hosted"
+
+
+def test_gather_without_family_has_the_fields_result_files_need():
+    info = envinfo.gather(with_family=False)
+    for key in ("python", "gpu", "vllm", "torch", "triton", "torch_cuda", "gpu_arch", "family"):
+        assert key in info, key
+    assert info["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert info["family"] is None and "not probed" in info["family_reason"]
+    if info["torch"] is None:
+        assert info["gpu"] == "cpu" and "torch" in info["errors"]
+    json.dumps(info)  # JSON-serialisable as is
+
+
+def install_fake_registry(monkeypatch, select_adapter) -> None:
+    adapters = types.ModuleType("caovan.adapters")
+    registry = types.ModuleType("caovan.adapters.registry")
+    registry.select_adapter = select_adapter
+    adapters.registry = registry
+    monkeypatch.setitem(sys.modules, "caovan.adapters", adapters)
+    monkeypatch.setitem(sys.modules, "caovan.adapters.registry", registry)
+
+
+def test_family_is_recorded_from_the_plugins_probe(monkeypatch):
+    report = types.SimpleNamespace(family_id="gdn-linear-attn-v020", ok=True, reason="hooks found")
+    selection = types.SimpleNamespace(
+        family_id="gdn-linear-attn-v020", reason="family=gdn-linear-attn-v020", reports=(report,)
+    )
+    install_fake_registry(monkeypatch, lambda: selection)
+    facts = envinfo.family_facts({})
+    assert facts["family"] == "gdn-linear-attn-v020"
+    assert facts["family_reason"] == "family=gdn-linear-attn-v020"
+    assert facts["family_probes"] == [
+        {"family_id": "gdn-linear-attn-v020", "ok": True, "reason": "hooks found"}
+    ]
+
+
+def test_refused_family_is_null_with_the_reason(monkeypatch):
+    selection = types.SimpleNamespace(family_id=None, reason="no GDN family matches vLLM 0.99.0")
+    install_fake_registry(monkeypatch, lambda: selection)
+    facts = envinfo.family_facts({})
+    assert facts["family"] is None
+    assert facts["family_reason"] == "no GDN family matches vLLM 0.99.0"
+
+
+def test_probe_that_raises_is_recorded_not_propagated(monkeypatch):
+    def explode():
+        raise RuntimeError("vllm import failed")
+
+    install_fake_registry(monkeypatch, explode)
+    errors: dict[str, str] = {}
+    facts = envinfo.family_facts(errors)
+    assert facts["family"] is None
+    assert "RuntimeError: vllm import failed" in facts["family_reason"]
+    assert errors["family"] == "RuntimeError: vllm import failed"
+
+
+def test_missing_adapters_package_is_recorded(monkeypatch):
+    monkeypatch.setitem(sys.modules, "caovan.adapters", None)  # import of it raises ImportError
+    facts = envinfo.family_facts({})
+    assert facts["family"] is None
+    assert facts["family_reason"].startswith("caovan.adapters.registry is not importable")
+
+
+def test_cli_writes_json_to_a_file(tmp_path):
+    target = tmp_path / "env.json"
+    assert envinfo.main(["--no-family", "--output", str(target)]) == 0
+    assert json.loads(target.read_text())["envinfo_version"] == envinfo.ENVINFO_VERSION
+
+
+def test_package_versions_come_from_installed_metadata(monkeypatch):
+    installed = {"vllm": "0.21.0", "triton": "3.6.0"}
+
+    def version(name):
+        if name not in installed:
+            raise envinfo.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(envinfo.metadata, "version", version)
+    info = envinfo.gather(with_family=False)
+    assert (info["vllm"], info["triton"], info["plugin"]) == ("0.21.0", "3.6.0", None)
+    assert info["packages"]["numpy"] is None
+
+
+def test_cli_stdout_carries_only_the_json_even_when_imports_print(monkeypatch, capsys):
+    def noisy_gather(*, with_family):
+        print("INFO 11-30 [config.py:70] what vLLM prints on import")
+        return {"envinfo_version": envinfo.ENVINFO_VERSION, "family": None}
+
+    monkeypatch.setattr(envinfo, "gather", noisy_gather)
+    assert envinfo.main([]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["envinfo_version"] == envinfo.ENVINFO_VERSION
+    assert "what vLLM prints" in captured.err

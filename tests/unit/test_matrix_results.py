@@ -1,0 +1,266 @@
+"""Fingerprints, currency (what a rerun skips), resuming from partial state, result documents."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from caovan.matrix import RESULT_SCHEMA_VERSION, MatrixError
+from caovan.matrix.fingerprint import plugin_version, source_fingerprint
+from caovan.matrix.results import (
+    Provenance,
+    build_result,
+    is_current,
+    plan_row,
+    validate_result,
+    write_json_atomic,
+)
+from caovan.matrix.schema import MatrixRow
+
+ROW = MatrixRow(
+    id="vllm-0.21.0",
+    vllm="0.21.0",
+    torch="2.11.0",
+    python="3.11",
+    cuda="cu130",
+    tiers=("discovery", "kernel", "serve"),
+    runner_labels=("self-hosted", "linux", "sm75"),
+)
+PROVENANCE = Provenance(ROW.fingerprint(), "0.1.0", "aaaaaaaaaaaaaaaa")
+ENV = {
+    "python": "3.11.7",
+    "gpu": "cpu",
+    "gpu_arch": None,
+    "vllm": "0.21.0",
+    "torch": "2.11.0",
+    "triton": "3.6.0",
+    "torch_cuda": "13.0",
+    "family": None,
+    "family_reason": "probe unavailable",
+}
+
+
+def tier(outcome: str, reason: str | None = "why") -> dict:
+    return {"outcome": outcome, "reason": reason}
+
+
+def document(tiers: dict, *, provenance=PROVENANCE, complete=True, selected=None) -> dict:
+    return build_result(
+        ROW,
+        provenance,
+        runner="cpu",
+        env=ENV,
+        tiers=tiers,
+        selected=selected if selected is not None else list(tiers),
+        started_at="2026-01-01T00:00:00Z",
+        finished_at="2026-01-01T00:10:00Z",
+        complete=complete,
+    )
+
+
+ALL_DONE = {"discovery": tier("pass"), "kernel": tier("skipped"), "serve": tier("error")}
+
+
+# --- fingerprints ----------------------------------------------------------------------------
+
+
+def test_row_fingerprint_follows_what_is_installed_and_run_but_not_runner_labels():
+    fingerprint = ROW.fingerprint()
+    assert fingerprint == dataclasses.replace(ROW, origin="elsewhere.yaml:9").fingerprint()
+    assert fingerprint == dataclasses.replace(ROW, runner_labels=("self-hosted",)).fingerprint()
+    for change in (
+        {"vllm": "0.21.1"},
+        {"torch": "2.11.1"},
+        {"python": "3.12"},
+        {"cuda": "cu128"},
+        {"tiers": ("discovery",)},
+        {"torch_index": "https://example.invalid/whl"},
+        {"extra_requirements": ("numpy==2.3.5",)},
+    ):
+        assert dataclasses.replace(ROW, **change).fingerprint() != fingerprint, change
+
+
+def make_checkout(root: Path) -> Path:
+    (root / "src" / "caovan").mkdir(parents=True)
+    (root / "src" / "caovan" / "__init__.py").write_text('__version__ = "1.2.3"\n')
+    (root / "tests").mkdir()
+    (root / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    return root
+
+
+def test_source_fingerprint_covers_src_tests_and_pyproject_only(tmp_path):
+    root = make_checkout(tmp_path)
+    before = source_fingerprint(root)
+    assert before == source_fingerprint(root)
+
+    (root / "src" / "caovan" / "__pycache__").mkdir()
+    (root / "src" / "caovan" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    (root / "docs").mkdir()
+    (root / "docs" / "compat.md").write_text("changed\n")
+    (root / "tests" / ".pytest_cache").mkdir()
+    (root / "tests" / ".pytest_cache" / "v").write_text("x")
+    assert source_fingerprint(root) == before, "caches and files outside the sources count"
+
+    for path, text in (
+        ("src/caovan/__init__.py", '__version__ = "1.2.3"\n# edit\n'),
+        ("tests/test_a.py", "def test_a():\n    assert True\n"),
+        ("pyproject.toml", "[project]\nname = 'y'\n"),
+        ("tests/data/new.json", "{}"),
+    ):
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        after = source_fingerprint(root)
+        assert after != before, path
+        before = after
+
+
+def test_plugin_version_is_read_from_the_package_init(tmp_path):
+    root = make_checkout(tmp_path)
+    assert plugin_version(root) == "1.2.3"
+    (root / "src" / "caovan" / "__init__.py").write_text("VERSION = 1\n")
+    with pytest.raises(MatrixError, match="__version__"):
+        plugin_version(root)
+
+
+def test_source_fingerprint_refuses_a_folder_that_is_not_a_checkout(tmp_path):
+    with pytest.raises(MatrixError, match="no pyproject.toml"):
+        source_fingerprint(tmp_path)
+
+
+# --- currency ---------------------------------------------------------------------------------
+
+
+def test_fresh_row_runs_every_tier():
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=None, partial=None, redo=False)
+    assert plan.to_run == ["discovery", "kernel", "serve"] and not plan.up_to_date
+
+
+def test_current_complete_result_is_skipped():
+    stored = document(ALL_DONE)
+    assert is_current(stored, PROVENANCE)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=None, redo=False)
+    assert plan.up_to_date and plan.to_run == []
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        Provenance("0000000000000000", "0.1.0", "aaaaaaaaaaaaaaaa"),
+        Provenance(PROVENANCE.row_fingerprint, "0.2.0", "aaaaaaaaaaaaaaaa"),
+        Provenance(PROVENANCE.row_fingerprint, "0.1.0", "bbbbbbbbbbbbbbbb"),
+    ],
+    ids=["row-changed", "plugin-version-changed", "plugin-source-changed"],
+)
+def test_any_provenance_change_reruns_everything(changed):
+    stored = document(ALL_DONE, provenance=changed)
+    assert not is_current(stored, PROVENANCE)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=None, redo=False)
+    assert plan.to_run == ["discovery", "kernel", "serve"] and plan.reused == {}
+
+
+def test_other_schema_version_is_not_current():
+    stored = document(ALL_DONE)
+    stored["schema_version"] = RESULT_SCHEMA_VERSION + 1
+    assert not is_current(stored, PROVENANCE)
+
+
+def test_redo_reruns_a_current_result():
+    stored = document(ALL_DONE)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=None, redo=True)
+    assert plan.to_run == ["discovery", "kernel", "serve"] and plan.reused == {}
+
+
+def test_interrupted_run_resumes_after_the_finished_tiers():
+    partial = document({"discovery": tier("pass")}, complete=False)
+    assert "kernel" not in partial["tiers"], "partial state records finished tiers only"
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=None, partial=partial, redo=False)
+    assert plan.to_run == ["kernel", "serve"]
+    assert plan.reused == {"discovery": tier("pass")}
+    assert plan.reused_env == ENV
+
+
+def test_interrupted_redo_resumes_instead_of_trusting_the_older_result():
+    stored = document(ALL_DONE)
+    partial = document({"discovery": tier("fail")}, complete=False)
+    plan = plan_row(
+        ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=partial, redo=False
+    )
+    assert not plan.up_to_date
+    assert plan.to_run == ["kernel", "serve"] and plan.reused == {"discovery": tier("fail")}
+
+
+def test_stale_partial_state_is_ignored():
+    stale = Provenance(PROVENANCE.row_fingerprint, "0.1.0", "cccccccccccccccc")
+    partial = document({"discovery": tier("pass")}, provenance=stale, complete=False)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=None, partial=partial, redo=False)
+    assert plan.to_run == ["discovery", "kernel", "serve"]
+
+
+def test_tier_selection_marks_the_rest_not_run_and_a_full_run_fills_them_in():
+    plan = plan_row(
+        ROW,
+        PROVENANCE,
+        selected_tiers=["discovery", "bogus"],
+        stored=None,
+        partial=None,
+        redo=False,
+    )
+    assert plan.to_run == ["discovery"] and plan.ignored == ["bogus"]
+    stored = document({"discovery": tier("pass")}, selected=["discovery"])
+    assert stored["tiers"]["kernel"]["outcome"] == "not-run"
+    assert "not selected" in stored["tiers"]["kernel"]["reason"]
+
+    again = plan_row(
+        ROW, PROVENANCE, selected_tiers=["discovery"], stored=stored, partial=None, redo=False
+    )
+    assert again.up_to_date, "the selected tier is current"
+    full = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=None, redo=False)
+    assert full.to_run == ["kernel", "serve"] and list(full.reused) == ["discovery"]
+
+
+def test_build_result_refuses_a_runner_name_that_is_not_a_slug():
+    with pytest.raises(MatrixError, match="runner name"):
+        build_result(
+            ROW, PROVENANCE, runner="NVIDIA H200", env=ENV, tiers={}, selected=[],
+            started_at="x", finished_at="y", complete=True,
+        )  # fmt: skip
+
+
+# --- documents --------------------------------------------------------------------------------
+
+
+def test_a_built_result_validates_and_records_provenance():
+    doc = document(ALL_DONE)
+    assert validate_result(doc, "r.json") == []
+    assert doc["row"]["id"] == "vllm-0.21.0" and doc["runner"] == "cpu"
+    assert doc["row_fingerprint"] == ROW.fingerprint()
+    assert doc["plugin"] == {"version": "0.1.0", "source_fingerprint": "aaaaaaaaaaaaaaaa"}
+
+
+def test_validation_names_the_file_and_field():
+    doc = document(ALL_DONE)
+    doc["tiers"]["kernel"]["outcome"] = "passed"
+    del doc["env"]["gpu"]
+    doc["plugin"]["version"] = 1
+    assert validate_result(doc, "r.json") == [
+        "r.json: field 'plugin.version': expected str, got int 1",
+        "r.json: field 'env.gpu': missing",
+        "r.json: field 'tiers.kernel.outcome': 'passed' is not one of "
+        "pass, fail, skipped, error, not-run",
+    ]
+
+
+def test_atomic_write_replaces_whole_files_and_leaves_no_temp_files(tmp_path):
+    target = tmp_path / "cpu" / "row.json"
+    write_json_atomic(target, {"a": 1})
+    write_json_atomic(target, {"b": 2})
+    assert json.loads(target.read_text()) == {"b": 2}
+    with pytest.raises(TypeError):
+        write_json_atomic(target, {"c": object()})
+    assert json.loads(target.read_text()) == {"b": 2}
+    assert [p.name for p in target.parent.iterdir()] == ["row.json"]

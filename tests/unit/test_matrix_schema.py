@@ -1,0 +1,153 @@
+"""Matrix YAML validation: every mistake is one message naming file, line, row and field."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from caovan.matrix import MatrixError
+from caovan.matrix.__main__ import main as matrix_cli
+from caovan.matrix.schema import load_matrix, matrix_files
+
+REPO = Path(__file__).resolve().parents[2]
+
+VALID_ROW = """\
+  - id: vllm-0.21.0
+    vllm: "0.21.0"
+    torch: "2.11.0"
+    python: "3.11"
+    cuda: cu130
+    tiers: [discovery, kernel, serve]
+    runner_labels: [self-hosted, linux, sm75]
+"""
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def errors_of(*paths: Path) -> list[str]:
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(paths)
+    return caught.value.messages
+
+
+def test_repository_matrix_is_valid_and_has_the_default_rows():
+    rows = load_matrix(matrix_files(REPO / "matrix"), base=REPO)
+    by_id = {row.id: row for row in rows}
+    assert {"vllm-0.20.2", "vllm-0.21.0"} <= set(by_id)
+    for row_id, vllm in (("vllm-0.20.2", "0.20.2"), ("vllm-0.21.0", "0.21.0")):
+        row = by_id[row_id]
+        assert (row.vllm, row.torch, row.python, row.cuda) == (vllm, "2.11.0", "3.11", "cu130")
+        assert row.tiers == ("discovery", "kernel", "serve")
+        assert row.runner_labels == ("self-hosted", "linux", "sm75")
+        assert row.torch_index is None
+        assert row.install_pins() == [f"vllm=={vllm}", "torch==2.11.0"]
+
+
+def test_optional_fields_are_read(tmp_path):
+    extra = VALID_ROW + (
+        "    torch_index: https://download.pytorch.org/whl/cu130\n"
+        '    extra_requirements: ["flashinfer-python==0.5.2"]\n'
+    )
+    (row,) = load_matrix([write(tmp_path, "m.yaml", "rows:\n" + extra)])
+    assert row.torch_index == "https://download.pytorch.org/whl/cu130"
+    assert row.install_pins()[-1] == "flashinfer-python==0.5.2"
+    assert row.origin.endswith("m.yaml:2")
+
+
+def test_malformed_yaml_is_one_message_with_file_line_and_column(tmp_path):
+    path = write(tmp_path, "broken.yaml", "rows:\n  - id: x\n   vllm: [\n")
+    (message,) = errors_of(path)
+    assert message.startswith(f"{path}:3:")
+    assert "malformed YAML" in message
+
+
+def test_unknown_field_names_file_row_and_field(tmp_path):
+    path = write(tmp_path, "m.yaml", "rows:\n" + VALID_ROW + "    colour: blue\n")
+    (message,) = errors_of(path)
+    assert message.startswith(f"{path}:9: row 1 (id 'vllm-0.21.0'): field 'colour': unknown field")
+
+
+def test_missing_field_names_the_field(tmp_path):
+    text = "rows:\n" + VALID_ROW.replace('    torch: "2.11.0"\n', "")
+    (message,) = errors_of(write(tmp_path, "m.yaml", text))
+    assert "row 1 (id 'vllm-0.21.0'): missing field 'torch'" in message
+
+
+@pytest.mark.parametrize(
+    ("replace", "by", "expected"),
+    [
+        ('vllm: "0.21.0"', "vllm: 0.21", "field 'vllm': expected a string, got number 0.21"),
+        ('python: "3.11"', "python: 3.11", "field 'python': expected a string, got number 3.11"),
+        ("tiers: [discovery, kernel, serve]", "tiers: discovery", "field 'tiers': expected a list"),
+        ("cuda: cu130", "cuda: 130", "field 'cuda': expected a string, got integer 130"),
+        (
+            "tiers: [discovery, kernel, serve]",
+            "tiers: [discovery, kernal]",
+            "unknown tier 'kernal'",
+        ),
+        ('vllm: "0.21.0"', 'vllm: ">=0.21"', "field 'vllm': '>=0.21' is not an exact version"),
+        ("id: vllm-0.21.0", "id: Vllm 0.21", "field 'id': 'Vllm 0.21' is not a row id"),
+    ],
+)
+def test_wrong_type_or_value_names_the_field(tmp_path, replace, by, expected):
+    text = "rows:\n" + VALID_ROW.replace(replace, by)
+    (message,) = errors_of(write(tmp_path, "m.yaml", text))
+    assert expected in message
+    assert message.startswith(f"{tmp_path / 'm.yaml'}:")
+
+
+def test_float_version_error_says_to_quote_it(tmp_path):
+    text = "rows:\n" + VALID_ROW.replace('torch: "2.11.0"', "torch: 2.11")
+    (message,) = errors_of(write(tmp_path, "m.yaml", text))
+    assert 'quote versions in YAML: torch: "2.11"' in message
+
+
+def test_duplicate_row_id_across_files_names_both_places(tmp_path):
+    first = write(tmp_path, "a.yaml", "rows:\n" + VALID_ROW)
+    second = write(tmp_path, "b.yaml", "rows:\n" + VALID_ROW)
+    (message,) = errors_of(first, second)
+    assert message == (f"{second}:2: row id 'vllm-0.21.0' is defined twice (first at {first}:2)")
+
+
+def test_duplicate_key_inside_a_row_is_reported(tmp_path):
+    path = write(tmp_path, "m.yaml", "rows:\n" + VALID_ROW + '    vllm: "0.20.2"\n')
+    (message,) = errors_of(path)
+    assert "field 'vllm' is given twice (first at line 3)" in message
+
+
+def test_top_level_must_be_a_mapping_with_rows_only(tmp_path):
+    (message,) = errors_of(write(tmp_path, "list.yaml", "- id: x\n"))
+    assert "expected a mapping with a 'rows' list" in message
+    path = write(tmp_path, "extra.yaml", "rows:\n" + VALID_ROW + "defaults: {}\n")
+    (message,) = errors_of(path)
+    assert message == f"{path}:9: unknown top-level field 'defaults' (only 'rows')"
+
+
+def test_every_problem_is_reported_not_just_the_first(tmp_path):
+    text = "rows:\n" + VALID_ROW.replace("cuda: cu130", "cuda: 130") + "    colour: blue\n"
+    messages = errors_of(write(tmp_path, "m.yaml", text))
+    assert len(messages) == 2
+
+
+def test_validate_cli_exits_2_with_one_line_per_problem(tmp_path, capsys):
+    path = write(tmp_path, "m.yaml", "rows:\n" + VALID_ROW + "    colour: blue\n")
+    assert matrix_cli(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("matrix: error: ") and "'colour'" in err[0]
+
+
+def test_validate_cli_accepts_the_repository_matrix(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert matrix_cli(["validate"]) == 0
+    assert "are valid" in capsys.readouterr().out
+
+
+def test_empty_matrix_folder_is_an_error(tmp_path):
+    with pytest.raises(MatrixError, match="no matrix files"):
+        matrix_files(tmp_path)
