@@ -1,0 +1,282 @@
+"""Tiny GDN + MTP model folders (a ``config.json`` only) for engine tests with ``load_format="dummy"``.
+
+vLLM builds the model from the config alone when asked for dummy weights, so a folder holding just
+``config.json`` is enough for ``vllm.LLM(model=folder, load_format="dummy", skip_tokenizer_init=True)``:
+no tokenizer, no weights, no network.  The shapes keep everything caovan's spec-decode kernels care about
+(K = V = 128 by default, HV/H = 2, conv width 4, the 3-GDN-then-1-attention layer pattern of the released
+models, one MTP layer) and shrink everything else (hidden size, experts, vocabulary) so start-up is quick.
+
+Field names follow vLLM 0.21.0's config classes
+(``vllm/transformers_utils/configs/qwen3_next.py``, ``qwen3_5.py``) and its model code:
+
+* Qwen3-Next (``Qwen3NextForCausalLM``): fields at the top level; the MTP draft
+  (``qwen3_next_mtp.py``) reads ``num_nextn_predict_layers``.  Every decoder layer, the MTP layer included,
+  must be a sparse-MoE layer: ``QwenNextMixtureOfExperts.set_moe_parameters`` raises when a model has none,
+  and the MTP layer (index 0) picks MoE from ``num_experts > 0`` and ``decoder_sparse_step``.  So MoE stays
+  on with 4 small experts instead of being switched off.
+* Qwen3.5 (``Qwen3_5ForConditionalGeneration``): text fields under ``text_config`` plus a ``vision_config``
+  (vLLM always builds the vision tower of this class); the MTP draft reads ``mtp_num_hidden_layers``.
+
+Importable without vLLM or a GPU (standard library only).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE_NAME = "config.json"
+GDN_LAYER_TYPE = "linear_attention"
+FULL_ATTENTION_LAYER_TYPE = "full_attention"
+#: The released Qwen3-Next / Qwen3.5 models put one full-attention layer after every three GDN layers.
+FULL_ATTENTION_INTERVAL = 4
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"tiny model: {name} must be a positive int, got {value!r}")
+
+
+def _check_gdn_shape(
+    num_hidden_layers: int,
+    linear_num_key_heads: int,
+    linear_num_value_heads: int,
+    linear_key_head_dim: int,
+    linear_value_head_dim: int,
+    torch_dtype: str,
+) -> None:
+    for name, value in (
+        ("num_hidden_layers", num_hidden_layers),
+        ("linear_num_key_heads", linear_num_key_heads),
+        ("linear_num_value_heads", linear_num_value_heads),
+        ("linear_key_head_dim", linear_key_head_dim),
+        ("linear_value_head_dim", linear_value_head_dim),
+    ):
+        _check_positive(name, value)
+    if num_hidden_layers % FULL_ATTENTION_INTERVAL:
+        raise ValueError(
+            f"tiny model: num_hidden_layers={num_hidden_layers} must be a multiple of {FULL_ATTENTION_INTERVAL} "
+            "(three GDN layers then one full-attention layer, as in the released models)"
+        )
+    if linear_num_value_heads % linear_num_key_heads:
+        raise ValueError(
+            f"tiny model: linear_num_value_heads={linear_num_value_heads} must be a multiple of "
+            f"linear_num_key_heads={linear_num_key_heads} (value head hv reads key head hv // (HV // H))"
+        )
+    if torch_dtype not in DTYPES:
+        raise ValueError(f"tiny model: torch_dtype must be one of {DTYPES}, got {torch_dtype!r}")
+
+
+def layer_types(num_hidden_layers: int) -> list[str]:
+    """The released pattern: ``linear_attention`` x3 then ``full_attention``, repeated."""
+    return [
+        FULL_ATTENTION_LAYER_TYPE if (i + 1) % FULL_ATTENTION_INTERVAL == 0 else GDN_LAYER_TYPE
+        for i in range(num_hidden_layers)
+    ]
+
+
+def tiny_qwen3_next_config(
+    *,
+    num_hidden_layers: int = 4,
+    hidden_size: int = 256,
+    vocab_size: int = 2048,
+    linear_num_key_heads: int = 2,
+    linear_num_value_heads: int = 4,
+    linear_key_head_dim: int = 128,
+    linear_value_head_dim: int = 128,
+    num_nextn_predict_layers: int = 1,
+    torch_dtype: str = "bfloat16",
+) -> dict[str, Any]:
+    """``config.json`` content of a tiny Qwen3-Next (GDN + gated attention + MoE + MTP)."""
+    _check_gdn_shape(
+        num_hidden_layers,
+        linear_num_key_heads,
+        linear_num_value_heads,
+        linear_key_head_dim,
+        linear_value_head_dim,
+        torch_dtype,
+    )
+    for name, value in (
+        ("hidden_size", hidden_size),
+        ("vocab_size", vocab_size),
+        ("num_nextn_predict_layers", num_nextn_predict_layers),
+    ):
+        _check_positive(name, value)
+    return {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_type": "qwen3_next",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "decoder_sparse_step": 1,
+        "full_attention_interval": FULL_ATTENTION_INTERVAL,
+        "layer_types": layer_types(num_hidden_layers),
+        # Full attention: 4 query heads (the gate doubles q_proj), 2 KV heads, head_dim 128 (FlashAttention and
+        # Triton attention both take it).
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "hidden_size": hidden_size,
+        "initializer_range": 0.02,
+        "intermediate_size": 2 * hidden_size,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": linear_key_head_dim,
+        "linear_num_key_heads": linear_num_key_heads,
+        "linear_num_value_heads": linear_num_value_heads,
+        "linear_value_head_dim": linear_value_head_dim,
+        "max_position_embeddings": 4096,
+        "mlp_only_layers": [],
+        "moe_intermediate_size": 128,
+        "norm_topk_prob": True,
+        "num_attention_heads": 4,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": num_hidden_layers,
+        "num_key_value_heads": 2,
+        "num_nextn_predict_layers": num_nextn_predict_layers,
+        "output_router_logits": False,
+        "partial_rotary_factor": 0.25,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 10000000,
+        "router_aux_loss_coef": 0.001,
+        "shared_expert_intermediate_size": 128,
+        "tie_word_embeddings": False,
+        "torch_dtype": torch_dtype,
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": vocab_size,
+    }
+
+
+def tiny_qwen3_5_config(
+    *,
+    num_hidden_layers: int = 4,
+    hidden_size: int = 256,
+    vocab_size: int = 2048,
+    linear_num_key_heads: int = 2,
+    linear_num_value_heads: int = 6,
+    linear_key_head_dim: int = 128,
+    linear_value_head_dim: int = 128,
+    mtp_num_hidden_layers: int = 1,
+    torch_dtype: str = "bfloat16",
+    mamba_ssm_dtype: str | None = "float32",
+) -> dict[str, Any]:
+    """``config.json`` content of a tiny dense Qwen3.5 / Qwen3.6 (``Qwen3_5ForConditionalGeneration``).
+
+    HV/H defaults to 3 (the 27B ratio: 48/16).  The vision tower is shrunk but present; its special token
+    ids are placed at the top of the small vocabulary.  ``mamba_ssm_dtype`` float32 is what the released
+    configs ask for (fp32 SSM state); ``None`` leaves the field out.
+    """
+    _check_gdn_shape(
+        num_hidden_layers,
+        linear_num_key_heads,
+        linear_num_value_heads,
+        linear_key_head_dim,
+        linear_value_head_dim,
+        torch_dtype,
+    )
+    for name, value in (
+        ("hidden_size", hidden_size),
+        ("vocab_size", vocab_size),
+        ("mtp_num_hidden_layers", mtp_num_hidden_layers),
+    ):
+        _check_positive(name, value)
+    if vocab_size < 16:
+        raise ValueError(f"tiny model: vocab_size={vocab_size} leaves no room for the vision special tokens")
+    if mamba_ssm_dtype is not None and mamba_ssm_dtype not in DTYPES:
+        raise ValueError(f"tiny model: mamba_ssm_dtype must be one of {DTYPES} or None, got {mamba_ssm_dtype!r}")
+    image_token_id, video_token_id = vocab_size - 4, vocab_size - 3
+    vision_start_token_id, vision_end_token_id = vocab_size - 2, vocab_size - 1
+    text_config: dict[str, Any] = {
+        "model_type": "qwen3_5_text",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "attn_output_gate": True,
+        "dtype": torch_dtype,
+        "full_attention_interval": FULL_ATTENTION_INTERVAL,
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "hidden_size": hidden_size,
+        "initializer_range": 0.02,
+        "intermediate_size": 2 * hidden_size,
+        "layer_types": layer_types(num_hidden_layers),
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": linear_key_head_dim,
+        "linear_num_key_heads": linear_num_key_heads,
+        "linear_num_value_heads": linear_num_value_heads,
+        "linear_value_head_dim": linear_value_head_dim,
+        "max_position_embeddings": 4096,
+        "mlp_only_layers": [],
+        "mtp_num_hidden_layers": mtp_num_hidden_layers,
+        "mtp_use_dedicated_embeddings": False,
+        "num_attention_heads": 4,
+        "num_hidden_layers": num_hidden_layers,
+        "num_key_value_heads": 2,
+        "partial_rotary_factor": 0.25,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {
+            "mrope_interleaved": True,
+            # Sections of the rotary half-dimension (head_dim 128 * 0.25 / 2 = 16), as 11/11/10 is for 64.
+            "mrope_section": [6, 5, 5],
+            "partial_rotary_factor": 0.25,
+            "rope_theta": 10000000,
+            "rope_type": "default",
+        },
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "vocab_size": vocab_size,
+    }
+    if mamba_ssm_dtype is not None:
+        text_config["mamba_ssm_dtype"] = mamba_ssm_dtype
+    return {
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
+        "image_token_id": image_token_id,
+        "video_token_id": video_token_id,
+        "vision_start_token_id": vision_start_token_id,
+        "vision_end_token_id": vision_end_token_id,
+        "text_config": text_config,
+        "vision_config": {
+            "model_type": "qwen3_5",
+            "depth": 1,
+            "hidden_size": 64,
+            "hidden_act": "gelu_pytorch_tanh",
+            "intermediate_size": 128,
+            "num_heads": 2,
+            "in_channels": 3,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "out_hidden_size": hidden_size,
+            "num_position_embeddings": 2304,
+            "initializer_range": 0.02,
+        },
+        "tie_word_embeddings": False,
+        "torch_dtype": torch_dtype,
+    }
+
+
+def _write_config(directory: str | Path, config: dict[str, Any]) -> Path:
+    folder = Path(directory)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"tiny model: {folder} exists and is not a directory")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CONFIG_FILE_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return folder
+
+
+def write_tiny_qwen3_next(directory: str | Path, **overrides: Any) -> Path:
+    """Write ``config.json`` of a tiny Qwen3-Next GDN + MTP model into ``directory``; returns the folder.
+
+    ``overrides`` are the keyword arguments of :func:`tiny_qwen3_next_config`.
+    """
+    return _write_config(directory, tiny_qwen3_next_config(**overrides))
+
+
+def write_tiny_qwen3_5(directory: str | Path, **overrides: Any) -> Path:
+    """Write ``config.json`` of a tiny Qwen3.5 GDN + MTP model into ``directory``; returns the folder.
+
+    ``overrides`` are the keyword arguments of :func:`tiny_qwen3_5_config`.
+    """
+    return _write_config(directory, tiny_qwen3_5_config(**overrides))

@@ -1,0 +1,230 @@
+"""The serve tier's engine runner, in the parts that run without a GPU.
+
+Plain tests: argument handling and the small helpers (no vLLM import).  ``discovery`` tests: the helpers that
+act on vLLM's own classes (weight re-draw, GDN layer facts, the stock-kernel call counter), on a hand-built
+module tree with the real vLLM classes, on CPU.
+"""
+
+import json
+import re
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import engine_runner
+import pytest
+import serve_workload
+
+from caovan.testing.tiny_models import write_tiny_qwen3_next
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    return write_tiny_qwen3_next(tmp_path / "tiny")
+
+
+def test_engine_kwargs_follow_the_arguments(model_dir, tmp_path):
+    args = engine_runner.parse_args(
+        ["--model", str(model_dir), "--out", str(tmp_path / "r.json"), "--additional-config", '{"caovan": true}']
+    )
+    kwargs = engine_runner.engine_kwargs(args)
+    assert kwargs == {
+        "model": str(model_dir),
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "enforce_eager": True,
+        "dtype": "float16",
+        "additional_config": {"caovan": True},
+        "gpu_memory_utilization": 0.3,
+        "max_model_len": 512,
+        "max_num_seqs": serve_workload.MAX_NUM_SEQS,
+        "seed": 0,
+        "disable_log_stats": False,
+        "speculative_config": {"method": "mtp", "num_speculative_tokens": 2},
+        "kv_cache_memory_bytes": 1 << 30,
+    }
+    no_spec = engine_runner.engine_kwargs(
+        engine_runner.parse_args(
+            ["--model", str(model_dir), "--out", "r", "--num-speculative-tokens", "0", "--kv-cache-memory-bytes", "0"]
+        )
+    )
+    assert "speculative_config" not in no_spec and "kv_cache_memory_bytes" not in no_spec
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--additional-config", "[1]"], "must be a JSON object, got list"),
+        (["--additional-config", "{x"], "not valid JSON"),
+        (["--num-speculative-tokens", "-1"], "must be >= 0, got -1"),
+        (["--gpu-memory-utilization", "0"], r"must be in \(0, 1\], got 0.0"),
+        (["--max-model-len", "64"], "shorter than the workload's longest request"),
+        (["--dtype", "float32"], "invalid choice: 'float32'"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(model_dir, capsys, extra, message):
+    with pytest.raises(SystemExit) as exit_info:
+        engine_runner.parse_args(["--model", str(model_dir), "--out", "r.json", *extra])
+    assert exit_info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_missing_model_folder_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        engine_runner.parse_args(["--model", str(tmp_path / "none"), "--out", "r.json"])
+    assert "no config.json there" in capsys.readouterr().err
+
+
+def test_script_prints_engine_kwargs_without_importing_vllm(model_dir):
+    # Run as the serve test runs it (a script by path); -X importtime lists every module imported.
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", engine_runner.__file__, "--model", str(model_dir), "--out", "r.json"]
+        + ["--print-engine-kwargs"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["speculative_config"]["method"] == "mtp"
+    assert not re.search(r"\|\s+(vllm|torch)$", done.stderr, re.MULTILINE)
+
+
+def test_stock_kernel_counter_counts_only_speculative_calls():
+    counter = engine_runner.StockSpecKernelCalls()
+    calls = []
+    wrapped = counter._counted("fused_sigmoid_gating_delta_rule_update", lambda *a, **k: calls.append((a, k)) or 7)
+    assert wrapped(1, num_accepted_tokens=None) == 7
+    assert wrapped(2, num_accepted_tokens=object()) == 7
+    assert wrapped(3) == 7
+    assert len(calls) == 3
+    assert counter.total["fused_sigmoid_gating_delta_rule_update"] == 3
+    assert counter.spec["fused_sigmoid_gating_delta_rule_update"] == 1
+
+
+def test_exception_chain_is_recorded_outermost_first():
+    try:
+        try:
+            raise ValueError("inner reason")
+        except ValueError as inner:
+            raise RuntimeError("engine failed to start") from inner
+    except RuntimeError as outer:
+        described = engine_runner.describe_exception(outer)
+    assert described["type"] == "builtins.RuntimeError"
+    assert [link["message"] for link in described["chain"]] == ["engine failed to start", "inner reason"]
+
+
+def test_top_logprobs_are_best_first_and_cut_to_k():
+    position = {5: SimpleNamespace(logprob=-2.0), 9: SimpleNamespace(logprob=-0.5), 3: SimpleNamespace(logprob=-1.0)}
+    assert engine_runner.top_logprobs(position, 2) == [[9, -0.5], [3, -1.0]]
+    assert engine_runner.top_logprobs(None, 2) == []
+
+
+@pytest.mark.discovery
+def test_workload_requests_are_valid_vllm_inputs():
+    prompts, params = engine_runner.workload_requests(logprobs=2)
+    assert [p["prompt_token_ids"] for p in prompts] == [list(ids) for ids in serve_workload.PROMPT_TOKEN_IDS]
+    assert [p.max_tokens for p in params] == list(serve_workload.MAX_TOKENS)
+    assert all(p.temperature == 0.0 and p.ignore_eos and p.logprobs == 2 and not p.detokenize for p in params)
+
+
+# --- with the real vLLM classes (CPU) -------------------------------------------------------------------------
+
+
+def _bare(cls, **params):
+    """An instance of a vLLM layer class without its __init__ (which needs a device and a vLLM config)."""
+    from torch import nn
+
+    module = object.__new__(cls)
+    nn.Module.__init__(module)
+    for name, value in params.items():
+        setattr(module, name, nn.Parameter(value, requires_grad=False))
+    return module
+
+
+def _tree():
+    import torch
+    from torch import nn
+    from vllm.model_executor.layers.fused_moe import FusedMoE
+    from vllm.model_executor.layers.layernorm import GemmaRMSNorm, RMSNormGated
+    from vllm.model_executor.layers.mamba.gdn_linear_attn import GatedDeltaNetAttention
+
+    class Tree(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(16, 8)
+            self.input_layernorm = _bare(GemmaRMSNorm, weight=torch.full((8,), 5.0))
+            self.mlp = nn.Module()  # a sparse-MoE block: router + experts + shared expert
+            self.mlp.gate = nn.Linear(8, 2, bias=False)
+            self.mlp.experts = _bare(FusedMoE, w13_weight=torch.full((2, 4, 8), 1e-3))
+            self.mlp.shared_expert = nn.Linear(8, 8, bias=False)
+            self.layers = nn.ModuleList()
+            for bound in (True, False):
+                gdn = _bare(GatedDeltaNetAttention, A_log=torch.zeros(4), dt_bias=torch.zeros(4))
+                gdn.norm = _bare(RMSNormGated, weight=torch.full((8,), 5.0))
+                gdn.out_proj = nn.Linear(8, 8, bias=True)
+                gdn.num_spec = 2
+                if bound:
+                    gdn._forward_core = lambda *args: None  # what caovan's layer does when it takes over
+                self.layers.append(gdn)
+            self.odd_vector = nn.Parameter(torch.full((3,), 7.0))
+
+    return Tree()
+
+
+@pytest.mark.discovery
+def test_hf_init_redraws_by_module_kind_and_is_reproducible():
+    import torch
+
+    tree = _tree()
+    summary = engine_runner.hf_init_weights(tree)
+    assert summary["rules"] == {
+        "matrix ~ normal(0, 0.02)": 3,
+        "Gemma RMSNorm offset = 0": 1,
+        "A_log = log U(0, 16)": 2,
+        "dt_bias = 1": 2,
+        "gated RMSNorm gain = 1": 2,
+        "bias = 0": 2,
+        "MoE block: kept dummy": 3,
+    }
+    assert summary["untouched"] == ["odd_vector"]
+    assert summary["moe_blocks"] == ["mlp"]
+    assert torch.all(tree.mlp.experts.w13_weight == 1e-3)  # MoE keeps the dummy values
+    gdn = tree.layers[0]
+    assert torch.all(gdn.dt_bias == 1) and torch.all(gdn.norm.weight == 1)
+    assert torch.all(tree.input_layernorm.weight == 0)
+    assert torch.all(gdn.A_log.exp() <= 16) and torch.all(gdn.A_log.exp() >= 1e-3)
+    assert 0.01 < float(tree.embed_tokens.weight.detach().std()) < 0.03
+    # Same names, same values: every engine of the tier gets the same weights.
+    before = [p.detach().clone() for p in tree.parameters()]
+    engine_runner.hf_init_weights(tree)
+    assert all(torch.equal(a, b) for a, b in zip(before, tree.parameters(), strict=True))
+    # Different tensors of the same shape get different values (unlike vLLM's dummy loader).
+    assert not torch.equal(tree.layers[0].out_proj.weight, tree.layers[1].out_proj.weight)
+
+
+@pytest.mark.discovery
+def test_gdn_layer_facts_tell_bound_cores_apart():
+    facts = engine_runner.gdn_layer_facts(_tree())
+    assert facts == {
+        "gdn_layers": ["layers.0", "layers.1"],
+        "classes": ["GatedDeltaNetAttention"],
+        "caovan_core_bound": ["layers.0"],
+        "num_spec": [2],
+    }
+
+
+@pytest.mark.discovery
+def test_stock_kernel_counter_wraps_the_functions_vllm_calls(monkeypatch):
+    import importlib
+
+    module = importlib.import_module(engine_runner.STOCK_GDN_MODULE)
+    originals = {}
+    for name in engine_runner.STOCK_SPEC_KERNELS:
+        originals[name] = getattr(module, name)
+        monkeypatch.setattr(module, name, originals[name])  # restored at teardown
+    counter = engine_runner.StockSpecKernelCalls()
+    counter.install()
+    for name in engine_runner.STOCK_SPEC_KERNELS:
+        assert getattr(module, name) is not originals[name]
+        assert getattr(module, name).__wrapped__ is originals[name]
+    assert counter.snapshot()["module"] == engine_runner.STOCK_GDN_MODULE

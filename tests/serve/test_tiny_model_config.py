@@ -1,0 +1,108 @@
+"""The tiny GDN + MTP model folders of the serve tier: their content, and that vLLM 0.21 reads them (no GPU).
+
+The plain tests need neither vLLM nor a GPU.  ``test_vllm_reads_the_tiny_model_with_its_mtp_draft`` is in the
+``discovery`` tier: it imports the real vLLM and builds the target ``ModelConfig`` and the MTP
+``SpeculativeConfig`` the engine would build, on CPU.
+"""
+
+import json
+
+import pytest
+import serve_workload
+
+from caovan.model_check import check_model_dir
+from caovan.testing import tiny_models
+
+
+@pytest.mark.parametrize("writer", [tiny_models.write_tiny_qwen3_next, tiny_models.write_tiny_qwen3_5])
+def test_tiny_model_is_a_caovan_candidate(tmp_path, writer):
+    folder = writer(tmp_path / "m")
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json"]  # no weights, no tokenizer
+    report = check_model_dir(folder)
+    assert report.is_candidate, report.to_dict()
+    failing = [r for r in report.to_dict()["reasons"] if r["status"] == "fail"]
+    assert failing == []
+
+
+def test_tiny_qwen3_next_fields():
+    config = tiny_models.tiny_qwen3_next_config(torch_dtype="float16")
+    assert config["architectures"] == ["Qwen3NextForCausalLM"]
+    assert config["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
+    assert config["linear_num_value_heads"] // config["linear_num_key_heads"] == 2
+    assert config["linear_key_head_dim"] == config["linear_value_head_dim"] == 128
+    assert config["num_nextn_predict_layers"] == 1
+    assert config["num_experts"] > 0  # vLLM's Qwen3-Next (and its MTP layer) require a MoE layer
+    assert config["torch_dtype"] == "float16"
+    # The workload's token ids must exist in the vocabulary.
+    assert serve_workload.TOKEN_ID_LIMIT <= config["vocab_size"]
+    assert all(0 < t < serve_workload.TOKEN_ID_LIMIT for ids in serve_workload.PROMPT_TOKEN_IDS for t in ids)
+
+
+def test_tiny_qwen3_5_fields():
+    config = tiny_models.tiny_qwen3_5_config()
+    text = config["text_config"]
+    assert config["architectures"] == ["Qwen3_5ForConditionalGeneration"]
+    assert text["linear_num_value_heads"] // text["linear_num_key_heads"] == 3
+    assert text["mtp_num_hidden_layers"] == 1
+    assert text["mamba_ssm_dtype"] == "float32"
+    rotary_half = int(text["head_dim"] * text["rope_parameters"]["partial_rotary_factor"]) // 2
+    assert sum(text["rope_parameters"]["mrope_section"]) == rotary_half
+    special = [config[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")]
+    assert all(serve_workload.TOKEN_ID_LIMIT <= t < text["vocab_size"] for t in special)
+    assert "mamba_ssm_dtype" not in tiny_models.tiny_qwen3_5_config(mamba_ssm_dtype=None)["text_config"]
+
+
+def test_writer_round_trips_and_overwrites(tmp_path):
+    folder = tiny_models.write_tiny_qwen3_next(tmp_path / "m", linear_num_value_heads=6)
+    assert json.loads((folder / "config.json").read_text())["linear_num_value_heads"] == 6
+    tiny_models.write_tiny_qwen3_next(folder)
+    assert json.loads((folder / "config.json").read_text())["linear_num_value_heads"] == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_hidden_layers": 6}, "num_hidden_layers=6 must be a multiple of 4"),
+        ({"linear_num_value_heads": 5}, "linear_num_value_heads=5 must be a multiple of linear_num_key_heads=2"),
+        ({"linear_key_head_dim": 0}, "linear_key_head_dim must be a positive int, got 0"),
+        ({"hidden_size": True}, "hidden_size must be a positive int, got True"),
+        ({"torch_dtype": "half"}, "torch_dtype must be one of"),
+        ({"num_nextn_predict_layers": -1}, "num_nextn_predict_layers must be a positive int"),
+    ],
+)
+def test_bad_shape_is_one_clear_error(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_models.tiny_qwen3_next_config(**kwargs)
+
+
+def test_writer_refuses_a_file_in_the_way(tmp_path):
+    (tmp_path / "taken").write_text("x")
+    with pytest.raises(ValueError, match="exists and is not a directory"):
+        tiny_models.write_tiny_qwen3_next(tmp_path / "taken")
+
+
+@pytest.mark.discovery
+@pytest.mark.parametrize(
+    ("writer", "architecture", "draft_architecture"),
+    [
+        (tiny_models.write_tiny_qwen3_next, "Qwen3NextForCausalLM", "Qwen3NextMTP"),
+        (tiny_models.write_tiny_qwen3_5, "Qwen3_5ForConditionalGeneration", "Qwen3_5MTP"),
+    ],
+)
+def test_vllm_reads_the_tiny_model_with_its_mtp_draft(tmp_path, writer, architecture, draft_architecture):
+    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
+    from vllm.transformers_utils.config import get_config
+
+    folder = writer(tmp_path / "m")
+    hf_config = get_config(str(folder), trust_remote_code=False)
+    text = hf_config.get_text_config()
+    assert text.layer_types == ["linear_attention"] * 3 + ["full_attention"]
+
+    target = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float16", max_model_len=512, seed=0)
+    assert target.architectures == [architecture]
+    assert target.is_hybrid
+    spec = SpeculativeConfig(
+        method="mtp", num_speculative_tokens=2, target_model_config=target, target_parallel_config=ParallelConfig()
+    )
+    assert spec.method == "mtp" and spec.num_speculative_tokens == 2
+    assert spec.draft_model_config.architectures == [draft_architecture]
