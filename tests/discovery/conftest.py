@@ -1,9 +1,4 @@
-import os
-
 import pytest
-
-# Probing must behave the same with or without a GPU; hide CUDA before vLLM is first imported.
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 
 @pytest.fixture(scope="session")
