@@ -37,7 +37,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import nox
@@ -52,16 +51,9 @@ from caovan.matrix.compat import regenerate  # noqa: E402
 from caovan.matrix.envinfo import PLUGIN_DISTRIBUTION  # noqa: E402
 from caovan.matrix.fingerprint import plugin_version, source_fingerprint  # noqa: E402
 from caovan.matrix.options import TRUE_WORDS, parse_matrix_options  # noqa: E402
-from caovan.matrix.results import (  # noqa: E402
-    Provenance,
-    build_result,
-    plan_row,
-    read_json_or_none,
-    result_path,
-    write_json_atomic,
-)
+from caovan.matrix.results import Provenance  # noqa: E402
+from caovan.matrix.row_run import Prepared, run_row  # noqa: E402
 from caovan.matrix.schema import MatrixRow, load_matrix, matrix_files  # noqa: E402
-from caovan.matrix.tiers import run_tier, utc_now  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -98,10 +90,7 @@ SYSTEM_SITE_PACKAGES = os.environ.get("CAOVAN_SYSTEM_SITE_PACKAGES", "").lower()
 def _row_params(*, tagged: bool) -> list:
     # The row's Python picks the session interpreter (nox takes "python" out of the params).
     # Row-id tags go on the matrix sessions only: `nox -t vllm-0.21.0` runs that row, nothing else.
-    return [
-        nox.param(row.id, row.python, id=row.id, tags=[row.id] if tagged else [])
-        for row in ROWS.values()
-    ]
+    return [nox.param(row.id, row.python, id=row.id, tags=[row.id] if tagged else []) for row in ROWS.values()]
 
 
 def _run_env(session: nox.Session) -> dict[str, str]:
@@ -120,37 +109,21 @@ def plugin_wheel(session: nox.Session, wheelhouse: Path | None = None) -> Path:
     target = CACHE_DIR / "wheels" / fingerprint
     built = sorted(target.glob("*.whl"))
     if built:
-        session.log(
-            f"plugin wheel: reusing {built[0].relative_to(CACHE_DIR)} (source {fingerprint})"
-        )
+        session.log(f"plugin wheel: reusing {built[0].relative_to(CACHE_DIR)} (source {fingerprint})")
         return built[0]
     staging = CACHE_DIR / "wheels" / f".staging-{fingerprint}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     session.log(f"plugin wheel: building (source {fingerprint})")
     if shutil.which("uv"):
-        offline = (
-            ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)]
-            if wheelhouse
-            else []
-        )
-        session.run(
-            "uv", "build", "--wheel", "--out-dir", str(staging), *offline, str(ROOT), external=True
-        )
+        offline = ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)] if wheelhouse else []
+        session.run("uv", "build", "--wheel", "--out-dir", str(staging), *offline, str(ROOT), external=True)
     else:
-        offline = (
-            ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)]
-            if wheelhouse
-            else []
-        )
+        offline = ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)] if wheelhouse else []
         session.install("pip", *offline)
-        session.run(
-            "python", "-m", "pip", "wheel", "--no-deps", *offline, "-w", str(staging), str(ROOT)
-        )
+        session.run("python", "-m", "pip", "wheel", "--no-deps", *offline, "-w", str(staging), str(ROOT))
     wheels = sorted(staging.glob("*.whl"))
     if len(wheels) != 1:
-        session.error(
-            f"plugin wheel: expected one wheel in {staging}, found {[w.name for w in wheels]}"
-        )
+        session.error(f"plugin wheel: expected one wheel in {staging}, found {[w.name for w in wheels]}")
     try:
         os.replace(staging, target)
     except OSError:  # another run finished the same build first: use its wheel
@@ -192,9 +165,7 @@ def install_row(session: nox.Session, row: MatrixRow, wheel: Path, wheelhouse: P
 
 def gather_envinfo(session: nox.Session, destination: Path) -> dict:
     """Environment facts measured inside the row venv (imports torch, and vLLM for the family)."""
-    session.log(
-        "envinfo: python -m caovan.matrix.envinfo (probes the GDN adapter family; imports vLLM)"
-    )
+    session.log("envinfo: python -m caovan.matrix.envinfo (probes the GDN adapter family; imports vLLM)")
     destination.unlink(missing_ok=True)
     session.run("python", "-m", "caovan.matrix.envinfo", "--output", str(destination))
     return json.loads(destination.read_text(encoding="utf-8"))
@@ -214,94 +185,39 @@ def matrix(session: nox.Session, row_id: str) -> None:
     except MatrixError as exc:
         session.error(str(exc))
     provenance = Provenance(row.fingerprint(), plugin_version(ROOT), source_fingerprint(ROOT))
-    result_file = result_path(RESULTS_DIR, options.runner, row.id)
-    state_file = CACHE_DIR / "state" / options.runner / f"{row.id}.json"
-    shown_result = result_file.relative_to(ROOT)
     session.log(
         f"row {row.id} ({row.origin}): vllm=={row.vllm} torch=={row.torch} "
         f"python {row.python} {row.cuda}; runner {options.runner}; "
         f"fingerprints: row {provenance.row_fingerprint}, plugin {provenance.plugin_version}, "
         f"source {provenance.source_fingerprint}"
     )
-    stored = read_json_or_none(result_file)
-    partial = read_json_or_none(state_file)
-    plan = plan_row(
-        row,
-        provenance,
-        selected_tiers=options.tiers,
-        stored=stored,
-        partial=partial,
-        redo=options.redo,
-    )
-    if plan.ignored:
-        session.log(f"tiers {', '.join(plan.ignored)}: not in this row, ignored")
-    if not plan.selected:
-        session.skip(
-            f"row {row.id} has none of the selected tiers ({', '.join(options.tiers or ())})"
-        )
-    if plan.up_to_date:
-        session.log(
-            f"{shown_result} is current for tiers {', '.join(plan.selected)}: nothing to do "
-            "(-- --redo or CAOVAN_REDO=1 runs it again)"
-        )
-        return
-    if plan.reused:
-        session.log(
-            f"resuming: tiers {', '.join(plan.reused)} already done with this checkout, kept"
-        )
+    if options.tiers is not None and not any(t in row.tiers for t in options.tiers):
+        session.skip(f"row {row.id} has none of the selected tiers ({', '.join(options.tiers)})")
 
-    started_at = (partial or {}).get("started_at") if plan.reused and partial else None
-    started_at = started_at or utc_now()
-    tiers: dict[str, dict] = dict(plan.reused)
-    env = plan.reused_env or {}
-    install: dict = {"wheelhouse": str(options.wheelhouse) if options.wheelhouse else None}
-    selected = list(plan.selected)
-
-    def save_state() -> None:
-        doc = build_result(
-            row, provenance, runner=options.runner, env=env, tiers=tiers, selected=selected,
-            started_at=started_at, finished_at=utc_now(), complete=False, install=install,
-        )  # fmt: skip
-        write_json_atomic(state_file, doc)
-
-    if plan.to_run:
-        clock = time.monotonic()
+    def prepare() -> Prepared:
         wheel = plugin_wheel(session, options.wheelhouse)
         install_row(session, row, wheel, options.wheelhouse)
-        install["duration_s"] = round(time.monotonic() - clock, 1)
         env = gather_envinfo(session, CACHE_DIR / "envinfo" / options.runner / f"{row.id}.json")
-        session.log(
-            f"envinfo: vllm {env.get('vllm')}, torch {env.get('torch')} "
-            f"(CUDA {env.get('torch_cuda')}), triton {env.get('triton')}, "
-            f"gpu {env.get('gpu')} {env.get('gpu_arch') or ''}, "
-            f"family {env.get('family')} ({env.get('family_reason')})"
-        )
-        save_state()
-        python = str(Path(session.bin) / "python")
-        for number, tier in enumerate(plan.to_run, start=1):
-            session.log(f"tier {number}/{len(plan.to_run)} {tier}: pytest tests -m {tier}")
-            tiers[tier] = run_tier(
-                python,
-                tier,
-                junit_path=CACHE_DIR / "junit" / options.runner / row.id / f"{tier}.xml",
-                log_path=CACHE_DIR / "logs" / options.runner / row.id / f"{tier}.log",
-                cwd=ROOT,
-                env=_run_env(session),
-            )
-            session.log(f"tier {tier}: {tiers[tier]['outcome']} — {tiers[tier]['reason']}")
-            save_state()
+        return Prepared(str(Path(session.bin) / "python"), env, {}, _run_env(session))
 
-    document = build_result(
-        row, provenance, runner=options.runner, env=env, tiers=tiers, selected=selected,
-        started_at=started_at, finished_at=utc_now(), complete=True, install=install,
-    )  # fmt: skip
-    write_json_atomic(result_file, document)
-    state_file.unlink(missing_ok=True)
-    summary = ", ".join(f"{tier} {record['outcome']}" for tier, record in document["tiers"].items())
-    session.log(f"wrote {shown_result}: {summary}")
-    bad = [t for t in plan.selected if document["tiers"][t]["outcome"] in ("fail", "error")]
-    if options.strict and bad:
-        session.error(f"--strict: tier(s) {', '.join(bad)} failed or errored (see {shown_result})")
+    outcome = run_row(
+        row,
+        provenance,
+        runner=options.runner,
+        selected_tiers=options.tiers,
+        redo=options.redo,
+        root=ROOT,
+        results_dir=RESULTS_DIR,
+        cache_dir=CACHE_DIR,
+        prepare=prepare,
+        log=session.log,
+        install_note={"wheelhouse": str(options.wheelhouse) if options.wheelhouse else None},
+    )
+    if options.strict and outcome.bad_tiers:
+        session.error(
+            f"--strict: tier(s) {', '.join(outcome.bad_tiers)} failed or errored "
+            f"(see {outcome.result_file.relative_to(ROOT)})"
+        )
 
 
 @nox.session(
@@ -316,9 +232,7 @@ def tests(session: nox.Session) -> None:
     row = ROWS[TESTS_ROW_ID]
     wheel = plugin_wheel(session)
     install_row(session, row, wheel, None)
-    session.log(
-        "pytest tests (all markers; GPU tests skip with their reasons; exit 5 = no tests = failure)"
-    )
+    session.log("pytest tests (all markers; GPU tests skip with their reasons; exit 5 = no tests = failure)")
     try:
         session.run("python", "-m", "pytest", "tests", *session.posargs)
     except nox.command.CommandFailed as exc:
@@ -349,9 +263,7 @@ def compat(session: nox.Session) -> None:
     except MatrixError as exc:
         for message in exc.messages:
             session.warn(f"compat: {message}")
-        session.error(
-            f"compat: {len(exc.messages)} problem(s); {COMPAT_DOC.relative_to(ROOT)} left untouched"
-        )
+        session.error(f"compat: {len(exc.messages)} problem(s); {COMPAT_DOC.relative_to(ROOT)} left untouched")
     session.log(f"{COMPAT_DOC.relative_to(ROOT)}: {'updated' if changed else 'already up to date'}")
 
 
@@ -360,9 +272,7 @@ def _requirement_name(line: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
-def _compile(
-    session: nox.Session, requirements: list[str], work: Path, name: str, index: list[str]
-):
+def _compile(session: nox.Session, requirements: list[str], work: Path, name: str, index: list[str]):
     """``uv pip compile`` for the session's interpreter: pinned lines, without the plugin itself."""
     source, compiled = work / f"{name}.in", work / f"{name}.txt"
     source.write_text("\n".join(requirements) + "\n")
@@ -415,9 +325,7 @@ def wheelhouse(session: nox.Session, row_id: str) -> None:
     uv_index = [*index, "--index-strategy", "unsafe-best-match"] if index else []
 
     session.log(f"wheelhouse: resolving {row.id} for Python {row.python}")
-    pins = _compile(
-        session, [*row.install_pins(), _plugin_requirement(wheel)], work, "row", uv_index
-    )
+    pins = _compile(session, [*row.install_pins(), _plugin_requirement(wheel)], work, "row", uv_index)
     left_out: list[str] = []
     if args.without_host_provided:
         # What a host with this torch already has: torch and those of its dependencies that

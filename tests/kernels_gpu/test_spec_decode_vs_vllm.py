@@ -22,9 +22,7 @@ torch = pytest.importorskip("torch", reason="kernel tier needs PyTorch")
 pytestmark = pytest.mark.kernel
 
 if not torch.cuda.is_available():
-    pytest.skip(
-        "no CUDA GPU: the kernel tier runs Triton kernels on a GPU", allow_module_level=True
-    )
+    pytest.skip("no CUDA GPU: the kernel tier runs Triton kernels on a GPU", allow_module_level=True)
 
 from caovan.kernels.gdn_spec_decode import gdn_spec_decode  # noqa: E402
 from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference  # noqa: E402
@@ -58,9 +56,7 @@ def _check_vs_vllm(case: SpecDecodeCase, vllm_core) -> None:
     ours = accuracy.measure(gdn_spec_decode, inputs, ref)
     theirs = accuracy.measure_vllm(vllm_core, inputs, ref)
     sanity = accuracy.check_standalone(case, theirs)
-    assert not sanity, (
-        f"{case.id}: vLLM's own error is off - reference/builder disagree with vLLM: {sanity}"
-    )
+    assert not sanity, f"{case.id}: vLLM's own error is off - reference/builder disagree with vLLM: {sanity}"
     problems = accuracy.check_against_vllm(case, ours, theirs)
     assert not problems, f"{case.id}: {problems}\n  ours: {ours}\n  vLLM: {theirs}"
 
@@ -85,22 +81,16 @@ def test_mixed_batch_writes_only_spec_rows_and_leaves_inputs_alone(case):
     mine = inputs.clone()
     accuracy.call(gdn_spec_decode, mine)
     spec_rows = set(inputs.plan.token_index)
-    other = torch.tensor(
-        [r for r in range(inputs.plan.num_token_rows) if r not in spec_rows], device=DEVICE
-    )
+    other = torch.tensor([r for r in range(inputs.plan.num_token_rows) if r not in spec_rows], device=DEVICE)
     assert other.numel() > 0
-    assert torch.isnan(mine.out.index_select(0, other)).all(), (
-        "rows of non-spec tokens were written"
-    )
+    assert torch.isnan(mine.out.index_select(0, other)).all(), "rows of non-spec tokens were written"
     for name in ("mixed_qkv", "a", "b"):
         assert torch.equal(getattr(mine, name), getattr(before, name)), f"input {name} was modified"
 
 
 EMPTY_CASES = [
     SpecDecodeCase("qwen3.6-27b-tp2", num_seqs=0, num_spec_tokens=3),
-    SpecDecodeCase(
-        "qwen3.6-27b-tp2", num_seqs=0, num_spec_tokens=3, padded_seqs=4, padded_tokens=5
-    ),
+    SpecDecodeCase("qwen3.6-27b-tp2", num_seqs=0, num_spec_tokens=3, padded_seqs=4, padded_tokens=5),
 ]
 
 
@@ -110,9 +100,7 @@ def test_empty_batch_is_a_no_op(case):
     mine = inputs.clone()
     accuracy.call(gdn_spec_decode, mine)
     torch.cuda.synchronize()
-    assert torch.equal(mine.backing["cache"], inputs.backing["cache"]), (
-        "caches changed on an empty batch"
-    )
+    assert torch.equal(mine.backing["cache"], inputs.backing["cache"]), "caches changed on an empty batch"
 
 
 GRAPH_CASES = [

@@ -114,9 +114,7 @@ def test_rule_against_vllm_uses_the_documented_floor():
     vllm = _report(out=1e-4, ssm=1e-3)
     floor_out = accuracy.FLOOR_ULPS * 2.0**-10 * 1.0
     floor_ssm = accuracy.FLOOR_ULPS * 2.0**-23 * 2.0
-    assert (
-        accuracy.check_against_vllm(case, _report(1e-4 + floor_out, 1e-3 + floor_ssm), vllm) == []
-    )
+    assert accuracy.check_against_vllm(case, _report(1e-4 + floor_out, 1e-3 + floor_ssm), vllm) == []
     fails = accuracy.check_against_vllm(case, _report(1e-4 + 2 * floor_out, 1e-3), vllm)
     assert len(fails) == 1 and fails[0].startswith("out:")
     fails = accuracy.check_against_vllm(case, _report(0.0, 1e-3 + 2 * floor_ssm), vllm)

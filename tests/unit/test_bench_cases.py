@@ -88,10 +88,7 @@ def test_case_ids_name_every_edge_feature():
         accepted="sweep", mixed_lengths=True, null_seqs=1, padded_seqs=2, padded_tokens=3,
         null_write_slots=True, mixed_batch_tokens=4, strided_inputs=True, seed=7,
     )  # fmt: skip
-    assert c.id == (
-        "small/B3/mtp2/ssm-fp16/ssm-kv/conv-DS/bias/acc-sweep/varlen/null1/pad2r3t/nullw/mixed4/"
-        "strided/s7"
-    )
+    assert c.id == ("small/B3/mtp2/ssm-fp16/ssm-kv/conv-DS/bias/acc-sweep/varlen/null1/pad2r3t/nullw/mixed4/strided/s7")
     d = c.as_dict()
     assert d["id"] == c.id and d["num_v_heads"] == 6 and d["conv_dim"] == c.head_config.conv_dim
 
@@ -118,9 +115,7 @@ def test_plan_is_deterministic_in_the_seed():
 
 
 def test_plan_null_and_padded_sequences_look_like_vllm_makes_them():
-    case = SpecDecodeCase(
-        "small", num_seqs=3, num_spec_tokens=3, null_seqs=2, padded_seqs=4, padded_tokens=5
-    )
+    case = SpecDecodeCase("small", num_seqs=3, num_spec_tokens=3, null_seqs=2, padded_seqs=4, padded_tokens=5)
     plan = plan_batch(case)
     kinds = [s.kind for s in plan.seqs]
     assert kinds[-4:] == ["padded"] * 4 and sorted(kinds[:5]) == ["null"] * 2 + ["real"] * 3

@@ -53,9 +53,7 @@ def test_null_slots_and_padding_move_no_state():
     assert with_null.conv_state_write == plain.conv_state_write
     assert with_null.outputs == plain.outputs * 6 // 4  # zero rows are still written
 
-    padded = spec_decode_traffic(
-        plan_batch(SpecDecodeCase("small", 4, 3, padded_seqs=3, padded_tokens=5))
-    )
+    padded = spec_decode_traffic(plan_batch(SpecDecodeCase("small", 4, 3, padded_seqs=3, padded_tokens=5)))
     assert padded.total - padded.metadata == plain.total - plain.metadata
 
 

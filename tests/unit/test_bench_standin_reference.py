@@ -59,9 +59,7 @@ def standin_gdn_spec_decode_reference(
         x = mixed_qkv[rows].to(f64)  # (T_n, dim)
         window = conv_state[c0, :, acc - 1 : acc - 1 + width - 1].to(f64)  # (dim, width-1)
         full = torch.cat([window, x.T], dim=1)  # (dim, width-1+T_n)
-        conv = torch.stack(
-            [(full[:, t : t + width] * w).sum(1) for t in range(length)]
-        )  # (T_n, dim)
+        conv = torch.stack([(full[:, t : t + width] * w).sum(1) for t in range(length)])  # (T_n, dim)
         if bias is not None:
             conv = conv + bias
         conv = conv * torch.sigmoid(conv)

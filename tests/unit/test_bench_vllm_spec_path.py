@@ -198,6 +198,4 @@ def test_vllm_kernels_under_interpreter_match_the_contract_semantics():
         assert r["errors"]["out"] > 0  # fp16 rounding shows: the comparison is not vacuous
     assert result["rearrange_equal"]
     missing = [f for f in FORWARD_CORE_FRAGMENTS if f not in result["forward_core_source"]]
-    assert not missing, (
-        f"installed vLLM's _forward_core no longer calls the spec path as replayed: {missing}"
-    )
+    assert not missing, f"installed vLLM's _forward_core no longer calls the spec path as replayed: {missing}"

@@ -114,8 +114,7 @@ def test_bad_field_is_an_error_naming_file_and_field_and_the_doc_is_untouched(wo
     with pytest.raises(MatrixError) as caught:
         regenerate(results, doc)
     assert caught.value.messages == [
-        f"{path}: field 'tiers.serve.outcome': 'green' is not one of "
-        "pass, fail, skipped, error, not-run"
+        f"{path}: field 'tiers.serve.outcome': 'green' is not one of pass, fail, skipped, error, not-run"
     ]
     assert doc.read_bytes() == before
 
@@ -126,9 +125,7 @@ def test_result_in_the_wrong_place_is_an_error(workspace):
     moved = results / "nvidia-h200" / "vllm-0.21.0.json"
     moved.parent.mkdir()
     source.rename(moved)
-    with pytest.raises(
-        MatrixError, match=r"field 'runner': 'cpu' but the file lies in nvidia-h200/"
-    ):
+    with pytest.raises(MatrixError, match=r"field 'runner': 'cpu' but the file lies in nvidia-h200/"):
         regenerate(results, doc)
 
 

@@ -45,9 +45,7 @@ def test_family_is_recorded_from_the_plugins_probe(monkeypatch):
     facts = envinfo.family_facts({})
     assert facts["family"] == "gdn-linear-attn-v020"
     assert facts["family_reason"] == "family=gdn-linear-attn-v020"
-    assert facts["family_probes"] == [
-        {"family_id": "gdn-linear-attn-v020", "ok": True, "reason": "hooks found"}
-    ]
+    assert facts["family_probes"] == [{"family_id": "gdn-linear-attn-v020", "ok": True, "reason": "hooks found"}]
 
 
 def test_refused_family_is_null_with_the_reason(monkeypatch):

@@ -187,9 +187,7 @@ def test_interrupted_run_resumes_after_the_finished_tiers():
 def test_interrupted_redo_resumes_instead_of_trusting_the_older_result():
     stored = document(ALL_DONE)
     partial = document({"discovery": tier("fail")}, complete=False)
-    plan = plan_row(
-        ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=partial, redo=False
-    )
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=partial, redo=False)
     assert not plan.up_to_date
     assert plan.to_run == ["kernel", "serve"] and plan.reused == {"discovery": tier("fail")}
 
@@ -215,9 +213,7 @@ def test_tier_selection_marks_the_rest_not_run_and_a_full_run_fills_them_in():
     assert stored["tiers"]["kernel"]["outcome"] == "not-run"
     assert "not selected" in stored["tiers"]["kernel"]["reason"]
 
-    again = plan_row(
-        ROW, PROVENANCE, selected_tiers=["discovery"], stored=stored, partial=None, redo=False
-    )
+    again = plan_row(ROW, PROVENANCE, selected_tiers=["discovery"], stored=stored, partial=None, redo=False)
     assert again.up_to_date, "the selected tier is current"
     full = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=None, redo=False)
     assert full.to_run == ["kernel", "serve"] and list(full.reused) == ["discovery"]
@@ -250,8 +246,7 @@ def test_validation_names_the_file_and_field():
     assert validate_result(doc, "r.json") == [
         "r.json: field 'plugin.version': expected str, got int 1",
         "r.json: field 'env.gpu': missing",
-        "r.json: field 'tiers.kernel.outcome': 'passed' is not one of "
-        "pass, fail, skipped, error, not-run",
+        "r.json: field 'tiers.kernel.outcome': 'passed' is not one of pass, fail, skipped, error, not-run",
     ]
 
 

@@ -35,9 +35,7 @@ def test_parse_junit_rebuilds_node_ids_and_outcomes():
         f"{base}::test_overflow": "xfailed",
         f"{base}::test_uses_broken": "error",
     }
-    assert tests[f"{base}::TestConv::test_needs_gpu"].reason == (
-        "no CUDA GPU: torch.cuda.is_available() is False"
-    )
+    assert tests[f"{base}::TestConv::test_needs_gpu"].reason == ("no CUDA GPU: torch.cuda.is_available() is False")
     assert tests[f"{base}::test_rounding"].reason == "assert (0.1 + 0.2) == 0.3"
     assert tests[f"{base}::test_rounding"].duration_s == 0.001
 
@@ -150,9 +148,7 @@ def test_real_run_all_skipped_is_skipped_with_reason(tmp_path):
     record = run(project, "kernel")
     assert record["exit_code"] == 0
     assert record["outcome"] == "skipped"
-    assert record["skip_reasons"] == [
-        {"reason": "no CUDA GPU: torch.cuda.is_available() is False", "count": 2}
-    ]
+    assert record["skip_reasons"] == [{"reason": "no CUDA GPU: torch.cuda.is_available() is False", "count": 2}]
     assert [t["nodeid"] for t in record["tests"]] == [
         "tests/test_gpu.py::test_needs_gpu[1]",
         "tests/test_gpu.py::test_needs_gpu[2]",

@@ -64,9 +64,7 @@ def _absmax(x) -> float:
     return float(x.to(torch.float64).abs().max()) if x.numel() else 0.0
 
 
-def compare(
-    result: SpecDecodeInputs, ref: SpecDecodeInputs, *, check_null_rows: bool = True
-) -> ErrorReport:
+def compare(result: SpecDecodeInputs, ref: SpecDecodeInputs, *, check_null_rows: bool = True) -> ErrorReport:
     """Errors of ``result`` (an implementation's copy after the call) against ``ref`` (float64)."""
     import torch
 
@@ -92,18 +90,14 @@ def compare(
     )
 
 
-def measure(
-    fn: SpecDecodeFn, inputs: SpecDecodeInputs, ref: SpecDecodeInputs, **kw: Any
-) -> ErrorReport:
+def measure(fn: SpecDecodeFn, inputs: SpecDecodeInputs, ref: SpecDecodeInputs, **kw: Any) -> ErrorReport:
     """Run ``fn`` on a copy of ``inputs`` and compare it with the reference results ``ref``."""
     mine = inputs.clone()
     call(fn, mine)
     return compare(mine, ref, **kw)
 
 
-def measure_vllm(
-    vllm_fn: SpecDecodeFn, inputs: SpecDecodeInputs, ref: SpecDecodeInputs
-) -> ErrorReport:
+def measure_vllm(vllm_fn: SpecDecodeFn, inputs: SpecDecodeInputs, ref: SpecDecodeInputs) -> ErrorReport:
     """``measure`` for vLLM's path: "kv" cases run on a "vk" copy (all vLLM >= 0.16 can store)."""
     mine = inputs.with_ssm_layout("vk")
     check = getattr(vllm_fn, "check_inputs", None)
@@ -148,10 +142,7 @@ def check_against_vllm(case, ours: ErrorReport, vllm: ErrorReport) -> list[str]:
         mine, theirs = getattr(ours, name), getattr(vllm, name)
         limit = (theirs if not math.isnan(theirs) else 0.0) + floors[name] * scale[name]
         if _bad(mine, limit):
-            problems.append(
-                f"{name}: ours {mine:.3e} > vLLM {theirs:.3e}"
-                f" + floor {floors[name] * scale[name]:.3e}"
-            )
+            problems.append(f"{name}: ours {mine:.3e} > vLLM {theirs:.3e} + floor {floors[name] * scale[name]:.3e}")
     problems += check_contract_extras(ours)
     return problems
 

@@ -77,13 +77,9 @@ HEAD_CONFIGS: dict[str, HeadConfig] = {
         HeadConfig("small-ratio1", num_k_heads=4, num_v_heads=4, head_k_dim=64, head_v_dim=64),
         HeadConfig("small-ratio2", num_k_heads=2, num_v_heads=4, head_k_dim=64, head_v_dim=64),
         # Qwen3.6-27B / Qwen3.5-27B at TP=2: H=16, HV=48 split over two GPUs; conv dim 5120.
-        HeadConfig(
-            "qwen3.6-27b-tp2", num_k_heads=8, num_v_heads=24, head_k_dim=128, head_v_dim=128
-        ),
+        HeadConfig("qwen3.6-27b-tp2", num_k_heads=8, num_v_heads=24, head_k_dim=128, head_v_dim=128),
         # Qwen3-Next-80B at TP=2: H=16, HV=32 split over two GPUs.
-        HeadConfig(
-            "qwen3-next-80b-tp2", num_k_heads=8, num_v_heads=16, head_k_dim=128, head_v_dim=128
-        ),
+        HeadConfig("qwen3-next-80b-tp2", num_k_heads=8, num_v_heads=16, head_k_dim=128, head_v_dim=128),
     )
 }
 
@@ -109,9 +105,7 @@ class SpecDecodeCase:
     padded_seqs: int = 0  # CUDA-graph padded rows: zero length, null slots, num_accepted_tokens 1
     padded_tokens: int = 0  # token rows past the last sequence (vLLM pads num_actual_tokens)
     null_write_slots: bool = False  # null out one non-initial, non-zero column per sequence
-    mixed_batch_tokens: int = (
-        0  # >0: non-spec (prefill) rows interleaved, spec rows via token_index
-    )
+    mixed_batch_tokens: int = 0  # >0: non-spec (prefill) rows interleaved, spec rows via token_index
     strided_inputs: bool = False  # mixed_qkv / a / b as row-strided slices of wider buffers
     seed: int = 0
 
@@ -396,9 +390,7 @@ def plan_batch(case: SpecDecodeCase) -> BatchPlan:
             accepted = 1 + n % t_max
         else:
             accepted = rng.randint(1, t_max)
-        seqs.append(
-            SeqPlan(kind=kind, length=length, num_accepted=accepted, slots=[NULL_BLOCK_ID] * t_max)
-        )
+        seqs.append(SeqPlan(kind=kind, length=length, num_accepted=accepted, slots=[NULL_BLOCK_ID] * t_max))
 
     # One distinct cache block per (real sequence, token column); block 0 is the null block and
     # spare blocks stay unused so a stray write anywhere is caught by comparing whole caches. The
@@ -496,9 +488,7 @@ class SpecDecodeInputs:
 
     @property
     def conv_bias(self):
-        return (
-            _make_view(self.backing, self.views["conv_bias"]) if "conv_bias" in self.views else None
-        )
+        return _make_view(self.backing, self.views["conv_bias"]) if "conv_bias" in self.views else None
 
     # ------------------------------------------------------------------ copies
     def clone(self) -> SpecDecodeInputs:
@@ -603,9 +593,7 @@ def _torch_dtype(name: str):
     return getattr(torch, name)
 
 
-def build_inputs(
-    case: SpecDecodeCase, device: Any = "cpu", *, value_seed: int | None = None
-) -> SpecDecodeInputs:
+def build_inputs(case: SpecDecodeCase, device: Any = "cpu", *, value_seed: int | None = None) -> SpecDecodeInputs:
     """Random inputs for ``case``, made on ``device`` (deterministic per seed and device type).
 
     The batch plan (lengths, slots, accepted counts: every shape) comes from ``case.seed``; tensor
@@ -675,9 +663,7 @@ def build_inputs(
     page_bytes = page_size_bytes(case)
     for itemsize in (DTYPE_BYTES[case.conv_state_dtype], DTYPE_BYTES[case.ssm_dtype]):
         if page_bytes % itemsize or conv_bytes % itemsize:
-            raise ValueError(
-                f"case {case.id}: cache page of {page_bytes} B not aligned to {itemsize} B"
-            )
+            raise ValueError(f"case {case.id}: cache page of {page_bytes} B not aligned to {itemsize} B")
     nb = plan.num_blocks
     cache = torch.full((nb * page_bytes,), PAGE_PADDING_FILL, dtype=torch.uint8, device=device)
     backing["cache"] = cache
@@ -693,22 +679,14 @@ def build_inputs(
             transpose_last=True,
         )
     else:  # DS: stored (blocks, dim, state_len)
-        conv_spec = _ViewSpec(
-            "cache", conv_dt, (nb, h.conv_dim, state_len), (conv_page, state_len, 1), 0
-        )
+        conv_spec = _ViewSpec("cache", conv_dt, (nb, h.conv_dim, state_len), (conv_page, state_len, 1), 0)
     views["conv_state"] = conv_spec
     ssm_page = page_bytes // DTYPE_BYTES[case.ssm_dtype]
     ssm_off = conv_bytes // DTYPE_BYTES[case.ssm_dtype]
-    d1, d2 = (
-        (h.head_v_dim, h.head_k_dim) if case.ssm_layout == "vk" else (h.head_k_dim, h.head_v_dim)
-    )
-    views["ssm_state"] = _ViewSpec(
-        "cache", ssm_dt, (nb, h.num_v_heads, d1, d2), (ssm_page, d1 * d2, d2, 1), ssm_off
-    )
+    d1, d2 = (h.head_v_dim, h.head_k_dim) if case.ssm_layout == "vk" else (h.head_k_dim, h.head_v_dim)
+    views["ssm_state"] = _ViewSpec("cache", ssm_dt, (nb, h.num_v_heads, d1, d2), (ssm_page, d1 * d2, d2, 1), ssm_off)
     _make_view(backing, conv_spec).copy_(randn(nb, h.conv_dim, state_len, dtype=conv_dt))
-    _make_view(backing, views["ssm_state"]).copy_(
-        randn(nb, h.num_v_heads, d1, d2, scale=0.1, dtype=ssm_dt)
-    )
+    _make_view(backing, views["ssm_state"]).copy_(randn(nb, h.num_v_heads, d1, d2, scale=0.1, dtype=ssm_dt))
 
     # --- metadata (int32 like vLLM's GDN metadata builder)
     i32 = dict(dtype=torch.int32, device=device)
@@ -722,9 +700,7 @@ def build_inputs(
     token_index = None
     if plan.token_index is not None:
         token_index = torch.tensor(plan.token_index, dtype=torch.int64, device=device)
-    return SpecDecodeInputs(
-        case=case, plan=plan, backing=backing, views=views, token_index=token_index
-    )
+    return SpecDecodeInputs(case=case, plan=plan, backing=backing, views=views, token_index=token_index)
 
 
 def cases_by_id(cases: Iterable[SpecDecodeCase]) -> dict[str, SpecDecodeCase]:

@@ -41,9 +41,7 @@ class BenchSettings:
     copy_iters: int = 10
 
 
-QUICK_SETTINGS = BenchSettings(
-    warmup=5, eager_iters=50, graph_calls=10, graph_replays=10, copy_iters=5
-)
+QUICK_SETTINGS = BenchSettings(warmup=5, eager_iters=50, graph_calls=10, graph_replays=10, copy_iters=5)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -271,9 +269,7 @@ def table_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     from tabulate import tabulate
 
-    return tabulate(
-        table_rows(rows), headers=TABLE_HEADERS, tablefmt="github", disable_numparse=True
-    )
+    return tabulate(table_rows(rows), headers=TABLE_HEADERS, tablefmt="github", disable_numparse=True)
 
 
 def _version(dist: str) -> str | None:

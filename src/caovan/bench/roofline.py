@@ -75,9 +75,7 @@ def spec_decode_traffic(plan: BatchPlan) -> TrafficBytes:
     metadata = INDEX_DTYPE_BYTES * ((n + 1) + n * case.max_query_len + n)
     if plan.token_index is not None:
         metadata += 8 * len(plan.token_index)  # int64, as the builder makes it
-    return TrafficBytes(
-        ssm_read, ssm_write, conv_read, conv_write, inputs, outputs, params, metadata
-    )
+    return TrafficBytes(ssm_read, ssm_write, conv_read, conv_write, inputs, outputs, params, metadata)
 
 
 def roofline_us(num_bytes: int, bandwidth_bytes_per_s: float) -> float:

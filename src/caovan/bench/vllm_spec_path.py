@@ -42,9 +42,7 @@ def load_vllm_gdn_module(name: str = VLLM_GDN_MODULE) -> ModuleType:
     try:
         return importlib.import_module(name)
     except Exception as exc:  # vLLM import failures are not always ImportError
-        raise ImportError(
-            f"cannot import vLLM's GDN module {name!r}: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise ImportError(f"cannot import vLLM's GDN module {name!r}: {type(exc).__name__}: {exc}") from exc
 
 
 class VllmSpecCore:
@@ -54,15 +52,9 @@ class VllmSpecCore:
 
     def __init__(self, module: ModuleType | None = None):
         mod = module if module is not None else load_vllm_gdn_module()
-        missing = [
-            f
-            for f in ("causal_conv1d_update", "fused_sigmoid_gating_delta_rule_update")
-            if not hasattr(mod, f)
-        ]
+        missing = [f for f in ("causal_conv1d_update", "fused_sigmoid_gating_delta_rule_update") if not hasattr(mod, f)]
         if missing:
-            raise ImportError(
-                f"{mod.__name__} has no {', '.join(missing)}: not vLLM 0.19-0.21's GDN module"
-            )
+            raise ImportError(f"{mod.__name__} has no {', '.join(missing)}: not vLLM 0.19-0.21's GDN module")
         self.module_name = mod.__name__
         self.causal_conv1d_update = mod.causal_conv1d_update
         self.fused_sigmoid_gating_delta_rule_update = mod.fused_sigmoid_gating_delta_rule_update
@@ -109,8 +101,7 @@ class VllmSpecCore:
         call runs only the statements vLLM runs)."""
         if ssm_layout != "vk":
             raise ValueError(
-                f"VllmSpecCore: ssm_layout={ssm_layout!r}; "
-                "vLLM 0.21.0's kernel only handles 'vk' (HV, V, K)"
+                f"VllmSpecCore: ssm_layout={ssm_layout!r}; vLLM 0.21.0's kernel only handles 'vk' (HV, V, K)"
             )
         hv, v, k = ssm_state.shape[1:]
         if ssm_state.stride()[1:] != (v * k, k, 1):
@@ -120,9 +111,7 @@ class VllmSpecCore:
                 f"{(v * k, k, 1)}: vLLM 0.21.0's kernel only uses stride(0)"
             )
         if null_slot_max != 0:
-            raise ValueError(
-                f"VllmSpecCore: null_slot_max={null_slot_max}; vLLM 0.21.0 skips index <= 0 only"
-            )
+            raise ValueError(f"VllmSpecCore: null_slot_max={null_slot_max}; vLLM 0.21.0 skips index <= 0 only")
 
     def __call__(
         self,
@@ -172,9 +161,7 @@ class VllmSpecCore:
             max_query_len=state_indices.size(-1),
             validate_data=False,
         )
-        query_spec, key_spec, value_spec = self.rearrange_mixed_qkv(
-            mixed_qkv_spec, num_k_heads, head_k_dim, head_v_dim
-        )
+        query_spec, key_spec, value_spec = self.rearrange_mixed_qkv(mixed_qkv_spec, num_k_heads, head_k_dim, head_v_dim)
         # 2.1 recurrent part
         core_attn_out_spec, _last_recurrent_state = self.fused_sigmoid_gating_delta_rule_update(
             A_log=A_log,

@@ -61,10 +61,7 @@ def run_kernels(args: argparse.Namespace) -> int:
     except ImportError as exc:
         return _error(f"PyTorch is not importable ({exc}); the kernel bench runs on a CUDA GPU")
     if not torch.cuda.is_available():
-        return _error(
-            "no CUDA GPU visible (torch.cuda.is_available() is False); "
-            "the kernel bench runs on a GPU"
-        )
+        return _error("no CUDA GPU visible (torch.cuda.is_available() is False); the kernel bench runs on a GPU")
 
     from caovan.bench import kernels as kb
     from caovan.bench.cases import bench_cases
@@ -88,8 +85,7 @@ def run_kernels(args: argparse.Namespace) -> int:
     cases = bench_cases(args.cases, quick=args.quick)
     env = kb.environment()
     print(
-        f"GPU: {env['gpu']['name']} (sm_{env['gpu']['capability'].replace('.', '')}); "
-        f"{len(cases)} cases",
+        f"GPU: {env['gpu']['name']} (sm_{env['gpu']['capability'].replace('.', '')}); {len(cases)} cases",
         file=sys.stderr,
     )
     bandwidth = kb.measure_copy_bandwidth(settings)

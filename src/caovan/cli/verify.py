@@ -37,10 +37,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         return _error(f"PyTorch is not importable ({exc}); verify runs the kernels on a CUDA GPU")
     if not torch.cuda.is_available():
-        return _error(
-            "no CUDA GPU visible (torch.cuda.is_available() is False); "
-            "verify runs the kernels on a GPU"
-        )
+        return _error("no CUDA GPU visible (torch.cuda.is_available() is False); verify runs the kernels on a GPU")
     try:
         device = torch.device(args.device)
     except RuntimeError as exc:
@@ -48,9 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if device.type != "cuda":
         return _error(f"--device {args.device!r}: verify runs on a CUDA device")
     if device.index is not None and device.index >= torch.cuda.device_count():
-        return _error(
-            f"--device {args.device!r}: only {torch.cuda.device_count()} CUDA device(s) visible"
-        )
+        return _error(f"--device {args.device!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
 
     from caovan.bench.cases import VERIFY_CASES
 
@@ -68,9 +63,7 @@ def run(args: argparse.Namespace) -> int:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(idx)
     print(f"device cuda:{idx} {props.name} (sm_{props.major}{props.minor})")
-    failures = verify_cases(
-        VERIFY_CASES, torch.device("cuda", idx), gdn_spec_decode, gdn_spec_decode_reference
-    )
+    failures = verify_cases(VERIFY_CASES, torch.device("cuda", idx), gdn_spec_decode, gdn_spec_decode_reference)
     total = len(VERIFY_CASES)
     verdict = "PASS" if failures == 0 else "FAIL"
     print(f"[Caovan] verify={verdict} cases={total - failures}/{total} device={props.name}")
@@ -89,10 +82,7 @@ def verify_cases(cases, device, kernel, reference, emit=print) -> int:
             ref = accuracy.run_reference(reference, inputs)
             errors = accuracy.measure(kernel, inputs, ref)
             problems = accuracy.check_standalone(case, errors)
-            detail = (
-                f"out_err={errors.out:.2e} ssm_err={errors.ssm_state:.2e} "
-                f"conv_err={errors.conv_state:.2e}"
-            )
+            detail = f"out_err={errors.out:.2e} ssm_err={errors.ssm_state:.2e} conv_err={errors.conv_state:.2e}"
         except Exception as exc:  # a crash is a FAIL of that case, the others still run
             problems, detail = [f"{type(exc).__name__}: {exc}"], "raised"
         if problems:

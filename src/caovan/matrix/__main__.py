@@ -1,7 +1,14 @@
 """``python -m caovan.matrix validate|list [FILES...]``: check the matrix files or print their rows.
+``python -m caovan.matrix run-here ROW [matrix options]``: run ROW's tiers in *this* environment.
 
 Without FILES, every ``*.yaml`` in ``matrix/`` is read. Exit 0 when valid; otherwise one line per
 problem on stderr (file:line: row: field: problem) and exit 2.
+
+``run-here`` is for a GPU host without network where the row's vLLM/torch and the plugin are already
+installed (e.g. from ``nox -s wheelhouse``): no venv is made, pytest runs with this interpreter, and the
+result file records ``install.mode = "current-environment"`` and the interpreter, so nobody mistakes it
+for an isolated row venv. It takes the same options as the nox session (``--runner``, ``--tiers``,
+``--redo``, ``--strict``). Run it from the repository root.
 """
 
 from __future__ import annotations
@@ -16,13 +23,16 @@ from .schema import load_matrix, matrix_files
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m caovan.matrix", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("command", choices=("validate", "list"))
-    parser.add_argument("files", nargs="*", type=Path, help="matrix files (default: matrix/*.yaml)")
+    parser = argparse.ArgumentParser(prog="python -m caovan.matrix", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("validate", "list", "run-here"))
+    parser.add_argument("files", nargs="*", help="matrix files (default: matrix/*.yaml); run-here: ROW [options]")
     parser.add_argument("--matrix-dir", type=Path, default=Path("matrix"))
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "run-here":
+        return run_here(args.files, extra, args.matrix_dir)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.files = [Path(f) for f in args.files]
     try:
         files = args.files or matrix_files(args.matrix_dir)
         rows = load_matrix(files, base=Path.cwd())
@@ -31,16 +41,57 @@ def main(argv: list[str] | None = None) -> int:
             print(f"matrix: error: {message}", file=sys.stderr)
         return 2
     if args.command == "list":
-        json.dump(
-            [{**row.spec(), "fingerprint": row.fingerprint()} for row in rows], sys.stdout, indent=2
-        )
+        json.dump([{**row.spec(), "fingerprint": row.fingerprint()} for row in rows], sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(
-            f"matrix: {len(rows)} rows in {len(files)} file(s) are valid: "
-            f"{', '.join(r.id for r in rows)}"
-        )
+        print(f"matrix: {len(rows)} rows in {len(files)} file(s) are valid: {', '.join(r.id for r in rows)}")
     return 0
+
+
+def run_here(positional: list[str], options_args: list[str], matrix_dir: Path) -> int:
+    import os
+    import subprocess
+
+    from .fingerprint import plugin_version, source_fingerprint
+    from .options import parse_matrix_options
+    from .results import Provenance
+    from .row_run import Prepared, run_row
+
+    root = Path.cwd()
+    try:
+        if len(positional) != 1:
+            raise MatrixError([f"run-here takes one row id, got {positional or 'none'}"])
+        rows = {row.id: row for row in load_matrix(matrix_files(matrix_dir), base=root)}
+        if positional[0] not in rows:
+            raise MatrixError([f"row {positional[0]!r} is not in {matrix_dir}/ (rows: {', '.join(rows)})"])
+        options = parse_matrix_options(options_args, os.environ)
+    except MatrixError as exc:
+        for message in exc.messages:
+            print(f"matrix: error: {message}", file=sys.stderr)
+        return 2
+    row = rows[positional[0]]
+    cache_dir = root / "build" / "matrix"
+
+    def prepare() -> Prepared:
+        envinfo = cache_dir / "envinfo" / options.runner / f"{row.id}.json"
+        envinfo.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "caovan.matrix.envinfo", "--output", str(envinfo)], check=True)
+        env = json.loads(envinfo.read_text(encoding="utf-8"))
+        return Prepared(sys.executable, env, {"mode": "current-environment", "python": sys.executable})
+
+    outcome = run_row(
+        row,
+        Provenance(row.fingerprint(), plugin_version(root), source_fingerprint(root)),
+        runner=options.runner,
+        selected_tiers=options.tiers,
+        redo=options.redo,
+        root=root,
+        results_dir=root / "matrix" / "results",
+        cache_dir=cache_dir,
+        prepare=prepare,
+        log=lambda line: print(f"matrix run-here: {line}", flush=True),
+    )
+    return 1 if options.strict and outcome.bad_tiers else 0
 
 
 if __name__ == "__main__":

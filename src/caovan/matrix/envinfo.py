@@ -154,12 +154,8 @@ def gather(*, with_family: bool = True) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m caovan.matrix.envinfo", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "--output", type=Path, help="write the JSON here (atomically) instead of stdout"
-    )
+    parser = argparse.ArgumentParser(prog="python -m caovan.matrix.envinfo", description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, help="write the JSON here (atomically) instead of stdout")
     parser.add_argument(
         "--no-family",
         action="store_true",

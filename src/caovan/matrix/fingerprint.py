@@ -16,9 +16,7 @@ from . import MatrixError
 #: What the source fingerprint covers: plugin code, the tests that judge it, packaging metadata.
 SOURCE_PATHS: tuple[str, ...] = ("src", "tests", "pyproject.toml")
 #: Build/cache litter that must not make two identical checkouts look different.
-IGNORED_DIR_NAMES: frozenset[str] = frozenset(
-    {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"}
-)
+IGNORED_DIR_NAMES: frozenset[str] = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"})
 IGNORED_SUFFIXES: tuple[str, ...] = (".pyc", ".pyo")
 
 _VERSION_PATTERN = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
@@ -33,10 +31,7 @@ def _source_files(root: Path) -> list[Path]:
         elif path.is_dir():
             for candidate in path.rglob("*"):
                 relative_parts = candidate.relative_to(root).parts
-                if any(
-                    part in IGNORED_DIR_NAMES or part.endswith(".egg-info")
-                    for part in relative_parts
-                ):
+                if any(part in IGNORED_DIR_NAMES or part.endswith(".egg-info") for part in relative_parts):
                     continue
                 if candidate.is_file() and not candidate.name.endswith(IGNORED_SUFFIXES):
                     files.append(candidate)

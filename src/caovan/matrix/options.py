@@ -68,8 +68,7 @@ def parse_tiers(text: str, *, source: str) -> tuple[str, ...]:
     unknown = [t for t in tiers if t not in TIERS]
     if unknown or not tiers:
         raise MatrixError(
-            f"{source}: unknown tier(s) {', '.join(unknown) or '(none given)'} (known: "
-            f"{', '.join(TIERS)})"
+            f"{source}: unknown tier(s) {', '.join(unknown) or '(none given)'} (known: {', '.join(TIERS)})"
         )
     return tiers
 
@@ -80,9 +79,7 @@ def parse_matrix_options(
     *,
     detect_runner: Callable[[], str] = detect_runner_name,
 ) -> MatrixOptions:
-    parser = argparse.ArgumentParser(
-        prog='nox -s "matrix(<row>)" --', add_help=False, exit_on_error=False
-    )
+    parser = argparse.ArgumentParser(prog='nox -s "matrix(<row>)" --', add_help=False, exit_on_error=False)
     parser.add_argument("--runner")
     parser.add_argument("--tiers")
     parser.add_argument("--redo", action="store_true")
@@ -106,10 +103,7 @@ def parse_matrix_options(
     else:
         runner, source = detect_runner(), "nvidia-smi"
     if not RUNNER_NAME_PATTERN.match(runner):
-        raise MatrixError(
-            f"{source}: runner name {runner!r} must be a slug (lowercase letters, digits, '.', "
-            "'_', '-')"
-        )
+        raise MatrixError(f"{source}: runner name {runner!r} must be a slug (lowercase letters, digits, '.', '_', '-')")
 
     if args.tiers is not None:
         tiers: tuple[str, ...] | None = parse_tiers(args.tiers, source="--tiers")
@@ -120,14 +114,8 @@ def parse_matrix_options(
 
     redo = args.redo or environ.get("CAOVAN_REDO", "").strip().lower() in TRUE_WORDS
     strict = args.strict or environ.get("CAOVAN_STRICT", "").strip().lower() in TRUE_WORDS
-    wheelhouse_text = (
-        args.wheelhouse if args.wheelhouse is not None else environ.get("CAOVAN_WHEELHOUSE") or None
-    )
+    wheelhouse_text = args.wheelhouse if args.wheelhouse is not None else environ.get("CAOVAN_WHEELHOUSE") or None
     wheelhouse = Path(wheelhouse_text) if wheelhouse_text else None
     if wheelhouse is not None and not wheelhouse.is_dir():
-        raise MatrixError(
-            f"wheelhouse {wheelhouse}: folder does not exist (make it with `nox -s wheelhouse`)"
-        )
-    return MatrixOptions(
-        runner=runner, tiers=tiers, redo=redo, wheelhouse=wheelhouse, strict=strict
-    )
+        raise MatrixError(f"wheelhouse {wheelhouse}: folder does not exist (make it with `nox -s wheelhouse`)")
+    return MatrixOptions(runner=runner, tiers=tiers, redo=redo, wheelhouse=wheelhouse, strict=strict)

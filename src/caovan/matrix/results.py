@@ -78,9 +78,7 @@ class _Validator:
             node = node[part]
         return node
 
-    def require(
-        self, data: Any, dotted: str, kind: type | tuple[type, ...], *, nullable: bool = False
-    ) -> Any:
+    def require(self, data: Any, dotted: str, kind: type | tuple[type, ...], *, nullable: bool = False) -> Any:
         value = self.get(data, dotted)
         if value is _MISSING:
             self.errors.append(f"{self.shown}: field {dotted!r}: missing")
@@ -130,28 +128,21 @@ def validate_result(data: Any, shown: str) -> list[str]:
     if tiers is not _MISSING:
         for tier, record in tiers.items():
             if tier not in TIERS:
-                check.errors.append(
-                    f"{shown}: field 'tiers.{tier}': unknown tier (known: {', '.join(TIERS)})"
-                )
+                check.errors.append(f"{shown}: field 'tiers.{tier}': unknown tier (known: {', '.join(TIERS)})")
                 continue
             if not isinstance(record, Mapping):
-                check.errors.append(
-                    f"{shown}: field 'tiers.{tier}': expected an object, got {record!r:.60}"
-                )
+                check.errors.append(f"{shown}: field 'tiers.{tier}': expected an object, got {record!r:.60}")
                 continue
             outcome = check.require(data, f"tiers.{tier}.outcome", str)
             if outcome is not _MISSING and outcome not in TIER_OUTCOMES:
                 check.errors.append(
-                    f"{shown}: field 'tiers.{tier}.outcome': {outcome!r} is not one of "
-                    f"{', '.join(TIER_OUTCOMES)}"
+                    f"{shown}: field 'tiers.{tier}.outcome': {outcome!r} is not one of {', '.join(TIER_OUTCOMES)}"
                 )
             check.require(data, f"tiers.{tier}.reason", str, nullable=True)
         if row_tiers is not _MISSING:
             for tier in row_tiers:
                 if tier not in tiers:
-                    check.errors.append(
-                        f"{shown}: field 'tiers.{tier}': missing (the row lists this tier)"
-                    )
+                    check.errors.append(f"{shown}: field 'tiers.{tier}': missing (the row lists this tier)")
     return check.errors
 
 
@@ -175,25 +166,17 @@ def load_result(path: Path, *, shown: str | None = None) -> dict[str, Any]:
 
 def provenance_of(doc: Mapping[str, Any]) -> Provenance | None:
     try:
-        return Provenance(
-            doc["row_fingerprint"], doc["plugin"]["version"], doc["plugin"]["source_fingerprint"]
-        )
+        return Provenance(doc["row_fingerprint"], doc["plugin"]["version"], doc["plugin"]["source_fingerprint"])
     except (KeyError, TypeError):
         return None
 
 
 def is_current(doc: Mapping[str, Any] | None, provenance: Provenance) -> bool:
     """Same schema, row fingerprint, plugin version and plugin source fingerprint."""
-    return (
-        doc is not None
-        and doc.get("schema_version") == RESULT_SCHEMA_VERSION
-        and provenance_of(doc) == provenance
-    )
+    return doc is not None and doc.get("schema_version") == RESULT_SCHEMA_VERSION and provenance_of(doc) == provenance
 
 
-def finished_tiers(
-    doc: Mapping[str, Any] | None, provenance: Provenance
-) -> dict[str, dict[str, Any]]:
+def finished_tiers(doc: Mapping[str, Any] | None, provenance: Provenance) -> dict[str, dict[str, Any]]:
     """Tier records of a current document that need no rerun (pass / fail / skipped / error)."""
     if not is_current(doc, provenance):
         return {}
@@ -232,9 +215,7 @@ def plan_row(
     redo: bool,
 ) -> RowPlan:
     """The work for a row, from its stored result and partial state (either may be None/stale)."""
-    wanted = (
-        list(row.tiers) if selected_tiers is None else [t for t in row.tiers if t in selected_tiers]
-    )
+    wanted = list(row.tiers) if selected_tiers is None else [t for t in row.tiers if t in selected_tiers]
     ignored = [] if selected_tiers is None else [t for t in selected_tiers if t not in row.tiers]
     if redo:
         return RowPlan(selected=wanted, to_run=wanted, ignored=ignored)
@@ -252,14 +233,8 @@ def plan_row(
             ignored=ignored,
         )
     stored_done = finished_tiers(stored, provenance)
-    if (
-        stored is not None
-        and stored.get("complete") is True
-        and all(t in stored_done for t in wanted)
-    ):
-        return RowPlan(
-            selected=wanted, to_run=[], reused=stored_done, up_to_date=True, ignored=ignored
-        )
+    if stored is not None and stored.get("complete") is True and all(t in stored_done for t in wanted):
+        return RowPlan(selected=wanted, to_run=[], reused=stored_done, up_to_date=True, ignored=ignored)
     env = stored.get("env") if stored_done and stored is not None else None
     return RowPlan(
         selected=wanted,
@@ -285,9 +260,7 @@ def build_result(
 ) -> dict[str, Any]:
     """The result document. Row tiers that have no record are marked ``not-run`` with the reason."""
     if not RUNNER_NAME_PATTERN.match(runner):
-        raise MatrixError(
-            f"runner name {runner!r} is not a slug (lowercase letters, digits, '.', '_', '-')"
-        )
+        raise MatrixError(f"runner name {runner!r} is not a slug (lowercase letters, digits, '.', '_', '-')")
     selected = list(selected)
     tier_records: dict[str, Any] = {}
     for tier in row.tiers:

@@ -132,11 +132,7 @@ class _RowChecker:
 
     def error(self, name: str | None, problem: str) -> None:
         line = self.field_lines.get(name, self.row_line) if name else self.row_line
-        prefix = (
-            f"{self.where.format(line=line)}: field {name!r}: "
-            if name
-            else f"{self.where.format(line=line)}: "
-        )
+        prefix = f"{self.where.format(line=line)}: field {name!r}: " if name else f"{self.where.format(line=line)}: "
         self.errors.append(prefix + problem)
 
     def string(self, row: dict[str, Any], name: str, *, hint: str = "") -> str | None:
@@ -159,20 +155,14 @@ class _RowChecker:
         return value
 
     def version(self, row: dict[str, Any], name: str) -> str | None:
-        hint = (
-            f' (quote versions in YAML: {name}: "{row[name]}")'
-            if isinstance(row[name], (int, float))
-            else ""
-        )
+        hint = f' (quote versions in YAML: {name}: "{row[name]}")' if isinstance(row[name], (int, float)) else ""
         value = self.string(row, name, hint=hint)
         if value is None:
             return None
         try:
             Version(value)
         except InvalidVersion:
-            self.error(
-                name, f'{value!r} is not an exact version (e.g. "0.21.0"; ranges are not pins)'
-            )
+            self.error(name, f'{value!r} is not an exact version (e.g. "0.21.0"; ranges are not pins)')
             return None
         return value
 
@@ -215,10 +205,7 @@ def _mapping_key_lines(node: yaml.MappingNode, where: str, errors: list[str]) ->
         key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
         line = key_node.start_mark.line + 1
         if key in lines:
-            errors.append(
-                f"{where.format(line=line)}: field {key!r} is given twice (first at line "
-                f"{lines[key]})"
-            )
+            errors.append(f"{where.format(line=line)}: field {key!r} is given twice (first at line {lines[key]})")
         else:
             lines[key] = line
     return lines
@@ -251,25 +238,19 @@ def load_matrix_file(path: Path, errors: list[str], *, base: Path | None = None)
         errors.append(f"{shown}{at}: malformed YAML: {problem}")
         return []
     if not isinstance(data, dict) or not isinstance(document, yaml.MappingNode):
-        errors.append(
-            f"{shown}:1: expected a mapping with a 'rows' list at the top, got {_type_name(data)}"
-        )
+        errors.append(f"{shown}:1: expected a mapping with a 'rows' list at the top, got {_type_name(data)}")
         return []
     top_lines = _mapping_key_lines(document, shown + ":{line}", errors)
     for key in data:
         if key != "rows":
-            errors.append(
-                f"{shown}:{top_lines.get(str(key), 1)}: unknown top-level field {key!r} (only "
-                "'rows')"
-            )
+            errors.append(f"{shown}:{top_lines.get(str(key), 1)}: unknown top-level field {key!r} (only 'rows')")
     if "rows" not in data:
         errors.append(f"{shown}:1: missing top-level field 'rows'")
         return []
     rows_node = next(v for k, v in document.value if k.value == "rows")
     if not isinstance(data["rows"], list) or not isinstance(rows_node, yaml.SequenceNode):
         errors.append(
-            f"{shown}:{top_lines['rows']}: field 'rows': expected a list of rows, got "
-            f"{_describe(data['rows'])}"
+            f"{shown}:{top_lines['rows']}: field 'rows': expected a list of rows, got {_describe(data['rows'])}"
         )
         return []
 
@@ -281,13 +262,9 @@ def load_matrix_file(path: Path, errors: list[str], *, base: Path | None = None)
             label += f" (id {raw['id']!r})"
         where = f"{shown}:{{line}}: {label}"
         if not isinstance(raw, dict) or not isinstance(node, yaml.MappingNode):
-            errors.append(
-                f"{shown}:{row_line}: {label}: expected a mapping of fields, got {_describe(raw)}"
-            )
+            errors.append(f"{shown}:{row_line}: {label}: expected a mapping of fields, got {_describe(raw)}")
             continue
-        row = _check_row(
-            raw, _RowChecker(where, _mapping_key_lines(node, where, errors), row_line, errors)
-        )
+        row = _check_row(raw, _RowChecker(where, _mapping_key_lines(node, where, errors), row_line, errors))
         if row is not None:
             rows.append(MatrixRow(**row, origin=f"{shown}:{row_line}"))
     return rows
@@ -297,9 +274,7 @@ def _check_row(raw: dict[str, Any], check: _RowChecker) -> dict[str, Any] | None
     before = len(check.errors)
     for name in raw:
         if name not in REQUIRED_FIELDS and name not in OPTIONAL_FIELDS:
-            check.error(
-                str(name), f"unknown field (known: {', '.join(REQUIRED_FIELDS + OPTIONAL_FIELDS)})"
-            )
+            check.error(str(name), f"unknown field (known: {', '.join(REQUIRED_FIELDS + OPTIONAL_FIELDS)})")
     for name in REQUIRED_FIELDS:
         if name not in raw:
             check.error(None, f"missing field {name!r}")
@@ -307,24 +282,14 @@ def _check_row(raw: dict[str, Any], check: _RowChecker) -> dict[str, Any] | None
     present = [n for n in REQUIRED_FIELDS + OPTIONAL_FIELDS if n in raw]
     for name in present:
         if name == "id":
-            row[name] = check.pattern(
-                raw, name, ROW_ID_PATTERN, "a row id (lowercase letters, digits, '.', '_', '-')"
-            )
+            row[name] = check.pattern(raw, name, ROW_ID_PATTERN, "a row id (lowercase letters, digits, '.', '_', '-')")
         elif name in ("vllm", "torch"):
             row[name] = check.version(raw, name)
         elif name == "python":
-            hint = (
-                f' (quote it in YAML: python: "{raw[name]}")'
-                if isinstance(raw[name], float)
-                else ""
-            )
-            row[name] = check.pattern(
-                raw, name, PYTHON_PATTERN, 'a Python version like "3.11"', hint
-            )
+            hint = f' (quote it in YAML: python: "{raw[name]}")' if isinstance(raw[name], float) else ""
+            row[name] = check.pattern(raw, name, PYTHON_PATTERN, 'a Python version like "3.11"', hint)
         elif name == "cuda":
-            row[name] = check.pattern(
-                raw, name, CUDA_TAG_PATTERN, "a CUDA/torch build tag like cu130, cu128, cpu"
-            )
+            row[name] = check.pattern(raw, name, CUDA_TAG_PATTERN, "a CUDA/torch build tag like cu130, cu128, cpu")
         elif name == "tiers":
             row[name] = check.string_list(raw, name, allowed=TIERS)
         elif name == "runner_labels":
@@ -343,9 +308,7 @@ def _check_row(raw: dict[str, Any], check: _RowChecker) -> dict[str, Any] | None
                 continue
             url = check.string(raw, name)
             if url is not None and not url.startswith(("https://", "http://", "file://")):
-                check.error(
-                    name, f"{url!r} is not an index URL (https://..., http://... or file://...)"
-                )
+                check.error(name, f"{url!r} is not an index URL (https://..., http://... or file://...)")
             row[name] = url
         elif name == "extra_requirements":
             requirements = check.string_list(raw, name)
@@ -382,10 +345,7 @@ def load_matrix(paths: Iterable[Path], *, base: Path | None = None) -> list[Matr
     for path in paths:
         for row in load_matrix_file(Path(path), errors, base=base):
             if row.id in first_seen:
-                errors.append(
-                    f"{row.origin}: row id {row.id!r} is defined twice (first at "
-                    f"{first_seen[row.id]})"
-                )
+                errors.append(f"{row.origin}: row id {row.id!r} is defined twice (first at {first_seen[row.id]})")
                 continue
             first_seen[row.id] = row.origin
             rows.append(row)

@@ -34,10 +34,7 @@ PYTEST_EXIT_MEANINGS: dict[int, str] = {
     2: "pytest was interrupted (exit 2: a collection error or Ctrl-C)",
     3: "pytest hit an internal error (exit 3)",
     4: "pytest was called wrongly (exit 4: usage error)",
-    5: (
-        "pytest collected no tests for this tier's marker (exit 5): "
-        "a tier without tests is an error, never a pass"
-    ),
+    5: ("pytest collected no tests for this tier's marker (exit 5): a tier without tests is an error, never a pass"),
 }
 
 OUTPUT_TAIL_LINES = 30
@@ -126,9 +123,7 @@ def _counts(tests: Sequence[CaseOutcome]) -> dict[str, int]:
 
 
 def _skip_reasons(tests: Sequence[CaseOutcome]) -> list[dict[str, Any]]:
-    counter = collections.Counter(
-        (t.reason or "(no reason given)") for t in tests if t.outcome == "skipped"
-    )
+    counter = collections.Counter((t.reason or "(no reason given)") for t in tests if t.outcome == "skipped")
     return [{"reason": reason, "count": count} for reason, count in sorted(counter.items())]
 
 
@@ -151,13 +146,9 @@ def classify_tier(
     if exit_code in PYTEST_EXIT_MEANINGS:
         verdict.update(outcome="error", reason=PYTEST_EXIT_MEANINGS[exit_code])
     elif exit_code not in (0, 1):
-        verdict.update(
-            outcome="error", reason=f"pytest ended with exit code {exit_code} (killed by a signal?)"
-        )
+        verdict.update(outcome="error", reason=f"pytest ended with exit code {exit_code} (killed by a signal?)")
     elif parsed is None:
-        verdict.update(
-            outcome="error", reason=f"no per-test results: {junit_problem or 'JUnit XML missing'}"
-        )
+        verdict.update(outcome="error", reason=f"no per-test results: {junit_problem or 'JUnit XML missing'}")
     elif exit_code == 1 or counts["failed"] or counts["error"]:
         bad = [t.nodeid for t in tests if t.outcome in ("failed", "error")]
         shown = ", ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
@@ -185,9 +176,7 @@ def _relative_arg(arg: str, cwd: Path) -> str:
     return arg
 
 
-def pytest_command(
-    python: str, tier: str, junit_path: Path, test_paths: Sequence[str]
-) -> list[str]:
+def pytest_command(python: str, tier: str, junit_path: Path, test_paths: Sequence[str]) -> list[str]:
     """pytest restricted to one tier by its marker; xunit1 JUnit so each test carries its file."""
     return [
         python,

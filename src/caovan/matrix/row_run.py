@@ -1,0 +1,119 @@
+"""One matrix row, start to finish: plan from stored state, prepare the environment, run the tiers,
+write the result — shared by ``nox -s matrix(...)`` (a fresh uv venv per row) and
+``python -m caovan.matrix run-here`` (the current environment, for GPU hosts without network where the
+row's stack is already installed)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .results import (
+    Provenance,
+    build_result,
+    plan_row,
+    read_json_or_none,
+    result_path,
+    write_json_atomic,
+)
+from .schema import MatrixRow
+from .tiers import run_tier, utc_now
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``prepare`` hands back: the interpreter to run pytest with, env facts, install facts."""
+
+    python: str
+    env_facts: dict[str, Any]
+    install: dict[str, Any]
+    run_env: Mapping[str, str] | None = None
+
+
+@dataclass
+class RowRunOutcome:
+    result_file: Path
+    document: dict[str, Any] | None  # None: nothing to do, the stored result is current
+    bad_tiers: list[str] = field(default_factory=list)
+
+
+def run_row(
+    row: MatrixRow,
+    provenance: Provenance,
+    *,
+    runner: str,
+    selected_tiers: Sequence[str] | None,
+    redo: bool,
+    root: Path,
+    results_dir: Path,
+    cache_dir: Path,
+    prepare: Callable[[], Prepared],
+    log: Callable[[str], None],
+    install_note: Mapping[str, Any] | None = None,
+) -> RowRunOutcome:
+    result_file = result_path(results_dir, runner, row.id)
+    state_file = cache_dir / "state" / runner / f"{row.id}.json"
+    shown = result_file.relative_to(root) if result_file.is_relative_to(root) else result_file
+    stored = read_json_or_none(result_file)
+    partial = read_json_or_none(state_file)
+    plan = plan_row(row, provenance, selected_tiers=selected_tiers, stored=stored, partial=partial, redo=redo)
+    if plan.ignored:
+        log(f"tiers {', '.join(plan.ignored)}: not in this row, ignored")
+    if plan.up_to_date:
+        log(
+            f"{shown} is current for tiers {', '.join(plan.selected)}: nothing to do "
+            "(-- --redo or CAOVAN_REDO=1 runs it again)"
+        )
+        return RowRunOutcome(result_file, None)
+    if plan.reused:
+        log(f"resuming: tiers {', '.join(plan.reused)} already done with this checkout, kept")
+
+    started_at = (partial or {}).get("started_at") if plan.reused and partial else None
+    started_at = started_at or utc_now()
+    tiers: dict[str, dict] = dict(plan.reused)
+    env: dict[str, Any] = plan.reused_env or {}
+    install: dict[str, Any] = dict(install_note or {})
+    selected = list(plan.selected)
+
+    def document(complete: bool) -> dict[str, Any]:
+        return build_result(
+            row, provenance, runner=runner, env=env, tiers=tiers, selected=selected,
+            started_at=started_at, finished_at=utc_now(), complete=complete, install=install,
+        )  # fmt: skip
+
+    if plan.to_run:
+        clock = time.monotonic()
+        prepared = prepare()
+        install.update(prepared.install)
+        install["duration_s"] = round(time.monotonic() - clock, 1)
+        env = prepared.env_facts
+        log(
+            f"envinfo: vllm {env.get('vllm')}, torch {env.get('torch')} "
+            f"(CUDA {env.get('torch_cuda')}), triton {env.get('triton')}, "
+            f"gpu {env.get('gpu')} {env.get('gpu_arch') or ''}, "
+            f"family {env.get('family')} ({env.get('family_reason')})"
+        )
+        write_json_atomic(state_file, document(False))
+        for number, tier in enumerate(plan.to_run, start=1):
+            log(f"tier {number}/{len(plan.to_run)} {tier}: pytest tests -m {tier}")
+            tiers[tier] = run_tier(
+                prepared.python,
+                tier,
+                junit_path=cache_dir / "junit" / runner / row.id / f"{tier}.xml",
+                log_path=cache_dir / "logs" / runner / row.id / f"{tier}.log",
+                cwd=root,
+                env=prepared.run_env,
+            )
+            log(f"tier {tier}: {tiers[tier]['outcome']} — {tiers[tier]['reason']}")
+            write_json_atomic(state_file, document(False))
+
+    final = document(True)
+    write_json_atomic(result_file, final)
+    state_file.unlink(missing_ok=True)
+    summary = ", ".join(f"{tier} {record['outcome']}" for tier, record in final["tiers"].items())
+    log(f"wrote {shown}: {summary}")
+    bad = [t for t in plan.selected if final["tiers"][t]["outcome"] in ("fail", "error")]
+    return RowRunOutcome(result_file, final, bad)
