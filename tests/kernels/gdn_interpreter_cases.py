@@ -167,7 +167,7 @@ SCENARIO_IDS: list[str] = [c.id for c in SCENARIOS]
 
 def _paged(num_blocks: int, shape: tuple[int, ...], dtype: torch.dtype, paged: bool,
            gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """(backing buffer, per-block view of `shape`); paged: blocks sit in larger pages at an offset."""
+    """(backing buffer, per-block view of `shape`); paged: blocks sit inside larger pages."""
     per_block = 1
     for d in shape:
         per_block *= d
@@ -305,7 +305,7 @@ def _max_abs(x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def _run_vllm(inp: dict) -> None:
-    """vLLM 0.21.0's spec-decode branch of GatedDeltaNetAttention._forward_core (pure spec batch)."""
+    """vLLM 0.21.0's spec branch of GatedDeltaNetAttention._forward_core (pure spec batch)."""
     with warnings.catch_warnings():
         # vLLM's conv computes on lanes past conv_dim that it loads without `other=` (junk
         # values under the interpreter, never stored): numpy overflow warnings there are noise.
@@ -399,7 +399,9 @@ def run_scenario(sc: Scenario) -> dict:
     if not errors["out"] <= ATOL[out_dtype]:
         problems.append(f"out max abs error {errors['out']:.3g} > {ATOL[out_dtype]:.3g}")
     if not errors["ssm_state"] <= ATOL[ssm_dtype]:
-        problems.append(f"ssm_state max abs error {errors['ssm_state']:.3g} > {ATOL[ssm_dtype]:.3g}")
+        problems.append(
+            f"ssm_state max abs error {errors['ssm_state']:.3g} > {ATOL[ssm_dtype]:.3g}"
+        )
     # The conv window is a pure copy of rounded inputs: must match bit for bit (whole buffer,
     # so stray writes into page padding or other blocks are caught too).
     if not torch.equal(ours["buffers"]["conv"], ref["buffers"]["conv"]):
@@ -453,7 +455,23 @@ def _interpreter_bf16_products_broken() -> str | None:
     )
 
 
+def _vllm_0_21_missing() -> str | None:
+    """Reason the rule cannot run here, or None: it pins vLLM 0.21.0's kernels."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("vllm")
+    except PackageNotFoundError:
+        return "vLLM is not installed: the rule compares against vLLM 0.21.0's own kernels"
+    if not installed.startswith("0.21."):
+        return f"the rule pins vLLM 0.21.0's kernels; installed vLLM is {installed}"
+    return None
+
+
 def _vllm_rule(sc: Scenario, inp: dict, ref: dict, errors: dict) -> dict:
+    missing = _vllm_0_21_missing()
+    if missing:
+        return {"rule_skip": missing}
     if sc.act_dtype == "bfloat16" or sc.conv_dtype == "bfloat16":
         reason = _interpreter_bf16_products_broken()
         if reason:
@@ -504,8 +522,8 @@ def main(argv: list[str] | None = None) -> int:
             rule = " | rule " + ("ok" if res["rule_ok"] else "FAIL " + res["rule_detail"])
         elif "rule_skip" in res:
             rule = " | rule skipped"
-        print(f"{'ok  ' if res['ok'] else 'FAIL'} {sc.id} ({res['seconds']} s) {res['detail']}{rule}",
-              flush=True)
+        status = "ok  " if res["ok"] else "FAIL"
+        print(f"{status} {sc.id} ({res['seconds']} s) {res['detail']}{rule}", flush=True)
         with open(args.out, "w") as f:  # rewrite each time: partial results survive a crash
             json.dump(results, f, indent=1)
     return 0

@@ -9,9 +9,8 @@ import pytest
 pytestmark = pytest.mark.sm75_gate
 
 triton = pytest.importorskip("triton", reason="triton is not installed: nothing to compile")
-aot = pytest.importorskip("caovan.kernels.gdn_spec_decode.aot")
 
-from caovan.kernels.gdn_spec_decode import KERNEL_NAMES  # noqa: E402
+from caovan.kernels.gdn_spec_decode import KERNEL_NAMES, aot  # noqa: E402
 
 _MATRIX = aot.sm75_gate_matrix()
 

@@ -14,7 +14,7 @@ fp32 scratch allocation, two launches.
 
 from __future__ import annotations
 
-import functools
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -64,7 +64,6 @@ def _check_index(name: str, t: torch.Tensor, ndim: int) -> None:
         _fail(name, "stride 1 along its last dimension", f"stride {t.stride()}")
 
 
-@functools.lru_cache(maxsize=256)
 def _block_sizes(K: int, V: int, width: int, t_max: int, bv: int) -> tuple[int, int, int, int]:
     """(BK, BV, BU, number of value blocks) for one shape; BU covers W - 2 + T_max positions."""
     BK = triton.next_power_of_2(K)
@@ -81,6 +80,28 @@ def _launch_config(device: torch.device) -> ArchLaunchConfig:
         capability = torch.cuda.get_device_capability(device) if index >= 0 else (7, 5)
         config = _config_by_device[index] = config_for(capability)
     return config
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything a launch needs, derived from tensor metadata and options after full
+    validation; cached per key (see gdn_spec_decode)."""
+
+    N: int
+    num_spec_tokens: int
+    scratch_shape: tuple[int, int, int, int]
+    qk_grid: tuple[int, int]
+    v_grid: tuple[int, int]
+    qk_tail: tuple  # scale, strides and constexprs of the QK kernel, in signature order
+    v_tail: tuple
+    qk_warps: int
+    qk_stages: int
+    v_warps: int
+    v_stages: int
+
+
+_plans: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096  # a model has a handful of layouts; the bound only guards against misuse
 
 
 def gdn_spec_decode(
@@ -126,10 +147,68 @@ def gdn_spec_decode(
     get zero output rows and no SSM state read or write; the conv state is still updated when
     column 0 is valid, as vLLM does.
     """
-    H, K, V = num_k_heads, head_k_dim, head_v_dim
-    device = mixed_qkv.device
+    # Everything validation looks at, as one hashable key (full shapes: a handful of plans per
+    # batch size is cheaper than slicing shapes on every call). Validation and the launch
+    # constants run once per key; the common path is this tuple, one dict lookup and the two
+    # launches. Only metadata is read: no host sync, graph-capture safe.
+    ti = token_index
+    cb = conv_bias
+    key = (
+        mixed_qkv.dtype, mixed_qkv.shape, mixed_qkv.stride(), mixed_qkv.device,
+        a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
+        A_log.dtype, A_log.shape, A_log.stride(), A_log.device,
+        dt_bias.dtype, dt_bias.shape, dt_bias.stride(), dt_bias.device,
+        conv_weight.dtype, conv_weight.shape, conv_weight.stride(), conv_weight.device,
+        None if cb is None else (cb.dtype, cb.shape, cb.stride(), cb.device),
+        conv_state.dtype, conv_state.shape, conv_state.stride(), conv_state.device,
+        ssm_state.dtype, ssm_state.shape, ssm_state.stride(), ssm_state.device,
+        query_start_loc.dtype, query_start_loc.shape, query_start_loc.stride(),
+        query_start_loc.device,
+        state_indices.dtype, state_indices.shape, state_indices.stride(), state_indices.device,
+        num_accepted_tokens.dtype, num_accepted_tokens.shape, num_accepted_tokens.stride(),
+        num_accepted_tokens.device,
+        out.dtype, out.shape, out.stride(), out.device,
+        None if ti is None else (ti.dtype, ti.shape, ti.stride(), ti.device),
+        num_k_heads, head_k_dim, head_v_dim, ssm_layout, null_slot_max, type(null_slot_max),
+        launch_config,
+    )
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _validate_and_plan(
+            mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
+            query_start_loc, state_indices, num_accepted_tokens, out, num_k_heads, head_k_dim,
+            head_v_dim, ssm_layout, null_slot_max, token_index, launch_config,
+        )
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = plan
+    N = plan.N
+    if N == 0 or plan.num_spec_tokens == 0:
+        return
 
-    # ---- validation: tensor metadata only (no host sync) ----
+    device = mixed_qkv.device
+    # Normalised q/k, computed once per key head and read by its HV/H value heads.
+    qk_scratch = torch.empty(plan.scratch_shape, dtype=torch.float32, device=device)
+    with _device_guard(device):
+        _caovan_sm75_prepare_qk_conv_spec_decode_kernel[plan.qk_grid](
+            mixed_qkv, conv_weight, conv_bias, conv_state, query_start_loc, state_indices,
+            num_accepted_tokens, token_index, qk_scratch, *plan.qk_tail,
+            num_warps=plan.qk_warps, num_stages=plan.qk_stages,
+        )
+        _caovan_sm75_fused_v_gdn_spec_decode_kernel[plan.v_grid](
+            mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
+            query_start_loc, state_indices, num_accepted_tokens, token_index, qk_scratch, out,
+            *plan.v_tail, num_warps=plan.v_warps, num_stages=plan.v_stages,
+        )
+
+
+def _validate_and_plan(
+    mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
+    query_start_loc, state_indices, num_accepted_tokens, out, H, K, V, ssm_layout, null_slot_max,
+    token_index, launch_config,
+) -> _Plan:
+    """Full validation (ValueError naming the tensor) and the launch constants of one layout."""
+    device = mixed_qkv.device
     if ssm_layout != "vk" and ssm_layout != "kv":
         _fail("ssm_layout", "'vk' or 'kv'", repr(ssm_layout))
     if type(null_slot_max) is not int:
@@ -213,44 +292,33 @@ def gdn_spec_decode(
     if N * HV > _MAX_GRID_Y:
         _fail("query_start_loc", f"N * HV <= {_MAX_GRID_Y} (CUDA grid limit)", f"N={N}, HV={HV}")
 
-    if N == 0 or num_spec_tokens == 0:
-        return
-
-    # ---- launch ----
     config = launch_config if launch_config is not None else _launch_config(device)
     BK, BV, BU, num_v_blocks = _block_sizes(K, V, width, t_max, config.v_gdn.BV)
     has_bias = conv_bias is not None
     has_token_index = token_index is not None
-    if ssm_layout == "vk":
-        _, s_ssm_head, s_ssm_v, s_ssm_k = ssm_state.stride()
-    else:
-        _, s_ssm_head, s_ssm_k, s_ssm_v = ssm_state.stride()
+    s_ssm_block, s_ssm_head, s_ssm_2, s_ssm_3 = ssm_state.stride()
+    # The kernels address the slab as (v, k); "kv" storage just swaps the two strides.
+    s_ssm_v, s_ssm_k = (s_ssm_2, s_ssm_3) if ssm_layout == "vk" else (s_ssm_3, s_ssm_2)
     s_cs_block, s_cs_dim, s_cs_pos = conv_state.stride()
     s_w_dim, s_w_width = conv_weight.stride()
     s_x_token = mixed_qkv.stride(0)
     s_si_seq = state_indices.stride(0)
-
-    # Normalised q/k, computed once per key head and read by its HV/H value heads.
-    qk_scratch = torch.empty((num_spec_tokens, 2, H, K), dtype=torch.float32, device=device)
-    with _device_guard(device):
-        _caovan_sm75_prepare_qk_conv_spec_decode_kernel[(N, H)](
-            mixed_qkv, conv_weight, conv_bias, conv_state, query_start_loc, state_indices,
-            num_accepted_tokens, token_index, qk_scratch, K**-0.5,
-            s_x_token, s_w_dim, s_w_width, s_cs_block, s_cs_dim, s_cs_pos, s_si_seq,
-            H=H, K=K, BK=BK, WIDTH=width, BU=BU, NULL_SLOT_MAX=null_slot_max,
-            HAS_BIAS=has_bias, HAS_TOKEN_INDEX=has_token_index,
-            num_warps=config.qk.num_warps, num_stages=config.qk.num_stages,
-        )
-        _caovan_sm75_fused_v_gdn_spec_decode_kernel[(num_v_blocks, N * HV)](
-            mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
-            query_start_loc, state_indices, num_accepted_tokens, token_index, qk_scratch, out,
-            s_x_token, a.stride(0), a.stride(1), b.stride(0), b.stride(1), s_w_dim, s_w_width,
-            s_cs_block, s_cs_dim, s_cs_pos, ssm_state.stride(0), s_ssm_head, s_ssm_v, s_ssm_k,
-            s_si_seq, out.stride(0), out.stride(1),
-            H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, WIDTH=width, BU=BU, NULL_SLOT_MAX=null_slot_max,
-            HAS_BIAS=has_bias, HAS_TOKEN_INDEX=has_token_index,
-            num_warps=config.v_gdn.num_warps, num_stages=config.v_gdn.num_stages,
-        )
+    qk_tail = (
+        K**-0.5, s_x_token, s_w_dim, s_w_width, s_cs_block, s_cs_dim, s_cs_pos, s_si_seq,
+        H, K, BK, width, BU, null_slot_max, has_bias, has_token_index,
+    )
+    v_tail = (
+        s_x_token, a.stride(0), a.stride(1), b.stride(0), b.stride(1), s_w_dim, s_w_width,
+        s_cs_block, s_cs_dim, s_cs_pos, s_ssm_block, s_ssm_head, s_ssm_v, s_ssm_k, s_si_seq,
+        out.stride(0), out.stride(1),
+        H, HV, K, V, BK, BV, width, BU, null_slot_max, has_bias, has_token_index,
+    )
+    return _Plan(
+        N=N, num_spec_tokens=num_spec_tokens, scratch_shape=(num_spec_tokens, 2, H, K),
+        qk_grid=(N, H), v_grid=(num_v_blocks, N * HV), qk_tail=qk_tail, v_tail=v_tail,
+        qk_warps=config.qk.num_warps, qk_stages=config.qk.num_stages,
+        v_warps=config.v_gdn.num_warps, v_stages=config.v_gdn.num_stages,
+    )
 
 
 class _NoGuard:

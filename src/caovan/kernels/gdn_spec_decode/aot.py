@@ -168,7 +168,8 @@ def _launch_values(shape: ModelShape, dtypes: DtypeCombo, layout: LayoutVariant,
     x_row = conv_dim + HV * V  # Qwen3.5: mixed_qkv is the [q|k|v] part of the qkvz projection
     common = dict(
         mixed_qkv_ptr=_Ptr(act), conv_weight_ptr=_Ptr(act),
-        conv_bias_ptr=_Ptr(act) if layout.has_bias else None, conv_state_ptr=_Ptr(dtypes.conv_state),
+        conv_bias_ptr=_Ptr(act) if layout.has_bias else None,
+        conv_state_ptr=_Ptr(dtypes.conv_state),
         query_start_loc_ptr=_Ptr(idx), state_indices_ptr=_Ptr(idx),
         num_accepted_tokens_ptr=_Ptr(idx),
         token_index_ptr=_Ptr(idx) if layout.has_token_index else None,

@@ -95,7 +95,8 @@ def gdn_spec_decode_reference(
             y = y + bias
         y = y * torch.sigmoid(y)  # SiLU
         new_len = width - 2 + seq_len
-        conv_state[conv_block, :, :new_len] = u[1 : 1 + new_len].transpose(0, 1).to(conv_state.dtype)
+        new_window = u[1 : 1 + new_len].transpose(0, 1)
+        conv_state[conv_block, :, :new_len] = new_window.to(conv_state.dtype)
 
         if initial_block <= null_slot_max:
             out[rows_t] = 0

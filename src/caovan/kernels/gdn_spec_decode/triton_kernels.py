@@ -305,7 +305,9 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
                          BV, HAS_TOKEN_INDEX)
         return
 
-    slab_offs = v_offs.to(tl.int64)[:, None] * stride_ssm_v + k_offs.to(tl.int64)[None, :] * stride_ssm_k
+    slab_offs = (
+        v_offs.to(tl.int64)[:, None] * stride_ssm_v + k_offs.to(tl.int64)[None, :] * stride_ssm_k
+    )
     slab_mask = v_mask[:, None] & k_mask[None, :]
     head_base = ssm_state_ptr + i_hv.to(tl.int64) * stride_ssm_head
     state = tl.load(
@@ -329,7 +331,8 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
         x = tl.load(a_ptr + row * stride_a_token + i_hv * stride_a_head).to(tl.float32) + dt_bias
         softplus_x = tl.where(x <= 20.0, tl.log(1.0 + tl.exp(x)), x)
         decay = tl.exp(neg_A * softplus_x)
-        beta = tl.sigmoid(tl.load(b_ptr + row * stride_b_token + i_hv * stride_b_head).to(tl.float32))
+        b = tl.load(b_ptr + row * stride_b_token + i_hv * stride_b_head).to(tl.float32)
+        beta = tl.sigmoid(b)
 
         state *= decay
         v -= tl.sum(state * k[None, :], axis=1)
