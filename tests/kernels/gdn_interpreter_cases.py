@@ -65,13 +65,14 @@ class Scenario:
     null_columns: tuple[tuple[int, int], ...] = ()  # (sequence, column) set to the null slot
     extra_index_rows: int = 0  # state_indices / num_accepted_tokens have N' > N rows
     vllm_rule: bool = False  # also run vLLM 0.21.0's kernels and apply the error rule
+    repeat_call: bool = False  # call twice: the second call goes through the cached plan
     seed: int = 0
     notes: str = field(default="", compare=False)
 
 
 def _scenarios() -> list[Scenario]:
     base = Scenario(id="base")
-    s: list[Scenario] = [base]
+    s: list[Scenario] = [replace(base, repeat_call=True)]
     # Head ratios HV/H = 1, 2, 3 with one and two key heads.
     for h in (1, 2):
         for g in (1, 2, 3):
@@ -123,7 +124,7 @@ def _scenarios() -> list[Scenario]:
         ]
     # Mixed batches (token_index) and odd shapes.
     s += [
-        replace(base, id="mixed_batch_token_index", mixed_batch=True, seed=601),
+        replace(base, id="mixed_batch_token_index", mixed_batch=True, repeat_call=True, seed=601),
         replace(base, id="mixed_batch_kv_dimfirst_bf16", mixed_batch=True, ssm_layout="kv",
                 conv_dim_first=True, act_dtype="bfloat16", conv_dtype="bfloat16",
                 ssm_dtype="bfloat16", seed=602),
@@ -418,6 +419,13 @@ def run_scenario(sc: Scenario) -> dict:
     if not torch.equal(ours["buffers"]["ssm"][keep_ssm], inp["buffers"]["ssm"][keep_ssm]):
         problems.append("ssm_state cache changed outside the blocks the tokens' states go to")
 
+    if sc.repeat_call:
+        # Second call with the same layout takes the cached launch plan: same bits expected.
+        again = clone_inputs(inp)
+        _call(gdn_spec_decode, again, launch_config=config)
+        for part, key in (("tensors", "out"), ("buffers", "conv"), ("buffers", "ssm")):
+            if not torch.equal(again[part][key], ours[part][key]):
+                problems.append(f"second call (cached plan) changed {key}")
     result = {"id": sc.id, "errors": errors, "ok": not problems, "detail": "; ".join(problems)}
     if sc.vllm_rule:
         try:
@@ -483,6 +491,10 @@ def _vllm_rule(sc: Scenario, inp: dict, ref: dict, errors: dict) -> dict:
         "ssm_state": _max_abs(vl["buffers"]["ssm"], ref["buffers"]["ssm"]),
     }
     problems = []
+    # The window bookkeeping (offset num_accepted - 1, W - 2 + L positions written) is a copy in
+    # both implementations: vLLM's conv cache must equal the oracle's bit for bit.
+    if not torch.equal(vl["buffers"]["conv"], ref["buffers"]["conv"]):
+        problems.append("vLLM's conv_state differs from the oracle: semantics drifted")
     for key, ref_t in (("out", ref["tensors"]["out"]), ("ssm_state", ref["buffers"]["ssm"])):
         floor = FLOOR_ULPS * torch.finfo(ref_t.dtype).eps * ref_t.double().abs().max().item()
         if not math.isfinite(vllm_errors[key]):

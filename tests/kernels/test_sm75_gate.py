@@ -50,3 +50,15 @@ def test_gate_rules_catch_violations():
     allowed_bf16 = aot.CompiledKernelInfo(**base, shared_bytes=65536, ptx_has_bf16=True,
                                           bf16_inputs=True)
     assert len(aot.gate_problems([too_big, stray_bf16, allowed_bf16])) == 2
+
+
+def test_bf16_detector_sees_bf16_in_real_ptx():
+    # On sm_75 Triton emulates bf16 with integer ops, so the gate's bf16 check would never fire
+    # there; on sm_90 the same kernels use bf16 conversions, which the detector must report.
+    bf16 = next(c for c in aot.SUPPORTED_DTYPE_COMBOS if c.activation == "bfloat16")
+    fp16 = aot.SUPPORTED_DTYPE_COMBOS[0]
+    sm90 = next(c for c in aot.ALL_LAUNCH_CONFIGS if c.arch == "sm90")
+    assert all(i.ptx_has_bf16 for i in aot.compile_spec_decode_kernels(sm90, bf16,
+                                                                       capability=(9, 0)))
+    assert not any(i.ptx_has_bf16 for i in aot.compile_spec_decode_kernels(sm90, fp16,
+                                                                           capability=(9, 0)))

@@ -252,11 +252,16 @@ def compile_spec_decode_kernels(
             kernel=fn.__name__, target=f"sm{capability[0]}{capability[1]}", config=config.arch,
             dtypes=dtypes.name, layout=layout.name, num_warps=launch.num_warps,
             num_stages=launch.num_stages, shared_bytes=int(compiled.metadata.shared),
-            ptx_has_bf16="bf16" in ptx.lower(), bf16_inputs=dtypes.has_bf16,
+            ptx_has_bf16=ptx_has_bf16(ptx), bf16_inputs=dtypes.has_bf16,
             seconds=round(time.perf_counter() - t0, 3), registers=registers,
             spill_bytes=spill_bytes,
         ))
     return infos
+
+
+def ptx_has_bf16(ptx: str) -> bool:
+    """True if the PTX uses a bf16 type (cvt.*.bf16*, *.bf16x2 ...); names and paths don't count."""
+    return re.search(r"\.bf16", ptx) is not None
 
 
 def ptxas_resource_usage(ptx: str, capability: tuple[int, int]) -> tuple[int | None, int | None]:

@@ -191,34 +191,31 @@ def _caovan_sm75_prepare_qk_conv_spec_decode_kernel(
         return  # no conv slot: the V kernel writes zeros for this sequence
     window_offset = tl.load(num_accepted_tokens_ptr + i_n).to(tl.int64) - 1
 
-    # Channels of this key head: lanes [0, BK) are q, lanes [BK, 2 BK) are k.
-    lane = tl.arange(0, 2 * BK)
-    is_q = lane < BK
-    k_offs = tl.where(is_q, lane, lane - BK)
+    k_offs = tl.arange(0, BK)
     channel_mask = k_offs < K
-    channels = tl.where(is_q, 0, H * K) + i_h * K + k_offs
-
-    y = _conv_update_silu(
-        mixed_qkv_ptr, conv_weight_ptr, conv_bias_ptr, conv_state_ptr, token_index_ptr,
-        stride_x_token, stride_w_dim, stride_w_width, conv_block * stride_cs_block,
-        stride_cs_dim, stride_cs_pos, channels, channel_mask, window_offset, bos, seq_len,
-        WIDTH, BU, HAS_BIAS, HAS_TOKEN_INDEX,
-    )
-    # Per token L2 norm of q and k separately (eps as FLA: x * rsqrt(sum x^2 + 1e-6)).
-    y2 = y * y
-    q_sq = tl.sum(tl.where(is_q[None, :], y2, 0.0), axis=1)
-    k_sq = tl.sum(tl.where(is_q[None, :], 0.0, y2), axis=1)
-    q_factor = tl.rsqrt(q_sq + 1e-6)
-    k_factor = tl.rsqrt(k_sq + 1e-6)
-    y = tl.where(is_q[None, :], (y * q_factor[:, None]) * scale, y * k_factor[:, None])
-
     rows = tl.arange(0, BU)
-    scratch_ptrs = (
-        qk_scratch_ptr
-        + ((bos + rows.to(tl.int64)) * 2)[:, None] * (H * K)
-        + (tl.where(is_q, 0, H * K) + i_h * K + k_offs)[None, :]
-    )
-    tl.store(scratch_ptrs, y, mask=(rows < seq_len)[:, None] & channel_mask[None, :])
+    store_mask = (rows < seq_len)[:, None] & channel_mask[None, :]
+    # q then k of this key head, one [BU, BK] tile at a time (a single [BU, 2 BK] tile spills
+    # on sm_75 with the dim-first conv cache).
+    for half in tl.static_range(2):
+        channels = half * (H * K) + i_h * K + k_offs
+        y = _conv_update_silu(
+            mixed_qkv_ptr, conv_weight_ptr, conv_bias_ptr, conv_state_ptr, token_index_ptr,
+            stride_x_token, stride_w_dim, stride_w_width, conv_block * stride_cs_block,
+            stride_cs_dim, stride_cs_pos, channels, channel_mask, window_offset, bos, seq_len,
+            WIDTH, BU, HAS_BIAS, HAS_TOKEN_INDEX,
+        )
+        # Per token L2 norm (as FLA: x * rsqrt(sum x^2 + 1e-6)); q also times K**-0.5.
+        y = y * tl.rsqrt(tl.sum(y * y, axis=1) + 1e-6)[:, None]
+        if half == 0:
+            y = y * scale
+        # scratch (num_spec_tokens, 2, H, K): row bos + t, slot `half`, head i_h
+        scratch_ptrs = (
+            qk_scratch_ptr
+            + ((bos + rows.to(tl.int64)) * 2 + half)[:, None] * (H * K)
+            + (i_h * K + k_offs)[None, :]
+        )
+        tl.store(scratch_ptrs, y, mask=store_mask)
 
 
 @triton.jit
