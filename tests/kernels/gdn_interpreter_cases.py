@@ -28,10 +28,16 @@ import torch
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
-# Max-abs tolerances vs the float64 oracle, by the dtype the result is stored in: the kernels and
-# the oracle consume bit-identical inputs, so the gap is fp32-vs-fp64 arithmetic plus at most one
-# rounding step of the stored dtype (1 ulp at |x| <= 4: fp16 2^-9 ~ 2e-3, bf16 2^-6 ~ 1.6e-2).
-ATOL = {torch.float16: 4e-3, torch.bfloat16: 3.2e-2, torch.float32: 2e-5}
+# Max-abs tolerance vs the float64 oracle. Kernels and oracle consume bit-identical inputs, so
+# the gap is fp32-vs-fp64 arithmetic (relative ~1e-6 for K <= 32 reductions over T <= 4 steps;
+# FP32_ARITH_REL leaves a margin) plus at most one rounding step of the stored dtype (<= 1 ulp
+# <= eps * |x|; 2 eps for margin), both scaled by the largest magnitude (at least 1).
+FP32_ARITH_REL = 2e-5
+
+
+def tolerance(dtype: torch.dtype, reference: torch.Tensor) -> float:
+    scale = max(1.0, reference.double().abs().max().item()) if reference.numel() else 1.0
+    return max(FP32_ARITH_REL, 2 * torch.finfo(dtype).eps) * scale
 
 # Rule-test floor: ours may exceed vLLM's max error by at most 2 ulps of the stored dtype at the
 # reference's largest magnitude. Where vLLM's intermediate roundings are invisible after the last
@@ -209,14 +215,20 @@ def make_inputs(sc: Scenario) -> dict:
         state_indices[n] = perm[used:used + T]
         used += T
     if null == -1 and N and sc.seq_lens[0] > 0 and 0 not in state_indices[0].tolist():
-        state_indices[0, 0] = 0  # make sure the real block 0 is exercised
+        # Make sure the real block 0 is exercised: swap it into sequence 0's conv slot.
+        where_zero = (state_indices == 0).nonzero()
+        if len(where_zero):
+            state_indices[tuple(where_zero[0])] = state_indices[0, 0].item()
+        state_indices[0, 0] = 0
     for n, col in sc.null_columns:
         state_indices[n, col] = null
     if sc.num_accepted is not None:
         accepted = list(sc.num_accepted)
     else:
         accepted = [(n % T) + 1 for n in range(N)]
-    accepted += [1] * sc.extra_index_rows
+    # Padding rows carry an out-of-range count: it must never be read (length 0 returns first).
+    accepted = [a if L > 0 else 0 for a, L in zip(accepted, sc.seq_lens, strict=True)]
+    accepted += [0] * sc.extra_index_rows
     num_accepted_tokens = torch.tensor(accepted, dtype=torch.int32)
     starts = [0]
     for L in sc.seq_lens:
@@ -397,12 +409,13 @@ def run_scenario(sc: Scenario) -> dict:
         "conv_state": _max_abs(ours["buffers"]["conv"], ref["buffers"]["conv"]),
     }
     # `not x <= tol` so that a NaN error fails.
-    if not errors["out"] <= ATOL[out_dtype]:
-        problems.append(f"out max abs error {errors['out']:.3g} > {ATOL[out_dtype]:.3g}")
-    if not errors["ssm_state"] <= ATOL[ssm_dtype]:
-        problems.append(
-            f"ssm_state max abs error {errors['ssm_state']:.3g} > {ATOL[ssm_dtype]:.3g}"
-        )
+    for key, dtype, ref_t in (
+        ("out", out_dtype, ref["tensors"]["out"]),
+        ("ssm_state", ssm_dtype, ref["buffers"]["ssm"]),
+    ):
+        tol = tolerance(dtype, ref_t)
+        if not errors[key] <= tol:
+            problems.append(f"{key} max abs error {errors[key]:.3g} > {tol:.3g}")
     # The conv window is a pure copy of rounded inputs: must match bit for bit (whole buffer,
     # so stray writes into page padding or other blocks are caught too).
     if not torch.equal(ours["buffers"]["conv"], ref["buffers"]["conv"]):
