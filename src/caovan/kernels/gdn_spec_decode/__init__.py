@@ -1,0 +1,340 @@
+"""GatedDeltaNet speculative-decode (MTP verify) step in two Triton launches.
+
+``gdn_spec_decode`` does, for a batch of spec sequences, what vLLM 0.21.0 does with
+``causal_conv1d_update(..., num_accepted_tokens=..., query_start_loc=...)`` followed by
+``fused_sigmoid_gating_delta_rule_update(..., use_qk_l2norm_in_kernel=True,
+inplace_final_state=True)``: conv state and SSM state updated in place, output written into the
+caller's buffer. ``naive.gdn_spec_decode_reference`` is the float64 oracle with the same
+arguments.
+
+The Python entry runs on every GDN layer of every decode step (eagerly under PIECEWISE CUDA
+graphs), so it stays lean: shape/dtype/stride checks on tensor metadata only, no host sync, one
+fp32 scratch allocation, two launches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+from triton.runtime.jit import JITFunction
+
+from .launch_configs import ArchLaunchConfig, config_for
+from .triton_kernels import (
+    _caovan_sm75_fused_v_gdn_spec_decode_kernel,
+    _caovan_sm75_prepare_qk_conv_spec_decode_kernel,
+)
+
+__all__ = ["KERNEL_NAMES", "gdn_spec_decode"]
+
+KERNEL_NAMES = (
+    "_caovan_sm75_prepare_qk_conv_spec_decode_kernel",
+    "_caovan_sm75_fused_v_gdn_spec_decode_kernel",
+)
+
+_FLOAT_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32))
+_INDEX_DTYPES = frozenset((torch.int32, torch.int64))
+_MAX_GRID_Y = 65535  # CUDA limit of gridDim.y, which carries N * HV
+
+# True when TRITON_INTERPRET=1 was set before this package was imported: the kernels then run
+# on CPU tensors (tests); otherwise CPU tensors are refused with a clear message.
+_INTERPRETED = not isinstance(_caovan_sm75_prepare_qk_conv_spec_decode_kernel, JITFunction)
+
+_config_by_device: dict[int, ArchLaunchConfig] = {}
+
+
+def _fail(name: str, expected: str, got: object) -> None:
+    raise ValueError(f"gdn_spec_decode: {name}: expected {expected}, got {got}")
+
+
+def _check_float(name: str, t: torch.Tensor, ndim: int) -> None:
+    if t.dtype not in _FLOAT_DTYPES:
+        _fail(name, "dtype float16, bfloat16 or float32", t.dtype)
+    if t.ndim != ndim:
+        _fail(name, f"{ndim}-D tensor", f"shape {tuple(t.shape)}")
+
+
+def _check_index(name: str, t: torch.Tensor, ndim: int) -> None:
+    if t.dtype not in _INDEX_DTYPES:
+        _fail(name, "index dtype int32 or int64", t.dtype)
+    if t.ndim != ndim:
+        _fail(name, f"{ndim}-D tensor", f"shape {tuple(t.shape)}")
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        _fail(name, "stride 1 along its last dimension", f"stride {t.stride()}")
+
+
+def _block_sizes(K: int, V: int, width: int, t_max: int, bv: int) -> tuple[int, int, int, int]:
+    """(BK, BV, BU, number of value blocks) for one shape; BU covers W - 2 + T_max positions."""
+    BK = triton.next_power_of_2(K)
+    BV = min(triton.next_power_of_2(bv), triton.next_power_of_2(V))
+    BU = triton.next_power_of_2(width - 2 + t_max)
+    return BK, BV, BU, triton.cdiv(V, BV)
+
+
+def _launch_config(device: torch.device) -> ArchLaunchConfig:
+    index = device.index if device.type == "cuda" else -1
+    config = _config_by_device.get(index)
+    if config is None:
+        # CPU only reaches here under the interpreter: use the SM75 configuration.
+        capability = torch.cuda.get_device_capability(device) if index >= 0 else (7, 5)
+        config = _config_by_device[index] = config_for(capability)
+    return config
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything a launch needs, derived from tensor metadata and options after full
+    validation; cached per key (see gdn_spec_decode)."""
+
+    N: int
+    num_spec_tokens: int
+    scratch_shape: tuple[int, int, int, int]
+    qk_grid: tuple[int, int]
+    v_grid: tuple[int, int]
+    qk_tail: tuple  # scale, strides and constexprs of the QK kernel, in signature order
+    v_tail: tuple
+    qk_warps: int
+    qk_stages: int
+    v_warps: int
+    v_stages: int
+
+
+_plans: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096  # a model has a handful of layouts; the bound only guards against misuse
+
+
+def gdn_spec_decode(
+    mixed_qkv: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    conv_weight: torch.Tensor,
+    conv_bias: torch.Tensor | None,
+    conv_state: torch.Tensor,
+    ssm_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    state_indices: torch.Tensor,
+    num_accepted_tokens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    num_k_heads: int,
+    head_k_dim: int,
+    head_v_dim: int,
+    ssm_layout: str = "vk",
+    null_slot_max: int = 0,
+    token_index: torch.Tensor | None = None,
+    launch_config: ArchLaunchConfig | None = None,
+) -> None:
+    """Conv update + gated delta rule for N speculative-decode sequences, in place.
+
+    mixed_qkv    (num_tokens, 2*H*K + HV*V) fp16/bf16/fp32, packed [q | k | v], channel stride 1
+    a, b         (num_tokens, HV) gating inputs
+    A_log        (HV,), dt_bias (HV,)
+    conv_weight  (conv_dim, width); conv_bias (conv_dim,) or None
+    conv_state   (num_blocks, conv_dim, state_len) logical dim-first view (any strides),
+                 state_len >= width - 2 + T_max
+    ssm_state    (num_blocks, HV, V, K) for ssm_layout "vk", (num_blocks, HV, K, V) for "kv"
+    query_start_loc (N + 1,), state_indices (N' >= N, T_max), num_accepted_tokens (N',): int32/int64
+    out          (num_tokens_total, HV, V), written in place (last-dim stride 1)
+    token_index  optional (num_spec_tokens,): spec token i lives at row token_index[i] of
+                 mixed_qkv / a / b / out; None: row i.
+    null_slot_max: a state index <= this means "no slot" (0 for vLLM >= 0.20, -1 before).
+    launch_config: override of the per-architecture launch configuration (tests, tuning).
+
+    Sequences whose conv slot (column 0) or initial slot (column num_accepted_tokens - 1) is null
+    get zero output rows and no SSM state read or write; the conv state is still updated when
+    column 0 is valid, as vLLM does.
+    """
+    # Everything validation looks at, as one hashable key (full shapes: a handful of plans per
+    # batch size is cheaper than slicing shapes on every call). Validation and the launch
+    # constants run once per key; the common path is this tuple, one dict lookup and the two
+    # launches. Only metadata is read: no host sync, graph-capture safe.
+    ti = token_index
+    cb = conv_bias
+    key = (
+        mixed_qkv.dtype, mixed_qkv.shape, mixed_qkv.stride(), mixed_qkv.device,
+        a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
+        A_log.dtype, A_log.shape, A_log.stride(), A_log.device,
+        dt_bias.dtype, dt_bias.shape, dt_bias.stride(), dt_bias.device,
+        conv_weight.dtype, conv_weight.shape, conv_weight.stride(), conv_weight.device,
+        None if cb is None else (cb.dtype, cb.shape, cb.stride(), cb.device),
+        conv_state.dtype, conv_state.shape, conv_state.stride(), conv_state.device,
+        ssm_state.dtype, ssm_state.shape, ssm_state.stride(), ssm_state.device,
+        query_start_loc.dtype, query_start_loc.shape, query_start_loc.stride(),
+        query_start_loc.device,
+        state_indices.dtype, state_indices.shape, state_indices.stride(), state_indices.device,
+        num_accepted_tokens.dtype, num_accepted_tokens.shape, num_accepted_tokens.stride(),
+        num_accepted_tokens.device,
+        out.dtype, out.shape, out.stride(), out.device,
+        None if ti is None else (ti.dtype, ti.shape, ti.stride(), ti.device),
+        num_k_heads, head_k_dim, head_v_dim, ssm_layout, null_slot_max, type(null_slot_max),
+        launch_config,
+    )
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _validate_and_plan(
+            mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
+            query_start_loc, state_indices, num_accepted_tokens, out, num_k_heads, head_k_dim,
+            head_v_dim, ssm_layout, null_slot_max, token_index, launch_config,
+        )
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = plan
+    N = plan.N
+    if N == 0 or plan.num_spec_tokens == 0:
+        return
+
+    device = mixed_qkv.device
+    # Normalised q/k, computed once per key head and read by its HV/H value heads.
+    qk_scratch = torch.empty(plan.scratch_shape, dtype=torch.float32, device=device)
+    with _device_guard(device):
+        _caovan_sm75_prepare_qk_conv_spec_decode_kernel[plan.qk_grid](
+            mixed_qkv, conv_weight, conv_bias, conv_state, query_start_loc, state_indices,
+            num_accepted_tokens, token_index, qk_scratch, *plan.qk_tail,
+            num_warps=plan.qk_warps, num_stages=plan.qk_stages,
+        )
+        _caovan_sm75_fused_v_gdn_spec_decode_kernel[plan.v_grid](
+            mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
+            query_start_loc, state_indices, num_accepted_tokens, token_index, qk_scratch, out,
+            *plan.v_tail, num_warps=plan.v_warps, num_stages=plan.v_stages,
+        )
+
+
+def _validate_and_plan(
+    mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
+    query_start_loc, state_indices, num_accepted_tokens, out, H, K, V, ssm_layout, null_slot_max,
+    token_index, launch_config,
+) -> _Plan:
+    """Full validation (ValueError naming the tensor) and the launch constants of one layout."""
+    device = mixed_qkv.device
+    if ssm_layout != "vk" and ssm_layout != "kv":
+        _fail("ssm_layout", "'vk' or 'kv'", repr(ssm_layout))
+    if type(null_slot_max) is not int:
+        _fail("null_slot_max", "an int (0 for vLLM >= 0.20, -1 before)", repr(null_slot_max))
+    _check_float("A_log", A_log, 1)
+    HV = A_log.shape[0]
+    if H <= 0 or K <= 0 or V <= 0 or HV % H != 0 or HV == 0:
+        _fail(
+            "num_k_heads/head_k_dim/head_v_dim",
+            f"positive sizes with HV (= A_log.shape[0] = {HV}) a multiple of num_k_heads",
+            f"num_k_heads={H}, head_k_dim={K}, head_v_dim={V}",
+        )
+    conv_dim = 2 * H * K + HV * V
+    _check_float("mixed_qkv", mixed_qkv, 2)
+    num_rows = mixed_qkv.shape[0]
+    if mixed_qkv.shape[1] != conv_dim:
+        _fail("mixed_qkv", f"shape (num_tokens, {conv_dim}) (2*H*K + HV*V)", tuple(mixed_qkv.shape))
+    if mixed_qkv.stride(1) != 1:
+        _fail("mixed_qkv", "channel stride 1", f"strides {mixed_qkv.stride()}")
+    for name, t in (("a", a), ("b", b)):
+        _check_float(name, t, 2)
+        if t.shape[1] != HV or t.shape[0] < num_rows:
+            _fail(name, f"shape (>= {num_rows}, {HV})", tuple(t.shape))
+    for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
+        _check_float(name, t, 1)
+        if t.shape[0] != HV or (HV > 1 and t.stride(0) != 1):
+            _fail(name, f"contiguous shape ({HV},)", f"shape {tuple(t.shape)} strides {t.stride()}")
+    _check_float("conv_weight", conv_weight, 2)
+    width = conv_weight.shape[1]
+    if conv_weight.shape[0] != conv_dim or width < 2:
+        _fail("conv_weight", f"shape ({conv_dim}, width >= 2)", tuple(conv_weight.shape))
+    if conv_bias is not None:
+        _check_float("conv_bias", conv_bias, 1)
+        if conv_bias.shape[0] != conv_dim or conv_bias.stride(0) != 1:
+            _fail("conv_bias", f"contiguous shape ({conv_dim},)", tuple(conv_bias.shape))
+    _check_index("query_start_loc", query_start_loc, 1)
+    N = query_start_loc.shape[0] - 1
+    if N < 0:
+        _fail("query_start_loc", "shape (N + 1,)", tuple(query_start_loc.shape))
+    _check_index("state_indices", state_indices, 2)
+    t_max = state_indices.shape[1]
+    if state_indices.shape[0] < N or t_max < 1:
+        _fail("state_indices", f"shape (>= {N}, T_max >= 1)", tuple(state_indices.shape))
+    _check_index("num_accepted_tokens", num_accepted_tokens, 1)
+    if num_accepted_tokens.shape[0] < N:
+        _fail("num_accepted_tokens", f"shape (>= {N},)", tuple(num_accepted_tokens.shape))
+    _check_float("conv_state", conv_state, 3)
+    if conv_state.shape[1] != conv_dim or conv_state.shape[2] < width - 2 + t_max:
+        _fail(
+            "conv_state",
+            f"shape (num_blocks, {conv_dim}, >= {width - 2 + t_max}) (dim-first view, "
+            f"state_len >= width - 2 + T_max)",
+            tuple(conv_state.shape),
+        )
+    _check_float("ssm_state", ssm_state, 4)
+    expected_ssm = (HV, V, K) if ssm_layout == "vk" else (HV, K, V)
+    if ssm_state.shape[1:] != expected_ssm:
+        _fail("ssm_state", f"shape (num_blocks, {', '.join(map(str, expected_ssm))}) for "
+              f"ssm_layout={ssm_layout!r}", tuple(ssm_state.shape))
+    _check_float("out", out, 3)
+    if out.shape[0] < num_rows or out.shape[1] != HV or out.shape[2] != V:
+        _fail("out", f"shape (>= {num_rows}, {HV}, {V})", tuple(out.shape))
+    if V > 1 and out.stride(2) != 1:
+        _fail("out", "stride 1 along head_v_dim", f"strides {out.stride()}")
+    if token_index is None:
+        num_spec_tokens = num_rows
+    else:
+        _check_index("token_index", token_index, 1)
+        num_spec_tokens = token_index.shape[0]
+    for name, t in (
+        ("a", a), ("b", b), ("A_log", A_log), ("dt_bias", dt_bias), ("conv_weight", conv_weight),
+        ("conv_bias", conv_bias), ("conv_state", conv_state), ("ssm_state", ssm_state),
+        ("query_start_loc", query_start_loc), ("state_indices", state_indices),
+        ("num_accepted_tokens", num_accepted_tokens), ("out", out), ("token_index", token_index),
+    ):
+        if t is not None and t.device != device:
+            _fail(name, f"a tensor on {device} (like mixed_qkv)", t.device)
+    if device.type != "cuda" and not _INTERPRETED:
+        _fail("mixed_qkv", "CUDA tensors (CPU only with TRITON_INTERPRET=1 set before importing "
+              "triton)", device)
+    if N * HV > _MAX_GRID_Y:
+        _fail("query_start_loc", f"N * HV <= {_MAX_GRID_Y} (CUDA grid limit)", f"N={N}, HV={HV}")
+
+    config = launch_config if launch_config is not None else _launch_config(device)
+    BK, BV, BU, num_v_blocks = _block_sizes(K, V, width, t_max, config.v_gdn.BV)
+    has_bias = conv_bias is not None
+    has_token_index = token_index is not None
+    s_ssm_block, s_ssm_head, s_ssm_2, s_ssm_3 = ssm_state.stride()
+    # The kernels address the slab as (v, k); "kv" storage just swaps the two strides.
+    s_ssm_v, s_ssm_k = (s_ssm_2, s_ssm_3) if ssm_layout == "vk" else (s_ssm_3, s_ssm_2)
+    s_cs_block, s_cs_dim, s_cs_pos = conv_state.stride()
+    s_w_dim, s_w_width = conv_weight.stride()
+    s_x_token = mixed_qkv.stride(0)
+    s_si_seq = state_indices.stride(0)
+    qk_tail = (
+        K**-0.5, s_x_token, s_w_dim, s_w_width, s_cs_block, s_cs_dim, s_cs_pos, s_si_seq,
+        H, K, BK, width, BU, null_slot_max, has_bias, has_token_index,
+    )
+    v_tail = (
+        s_x_token, a.stride(0), a.stride(1), b.stride(0), b.stride(1), s_w_dim, s_w_width,
+        s_cs_block, s_cs_dim, s_cs_pos, s_ssm_block, s_ssm_head, s_ssm_v, s_ssm_k, s_si_seq,
+        out.stride(0), out.stride(1),
+        H, HV, K, V, BK, BV, width, BU, null_slot_max, has_bias, has_token_index,
+    )
+    return _Plan(
+        N=N, num_spec_tokens=num_spec_tokens, scratch_shape=(num_spec_tokens, 2, H, K),
+        qk_grid=(N, H), v_grid=(num_v_blocks, N * HV), qk_tail=qk_tail, v_tail=v_tail,
+        qk_warps=config.qk.num_warps, qk_stages=config.qk.num_stages,
+        v_warps=config.v_gdn.num_warps, v_stages=config.v_gdn.num_stages,
+    )
+
+
+class _NoGuard:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_GUARD = _NoGuard()
+
+
+def _device_guard(device: torch.device):
+    # Triton launches on the *current* CUDA device; switch only when the tensors live elsewhere
+    # (vLLM workers own one device, so the common path costs one comparison).
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        return torch.cuda.device(device)
+    return _NO_GUARD

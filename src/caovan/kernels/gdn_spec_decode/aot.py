@@ -1,0 +1,318 @@
+"""Ahead-of-time compilation of the GDN spec-decode kernels (no GPU needed).
+
+Used by the sm_75 gate test and by ``caovan doctor``: compiles both kernels with
+``triton.compile(ASTSource(...), target=GPUTarget("cuda", 75, 32))`` for a launch configuration,
+a dtype combination and a cache layout, and reports what matters on Turing: shared memory
+(<= 64 KiB per block on sm_75) and whether bf16 slipped into the PTX (sm_75 has no bf16
+instructions; an fp16 model must not need any).
+
+The signature handed to the compiler mirrors what a real launch of ``gdn_spec_decode``
+specialises on (Triton's launch-time rules): pointers 16-byte aligned, integer arguments equal
+to 1 folded to constexpr, integers divisible by 16 marked ``tt.divisibility=16``, ``None``
+arguments constexpr. The argument values come from the vLLM 0.21.0 cache layouts of a real model
+shape (Qwen3.6-27B at TP=2 with MTP=3 by default), so the compiled code is the code users run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from .launch_configs import ALL_LAUNCH_CONFIGS, ArchLaunchConfig
+from .triton_kernels import (
+    _caovan_sm75_fused_v_gdn_spec_decode_kernel,
+    _caovan_sm75_prepare_qk_conv_spec_decode_kernel,
+)
+
+SM75_MAX_SHARED_MEMORY_BYTES = 65536  # per block, opt-in maximum of Turing (sm_75)
+
+_TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32",
+                 "int64": "i64"}
+_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class DtypeCombo:
+    """Dtypes of one deployment: activations (mixed_qkv, a, b, conv weight/bias, dt_bias, out,
+    as the model dtype), conv state (--mamba-cache-dtype), SSM state (--mamba-ssm-cache-dtype)."""
+
+    activation: str
+    conv_state: str
+    ssm_state: str
+
+    @property
+    def name(self) -> str:
+        return f"act={self.activation},conv={self.conv_state},ssm={self.ssm_state}"
+
+    @property
+    def has_bf16(self) -> bool:
+        return "bfloat16" in (self.activation, self.conv_state, self.ssm_state)
+
+
+#: Every dtype combination the kernels support and the gate compiles.
+SUPPORTED_DTYPE_COMBOS: tuple[DtypeCombo, ...] = (
+    DtypeCombo("float16", "float16", "float16"),  # SM75 default (--dtype half)
+    DtypeCombo("float16", "float16", "float32"),  # Qwen3.5 configs asking for an fp32 SSM cache
+    DtypeCombo("float16", "float32", "float32"),
+    DtypeCombo("float32", "float32", "float32"),
+    DtypeCombo("bfloat16", "bfloat16", "bfloat16"),  # newer GPUs only
+    DtypeCombo("bfloat16", "bfloat16", "float32"),
+)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Per-GPU GDN shape: key heads H, value heads HV, head dims K/V, conv width, T_max."""
+
+    num_k_heads: int = 8
+    num_v_heads: int = 24
+    head_k_dim: int = 128
+    head_v_dim: int = 128
+    conv_width: int = 4
+    t_max: int = 4  # 1 + num_speculative_tokens (MTP=3)
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+
+
+#: Qwen3.6-27B / Qwen3.5-27B per GPU at TP=2, MTP=3: the Turbo3 deployment.
+QWEN36_27B_TP2_MTP3 = ModelShape()
+
+
+@dataclass(frozen=True)
+class LayoutVariant:
+    """Cache layout and optional inputs; each choice changes the kernels' specialisation."""
+
+    conv_dim_first: bool = False  # vLLM 0.21 default: (blocks, L, dim) cache, passed transposed
+    ssm_layout: str = "vk"
+    has_token_index: bool = False  # mixed prefill + spec batches
+    has_bias: bool = False  # Qwen GDN conv1d has no bias
+    index_dtype: str = "int32"
+
+    @property
+    def name(self) -> str:
+        return (f"conv={'dim-first' if self.conv_dim_first else 'transposed'},"
+                f"ssm={self.ssm_layout},token_index={int(self.has_token_index)},"
+                f"bias={int(self.has_bias)},index={self.index_dtype}")
+
+
+DEFAULT_LAYOUT = LayoutVariant()
+#: Layouts the gate compiles besides the default (once, for the SM75 config and fp16).
+EXTRA_LAYOUTS: tuple[LayoutVariant, ...] = (
+    LayoutVariant(conv_dim_first=True),
+    LayoutVariant(ssm_layout="kv"),
+    LayoutVariant(has_token_index=True, index_dtype="int64"),
+    LayoutVariant(has_bias=True),
+)
+
+
+@dataclass(frozen=True)
+class CompiledKernelInfo:
+    kernel: str
+    target: str  # "sm75"
+    config: str  # launch config arch key
+    dtypes: str
+    layout: str
+    num_warps: int
+    num_stages: int
+    shared_bytes: int
+    ptx_has_bf16: bool
+    bf16_inputs: bool
+    seconds: float
+    registers: int | None = None  # from `ptxas -v` when Triton's ptxas can be found
+    spill_bytes: int | None = None
+
+
+class _Ptr:
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+
+
+def _page_elements(bytes_needed: int, element_bytes: int) -> int:
+    # vLLM's hybrid allocator gives every layer the same page size (a multiple of the block
+    # alignment); any page larger than the state works for the specialisation, 16-aligned.
+    page_bytes = -(-bytes_needed // 4096) * 4096
+    return page_bytes // element_bytes
+
+
+def _launch_values(shape: ModelShape, dtypes: DtypeCombo, layout: LayoutVariant, BV: int
+                   ) -> tuple[dict[str, object], dict[str, object]]:
+    """Argument values of both kernels as gdn_spec_decode would pass them for this layout."""
+    H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
+    W, T = shape.conv_width, shape.t_max
+    conv_dim, state_len = shape.conv_dim, W - 2 + T
+    act, idx = dtypes.activation, layout.index_dtype
+    conv_page = _page_elements(conv_dim * state_len * _ELEMENT_BYTES[dtypes.conv_state],
+                               _ELEMENT_BYTES[dtypes.conv_state])
+    if layout.conv_dim_first:
+        s_cs = (conv_page, state_len, 1)  # (block, dim, pos)
+    else:
+        s_cs = (conv_page, 1, conv_dim)  # transposed view of (blocks, L, dim)
+    ssm_page = _page_elements(HV * V * K * _ELEMENT_BYTES[dtypes.ssm_state],
+                              _ELEMENT_BYTES[dtypes.ssm_state])
+    # (block, head, v, k) strides for either storage order
+    s_ssm = (ssm_page, V * K, K, 1) if layout.ssm_layout == "vk" else (ssm_page, K * V, 1, V)
+    BK = triton.next_power_of_2(K)
+    BV = min(triton.next_power_of_2(BV), triton.next_power_of_2(V))
+    BU = triton.next_power_of_2(W - 2 + T)
+    x_row = conv_dim + HV * V  # Qwen3.5: mixed_qkv is the [q|k|v] part of the qkvz projection
+    common = dict(
+        mixed_qkv_ptr=_Ptr(act), conv_weight_ptr=_Ptr(act),
+        conv_bias_ptr=_Ptr(act) if layout.has_bias else None,
+        conv_state_ptr=_Ptr(dtypes.conv_state),
+        query_start_loc_ptr=_Ptr(idx), state_indices_ptr=_Ptr(idx),
+        num_accepted_tokens_ptr=_Ptr(idx),
+        token_index_ptr=_Ptr(idx) if layout.has_token_index else None,
+        qk_scratch_ptr=_Ptr("float32"),
+        stride_x_token=x_row, stride_w_dim=W, stride_w_width=1,
+        stride_cs_block=s_cs[0], stride_cs_dim=s_cs[1], stride_cs_pos=s_cs[2], stride_si_seq=T,
+        H=H, K=K, BK=BK, WIDTH=W, BU=BU, NULL_SLOT_MAX=0, HAS_BIAS=layout.has_bias,
+        HAS_TOKEN_INDEX=layout.has_token_index,
+    )
+    qk = dict(common, scale=float(K) ** -0.5)
+    v_gdn = dict(
+        common, a_ptr=_Ptr(act), b_ptr=_Ptr(act), A_log_ptr=_Ptr("float32"), dt_bias_ptr=_Ptr(act),
+        ssm_state_ptr=_Ptr(dtypes.ssm_state), out_ptr=_Ptr(act),
+        stride_a_token=HV, stride_a_head=1, stride_b_token=HV, stride_b_head=1,
+        stride_ssm_block=s_ssm[0], stride_ssm_head=s_ssm[1], stride_ssm_v=s_ssm[2],
+        stride_ssm_k=s_ssm[3], stride_out_token=HV * V, stride_out_head=V,
+        HV=HV, V=V, BV=BV,
+    )
+    return qk, v_gdn
+
+
+def _ast_source(fn, values: dict[str, object]) -> ASTSource:
+    """ASTSource specialised like a launch with these values (see the module docstring)."""
+    signature: dict[str, str] = {}
+    constexprs: dict[tuple[int, ...], object] = {}
+    attrs: dict[tuple[int, ...], list] = {}
+    constexpr_names = {p.name for p in fn.params if p.is_constexpr}
+    for i, name in enumerate(fn.arg_names):
+        if name not in values:
+            raise KeyError(f"aot: no value for argument {name!r} of {fn.__name__}")
+        value = values[name]
+        if name in constexpr_names or value is None:
+            signature[name] = "constexpr"
+            constexprs[(i,)] = value
+        elif isinstance(value, _Ptr):
+            signature[name] = "*" + _TRITON_DTYPE[value.dtype]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, bool):
+            signature[name] = "u1"
+        elif isinstance(value, int):
+            if value == 1:
+                signature[name] = "constexpr"
+                constexprs[(i,)] = 1
+            else:
+                signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+                if value % 16 == 0:
+                    attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        else:
+            raise TypeError(f"aot: unsupported value {value!r} for {name!r}")
+    return ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
+
+
+def compile_spec_decode_kernels(
+    config: ArchLaunchConfig,
+    dtypes: DtypeCombo,
+    layout: LayoutVariant = DEFAULT_LAYOUT,
+    shape: ModelShape = QWEN36_27B_TP2_MTP3,
+    capability: tuple[int, int] = (7, 5),
+) -> list[CompiledKernelInfo]:
+    """Compile both kernels for one GPU target; raises whatever Triton raises on failure."""
+    target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
+    qk_values, v_values = _launch_values(shape, dtypes, layout, config.v_gdn.BV)
+    infos = []
+    for fn, values, launch in (
+        (_caovan_sm75_prepare_qk_conv_spec_decode_kernel, qk_values, config.qk),
+        (_caovan_sm75_fused_v_gdn_spec_decode_kernel, v_values, config.v_gdn),
+    ):
+        t0 = time.perf_counter()
+        compiled = triton.compile(
+            _ast_source(fn, values), target=target,
+            options={"num_warps": launch.num_warps, "num_stages": launch.num_stages},
+        )
+        ptx = compiled.asm.get("ptx", "")
+        if isinstance(ptx, bytes):
+            ptx = ptx.decode()
+        registers, spill_bytes = ptxas_resource_usage(ptx, capability)
+        infos.append(CompiledKernelInfo(
+            kernel=fn.__name__, target=f"sm{capability[0]}{capability[1]}", config=config.arch,
+            dtypes=dtypes.name, layout=layout.name, num_warps=launch.num_warps,
+            num_stages=launch.num_stages, shared_bytes=int(compiled.metadata.shared),
+            ptx_has_bf16=ptx_has_bf16(ptx), bf16_inputs=dtypes.has_bf16,
+            seconds=round(time.perf_counter() - t0, 3), registers=registers,
+            spill_bytes=spill_bytes,
+        ))
+    return infos
+
+
+def ptx_has_bf16(ptx: str) -> bool:
+    """True if the PTX uses a bf16 type (cvt.*.bf16*, *.bf16x2 ...); names and paths don't count."""
+    return re.search(r"\.bf16", ptx) is not None
+
+
+def ptxas_resource_usage(ptx: str, capability: tuple[int, int]) -> tuple[int | None, int | None]:
+    """(registers per thread, spill store+load bytes) from Triton's bundled ``ptxas -v``.
+
+    Best effort, informational: (None, None) when ptxas cannot be found or run (its lookup is a
+    Triton internal that changes between releases)."""
+    arch = capability[0] * 10 + capability[1]
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        try:
+            ptxas = get_ptxas(arch).path
+        except TypeError:  # triton < 3.5: get_ptxas() takes no arch
+            ptxas = get_ptxas().path
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "kernel.ptx")
+            with open(src, "w") as f:
+                f.write(ptx)
+            run = subprocess.run(
+                [ptxas, "-v", f"--gpu-name=sm_{arch}", src, "-o", os.path.join(tmp, "k.cubin")],
+                capture_output=True, text=True, timeout=120, check=True,
+            )
+    except Exception:
+        return None, None
+    regs = re.search(r"Used (\d+) registers", run.stderr)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", run.stderr)
+    return (
+        int(regs.group(1)) if regs else None,
+        int(spills.group(1)) + int(spills.group(2)) if spills else None,
+    )
+
+
+def sm75_gate_matrix() -> list[tuple[ArchLaunchConfig, DtypeCombo, LayoutVariant]]:
+    """What the sm_75 gate compiles: every launch config x every supported dtype combination
+    (default layout), plus the other layouts once for the SM75 config in fp16."""
+    matrix = [(cfg, combo, DEFAULT_LAYOUT) for cfg in ALL_LAUNCH_CONFIGS
+              for combo in SUPPORTED_DTYPE_COMBOS]
+    sm75 = next(c for c in ALL_LAUNCH_CONFIGS if c.arch == "sm75")
+    matrix += [(sm75, SUPPORTED_DTYPE_COMBOS[0], layout) for layout in EXTRA_LAYOUTS]
+    return matrix
+
+
+def gate_problems(infos: Iterable[CompiledKernelInfo]) -> list[str]:
+    """Human-readable violations of the sm_75 rules (empty when the gate passes)."""
+    problems = []
+    for info in infos:
+        where = f"{info.kernel} [{info.config}; {info.dtypes}; {info.layout}]"
+        if info.shared_bytes > SM75_MAX_SHARED_MEMORY_BYTES:
+            problems.append(f"{where}: shared memory {info.shared_bytes} B > "
+                            f"{SM75_MAX_SHARED_MEMORY_BYTES} B")
+        if info.ptx_has_bf16 and not info.bf16_inputs:
+            problems.append(f"{where}: bf16 in the PTX although no input is bf16")
+    return problems

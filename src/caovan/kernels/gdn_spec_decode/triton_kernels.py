@@ -1,0 +1,347 @@
+"""Triton kernels for the GatedDeltaNet speculative-decode (MTP verify) step.
+
+Two launches replace vLLM's ``causal_conv1d_update`` + ``fused_sigmoid_gating_delta_rule_update``
+pair (plus the q/k/v split and copies between them):
+
+1. ``_caovan_sm75_prepare_qk_conv_spec_decode_kernel``, grid ``(N, H)``: the causal conv1d
+   update of the Q and K channels of one key head of one sequence (SiLU), the new conv window
+   for those channels, then per token L2-normalised q (times K**-0.5) and k, stored once in an
+   fp32 scratch ``(num_spec_tokens, 2, H, K)``. Each key head is shared by HV/H value heads, so
+   doing this once per key head instead of once per value head saves the repeated work.
+2. ``_caovan_sm75_fused_v_gdn_spec_decode_kernel``, grid ``(cdiv(V, BV), N * HV)``: the conv of
+   BV V channels of one value head, the gating, and the delta-rule recurrence over the tokens of
+   the sequence with the (BV x K) state slab held in fp32 registers; every token's state is written
+   to its own cache block and the output goes straight into the caller's buffer.
+
+Conv window convention (identical to vLLM's ``_causal_conv1d_update_kernel`` with
+``num_accepted_tokens``): for a sequence of L tokens whose block holds past inputs at positions
+``0 .. state_len-1``, the extended input is ``u = state[o : o + W - 1] ++ x_0 .. x_{L-1}`` with
+``o = num_accepted_tokens - 1``; conv output ``y_t = bias + sum_j w[:, j] * u[t + j]``; the new
+window is ``u[1 : W - 1 + L]`` written at positions ``0 .. W - 3 + L``. Inputs enter the window (and
+the conv) rounded to the conv-state dtype, as vLLM does with ``x.to(conv_state.dtype)``.
+
+Both kernels take no integer argument that changes from call to call (the batch size lives only
+in the grid, token counts come from ``query_start_loc``), so one compiled kernel serves every
+batch size; strides are fixed per model and cache layout.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _load_conv_input_shifted(
+    mixed_qkv_ptr,
+    conv_state_ptr,
+    token_index_ptr,
+    stride_x_token,
+    conv_block_base,
+    stride_cs_dim,
+    stride_cs_pos,
+    channels,
+    channel_mask,
+    window_offset,
+    bos,
+    seq_len,
+    SHIFT: tl.constexpr,
+    WIDTH: tl.constexpr,
+    BU: tl.constexpr,
+    HAS_TOKEN_INDEX: tl.constexpr,
+):
+    """Tile [BU, channels] of the extended conv input u[r + SHIFT] (fp32), zero past the end."""
+    pos = tl.arange(0, BU) + SHIFT
+    from_state = pos < WIDTH - 1
+    from_x = (pos >= WIDTH - 1) & (pos < WIDTH - 1 + seq_len)
+    state_ptrs = (
+        conv_state_ptr
+        + conv_block_base
+        + (window_offset + pos).to(tl.int64)[:, None] * stride_cs_pos
+        + channels.to(tl.int64)[None, :] * stride_cs_dim
+    )
+    state_vals = tl.load(state_ptrs, mask=from_state[:, None] & channel_mask[None, :], other=0.0)
+    spec_token = bos + (pos - (WIDTH - 1))
+    if HAS_TOKEN_INDEX:
+        x_row = tl.load(token_index_ptr + spec_token, mask=from_x, other=0).to(tl.int64)
+    else:
+        x_row = spec_token
+    x_ptrs = mixed_qkv_ptr + x_row[:, None] * stride_x_token + channels[None, :]
+    x_vals = tl.load(x_ptrs, mask=from_x[:, None] & channel_mask[None, :], other=0.0)
+    # The window stores inputs in the conv-state dtype; the conv uses exactly those values.
+    x_vals = x_vals.to(conv_state_ptr.dtype.element_ty)
+    return tl.where(from_state[:, None], state_vals.to(tl.float32), x_vals.to(tl.float32))
+
+
+@triton.jit
+def _conv_update_silu(
+    mixed_qkv_ptr,
+    conv_weight_ptr,
+    conv_bias_ptr,
+    conv_state_ptr,
+    token_index_ptr,
+    stride_x_token,
+    stride_w_dim,
+    stride_w_width,
+    conv_block_base,
+    stride_cs_dim,
+    stride_cs_pos,
+    channels,
+    channel_mask,
+    window_offset,
+    bos,
+    seq_len,
+    WIDTH: tl.constexpr,
+    BU: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_TOKEN_INDEX: tl.constexpr,
+):
+    """Causal conv + SiLU for the given channels of one sequence; rewrites their conv window.
+
+    Returns the fp32 tile y[t, c] (rows t >= seq_len are junk and must be masked by the caller).
+    """
+    rows = tl.arange(0, BU)
+    w_ptrs = conv_weight_ptr + channels.to(tl.int64) * stride_w_dim
+    if HAS_BIAS:
+        acc = tl.load(conv_bias_ptr + channels, mask=channel_mask, other=0.0).to(tl.float32)
+        acc = tl.zeros([BU, channels.shape[0]], dtype=tl.float32) + acc[None, :]
+    else:
+        acc = tl.zeros([BU, channels.shape[0]], dtype=tl.float32)
+    # u[r + 1] for r < W - 2 + L is the new window; keep it for the store below.
+    new_window = _load_conv_input_shifted(
+        mixed_qkv_ptr, conv_state_ptr, token_index_ptr, stride_x_token, conv_block_base,
+        stride_cs_dim, stride_cs_pos, channels, channel_mask, window_offset, bos, seq_len,
+        1, WIDTH, BU, HAS_TOKEN_INDEX,
+    )
+    for j in tl.static_range(WIDTH):
+        w_j = tl.load(w_ptrs + j * stride_w_width, mask=channel_mask, other=0.0).to(tl.float32)
+        if j == 1:
+            u_j = new_window
+        else:
+            u_j = _load_conv_input_shifted(
+                mixed_qkv_ptr, conv_state_ptr, token_index_ptr, stride_x_token, conv_block_base,
+                stride_cs_dim, stride_cs_pos, channels, channel_mask, window_offset, bos, seq_len,
+                j, WIDTH, BU, HAS_TOKEN_INDEX,
+            )
+        acc += w_j[None, :] * u_j
+    # The window is read and rewritten in the same block: every thread's reads must be done
+    # before any thread overwrites a position another thread still has to read.
+    tl.debug_barrier()
+    store_ptrs = (
+        conv_state_ptr
+        + conv_block_base
+        + rows.to(tl.int64)[:, None] * stride_cs_pos
+        + channels.to(tl.int64)[None, :] * stride_cs_dim
+    )
+    store_mask = (rows < WIDTH - 2 + seq_len)[:, None] & channel_mask[None, :]
+    tl.store(store_ptrs, new_window.to(conv_state_ptr.dtype.element_ty), mask=store_mask)
+    return acc / (1.0 + tl.exp(-acc))
+
+
+@triton.jit
+def _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len,
+                     BV: tl.constexpr, HAS_TOKEN_INDEX: tl.constexpr):
+    """Deterministic zero output for a sequence whose state slots are null."""
+    zeros = tl.zeros([BV], dtype=out_head_ptr.dtype.element_ty)
+    for t in range(0, seq_len):
+        if HAS_TOKEN_INDEX:
+            row = tl.load(token_index_ptr + bos + t).to(tl.int64)
+        else:
+            row = bos + t
+        tl.store(out_head_ptr + row * stride_out_token, zeros, mask=v_mask)
+
+
+@triton.jit
+def _caovan_sm75_prepare_qk_conv_spec_decode_kernel(
+    mixed_qkv_ptr,
+    conv_weight_ptr,
+    conv_bias_ptr,
+    conv_state_ptr,
+    query_start_loc_ptr,
+    state_indices_ptr,
+    num_accepted_tokens_ptr,
+    token_index_ptr,
+    qk_scratch_ptr,
+    scale,
+    stride_x_token,
+    stride_w_dim,
+    stride_w_width,
+    stride_cs_block,
+    stride_cs_dim,
+    stride_cs_pos,
+    stride_si_seq,
+    H: tl.constexpr,
+    K: tl.constexpr,
+    BK: tl.constexpr,
+    WIDTH: tl.constexpr,
+    BU: tl.constexpr,
+    NULL_SLOT_MAX: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_TOKEN_INDEX: tl.constexpr,
+):
+    i_n = tl.program_id(0)
+    i_h = tl.program_id(1)
+    bos = tl.load(query_start_loc_ptr + i_n).to(tl.int64)
+    eos = tl.load(query_start_loc_ptr + i_n + 1).to(tl.int64)
+    seq_len = eos - bos
+    if seq_len <= 0:
+        return  # CUDA-graph padding row
+    conv_block = tl.load(state_indices_ptr + i_n.to(tl.int64) * stride_si_seq).to(tl.int64)
+    if conv_block <= NULL_SLOT_MAX:
+        return  # no conv slot: the V kernel writes zeros for this sequence
+    window_offset = tl.load(num_accepted_tokens_ptr + i_n).to(tl.int64) - 1
+
+    k_offs = tl.arange(0, BK)
+    channel_mask = k_offs < K
+    rows = tl.arange(0, BU)
+    store_mask = (rows < seq_len)[:, None] & channel_mask[None, :]
+    # q then k of this key head, one [BU, BK] tile at a time (a single [BU, 2 BK] tile spills
+    # on sm_75 with the dim-first conv cache).
+    for half in tl.static_range(2):
+        channels = half * (H * K) + i_h * K + k_offs
+        y = _conv_update_silu(
+            mixed_qkv_ptr, conv_weight_ptr, conv_bias_ptr, conv_state_ptr, token_index_ptr,
+            stride_x_token, stride_w_dim, stride_w_width, conv_block * stride_cs_block,
+            stride_cs_dim, stride_cs_pos, channels, channel_mask, window_offset, bos, seq_len,
+            WIDTH, BU, HAS_BIAS, HAS_TOKEN_INDEX,
+        )
+        # Per token L2 norm (as FLA: x * rsqrt(sum x^2 + 1e-6)); q also times K**-0.5.
+        y = y * tl.rsqrt(tl.sum(y * y, axis=1) + 1e-6)[:, None]
+        if half == 0:
+            y = y * scale
+        # scratch (num_spec_tokens, 2, H, K): row bos + t, slot `half`, head i_h
+        scratch_ptrs = (
+            qk_scratch_ptr
+            + ((bos + rows.to(tl.int64)) * 2 + half)[:, None] * (H * K)
+            + (i_h * K + k_offs)[None, :]
+        )
+        tl.store(scratch_ptrs, y, mask=store_mask)
+
+
+@triton.jit
+def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
+    mixed_qkv_ptr,
+    a_ptr,
+    b_ptr,
+    A_log_ptr,
+    dt_bias_ptr,
+    conv_weight_ptr,
+    conv_bias_ptr,
+    conv_state_ptr,
+    ssm_state_ptr,
+    query_start_loc_ptr,
+    state_indices_ptr,
+    num_accepted_tokens_ptr,
+    token_index_ptr,
+    qk_scratch_ptr,
+    out_ptr,
+    stride_x_token,
+    stride_a_token,
+    stride_a_head,
+    stride_b_token,
+    stride_b_head,
+    stride_w_dim,
+    stride_w_width,
+    stride_cs_block,
+    stride_cs_dim,
+    stride_cs_pos,
+    stride_ssm_block,
+    stride_ssm_head,
+    stride_ssm_v,
+    stride_ssm_k,
+    stride_si_seq,
+    stride_out_token,
+    stride_out_head,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    WIDTH: tl.constexpr,
+    BU: tl.constexpr,
+    NULL_SLOT_MAX: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_TOKEN_INDEX: tl.constexpr,
+):
+    i_vb = tl.program_id(0)
+    i_nhv = tl.program_id(1)
+    i_n = i_nhv // HV
+    i_hv = i_nhv % HV
+    i_h = i_hv // (HV // H)  # HF/AWQ layout: value heads of one key head are adjacent
+    bos = tl.load(query_start_loc_ptr + i_n).to(tl.int64)
+    eos = tl.load(query_start_loc_ptr + i_n + 1).to(tl.int64)
+    seq_len = eos - bos
+    if seq_len <= 0:
+        return  # CUDA-graph padding row
+
+    v_offs = i_vb * BV + tl.arange(0, BV)
+    v_mask = v_offs < V
+    k_offs = tl.arange(0, BK)
+    k_mask = k_offs < K
+    out_head_ptr = out_ptr + i_hv * stride_out_head + v_offs
+    si_row_ptr = state_indices_ptr + i_n.to(tl.int64) * stride_si_seq
+
+    conv_block = tl.load(si_row_ptr).to(tl.int64)
+    num_accepted = tl.load(num_accepted_tokens_ptr + i_n).to(tl.int64)
+    initial_block = tl.load(si_row_ptr + (num_accepted - 1)).to(tl.int64)
+    if conv_block <= NULL_SLOT_MAX:
+        # No conv slot (vLLM skips the conv and runs the recurrence on raw inputs): zeros instead.
+        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len,
+                         BV, HAS_TOKEN_INDEX)
+        return
+    v_conv = _conv_update_silu(
+        mixed_qkv_ptr, conv_weight_ptr, conv_bias_ptr, conv_state_ptr, token_index_ptr,
+        stride_x_token, stride_w_dim, stride_w_width, conv_block * stride_cs_block,
+        stride_cs_dim, stride_cs_pos, 2 * H * K + i_hv * V + v_offs, v_mask, num_accepted - 1,
+        bos, seq_len, WIDTH, BU, HAS_BIAS, HAS_TOKEN_INDEX,
+    )
+    if initial_block <= NULL_SLOT_MAX:
+        # No initial state (vLLM returns before writing its output rows): zeros, no state writes.
+        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len,
+                         BV, HAS_TOKEN_INDEX)
+        return
+
+    slab_offs = (
+        v_offs.to(tl.int64)[:, None] * stride_ssm_v + k_offs.to(tl.int64)[None, :] * stride_ssm_k
+    )
+    slab_mask = v_mask[:, None] & k_mask[None, :]
+    head_base = ssm_state_ptr + i_hv.to(tl.int64) * stride_ssm_head
+    state = tl.load(
+        head_base + initial_block * stride_ssm_block + slab_offs, mask=slab_mask, other=0.0
+    ).to(tl.float32)
+
+    neg_A = -tl.exp(tl.load(A_log_ptr + i_hv).to(tl.float32))
+    dt_bias = tl.load(dt_bias_ptr + i_hv).to(tl.float32)
+    token_rows = tl.arange(0, BU)
+    for t in range(0, seq_len):
+        spec_token = bos + t
+        if HAS_TOKEN_INDEX:
+            row = tl.load(token_index_ptr + spec_token).to(tl.int64)
+        else:
+            row = spec_token
+        qk_base = qk_scratch_ptr + spec_token * (2 * H * K) + i_h * K + k_offs
+        q = tl.load(qk_base, mask=k_mask, other=0.0)
+        k = tl.load(qk_base + H * K, mask=k_mask, other=0.0)
+        v = tl.sum(tl.where((token_rows == t)[:, None], v_conv, 0.0), axis=0)
+
+        x = tl.load(a_ptr + row * stride_a_token + i_hv * stride_a_head).to(tl.float32) + dt_bias
+        softplus_x = tl.where(x <= 20.0, tl.log(1.0 + tl.exp(x)), x)
+        decay = tl.exp(neg_A * softplus_x)
+        b = tl.load(b_ptr + row * stride_b_token + i_hv * stride_b_head).to(tl.float32)
+        beta = tl.sigmoid(b)
+
+        state *= decay
+        v -= tl.sum(state * k[None, :], axis=1)
+        v *= beta
+        state += v[:, None] * k[None, :]
+        o = tl.sum(state * q[None, :], axis=1)
+        tl.store(out_head_ptr + row * stride_out_token, o.to(out_ptr.dtype.element_ty), mask=v_mask)
+
+        block_t = tl.load(si_row_ptr + t).to(tl.int64)
+        if block_t > NULL_SLOT_MAX:
+            tl.store(
+                head_base + block_t * stride_ssm_block + slab_offs,
+                state.to(ssm_state_ptr.dtype.element_ty),
+                mask=slab_mask,
+            )

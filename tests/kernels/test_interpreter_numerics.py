@@ -1,0 +1,176 @@
+"""GDN spec-decode kernels vs the float64 oracle under the Triton interpreter (CPU, tiny shapes),
+the rule against vLLM 0.21.0's own kernels, and the entry's input validation.
+
+How the interpreter is switched on (triton 3.6): ``triton.jit`` reads TRITON_INTERPRET when a
+kernel is *decorated*, i.e. when its module is imported; flipping the variable later changes
+nothing, and setting it for the whole pytest process would turn every other Triton test of the
+session (GPU tiers, the sm_75 gate) into interpreter runs. So all scenarios run in one child
+process started with TRITON_INTERPRET=1 (``gdn_interpreter_cases.py``), which writes a JSON
+result per scenario; each scenario is one test here. The validation tests run in-process: they
+fail before any launch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.interpreter
+
+_CASES_FILE = Path(__file__).resolve().with_name("gdn_interpreter_cases.py")
+_CHILD_TIMEOUT_S = 900
+
+
+def _load_cases():
+    spec = importlib.util.spec_from_file_location("caovan_gdn_interpreter_cases", _CASES_FILE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+cases = _load_cases()
+_RULE_IDS = [s.id for s in cases.SCENARIOS if s.vllm_rule]
+
+
+@pytest.fixture(scope="module")
+def interpreter_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gdn_interpreter") / "results.json"
+    env = dict(os.environ)
+    env["TRITON_INTERPRET"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = ""  # vLLM imports without a GPU only with this set
+    # The child must import the same caovan/vLLM as this process, however it was put on the path.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run(
+        [sys.executable, str(_CASES_FILE), "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S,
+    )
+    results = json.loads(out.read_text()) if out.exists() else {}
+    log = (proc.stdout + "\n" + proc.stderr)[-6000:]
+    return results, proc.returncode, log
+
+
+def _result(interpreter_results, scenario_id):
+    results, rc, log = interpreter_results
+    if scenario_id not in results:
+        pytest.fail(f"interpreter child (rc={rc}) produced no result for {scenario_id}:\n{log}")
+    return results[scenario_id]
+
+
+@pytest.mark.parametrize("scenario_id", cases.SCENARIO_IDS)
+def test_kernels_match_fp64_oracle(interpreter_results, scenario_id):
+    res = _result(interpreter_results, scenario_id)
+    assert res["ok"], f"{scenario_id}: {res['detail']} (errors {res.get('errors')})"
+
+
+@pytest.mark.parametrize("scenario_id", _RULE_IDS)
+def test_error_not_above_vllm_0_21(interpreter_results, scenario_id):
+    """Our max |error| vs fp64 <= vLLM 0.21.0's (causal_conv1d_update + fused_sigmoid_gating_
+    delta_rule_update under the interpreter) + FLOOR_ULPS ulps, for output and SSM state."""
+    res = _result(interpreter_results, scenario_id)
+    if res.get("rule_skip"):
+        pytest.skip(res["rule_skip"])
+    assert "rule_ok" in res, f"{scenario_id}: rule not evaluated: {res['detail']}"
+    assert res["rule_ok"], (
+        f"{scenario_id}: {res['rule_detail']} (ours {res['errors']}, vLLM {res['vllm_errors']})"
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Input validation: one ValueError naming the tensor and the expectation, before any launch.
+# ------------------------------------------------------------------------------------------
+
+
+def _valid_inputs():
+    return cases.make_inputs(cases.SCENARIOS[0])
+
+
+def _set(name, value):
+    def mutate(inp):
+        if name in inp["tensors"]:
+            inp["tensors"][name] = value(inp["tensors"][name]) if callable(value) else value
+        else:
+            inp["kwargs"][name] = value
+    return mutate
+
+
+_BAD_INPUTS = [
+    ("mixed_qkv_dtype", _set("mixed_qkv", lambda t: t.to(torch.int32)), r"mixed_qkv: .*dtype"),
+    ("mixed_qkv_ndim", _set("mixed_qkv", lambda t: t[None]), r"mixed_qkv: expected 2-D"),
+    ("mixed_qkv_width", _set("mixed_qkv", lambda t: t[:, :-1]), r"mixed_qkv: expected shape"),
+    ("mixed_qkv_channel_stride", _set("mixed_qkv", lambda t: t.t().contiguous().t()),
+     r"mixed_qkv: expected channel stride 1"),
+    ("a_heads", _set("a", lambda t: t[:, :-1]), r"a: expected shape"),
+    ("b_rows", _set("b", lambda t: t[:1]), r"b: expected shape \(>= 9,"),
+    ("b_dtype", _set("b", lambda t: t.to(torch.float64)), r"b: .*dtype float16, bfloat16"),
+    ("A_log_shape", _set("A_log", lambda t: t[:-1]), r"num_k_heads|A_log"),
+    ("dt_bias_stride", _set("dt_bias", lambda t: torch.stack([t, t], 1)[:, 0]),
+     r"dt_bias: expected contiguous"),
+    ("conv_weight_shape", _set("conv_weight", lambda t: t[:-1]), r"conv_weight: expected shape"),
+    ("conv_bias_len", _set("conv_bias", lambda t: t[:-1]), r"conv_bias: expected"),
+    ("conv_state_short", _set("conv_state", lambda t: t[:, :, :-1]),
+     r"conv_state: expected shape .*state_len >= width - 2 \+ T_max"),
+    ("conv_state_ndim", _set("conv_state", lambda t: t[0]), r"conv_state: expected 3-D"),
+    ("ssm_state_layout", _set("ssm_layout", "kv"), r"ssm_state: expected shape .*'kv'"),
+    ("ssm_state_dtype", _set("ssm_state", lambda t: t.to(torch.float64)), r"ssm_state: .*dtype"),
+    ("query_start_loc_dtype", _set("query_start_loc", lambda t: t.float()),
+     r"query_start_loc: expected index dtype int32 or int64"),
+    ("state_indices_ndim", _set("state_indices", lambda t: t[:, 0].contiguous()),
+     r"state_indices: expected 2-D"),
+    ("state_indices_rows", _set("state_indices", lambda t: t[:1]), r"state_indices: expected"),
+    ("state_indices_stride", _set("state_indices", lambda t: t.t().contiguous().t()),
+     r"state_indices: expected stride 1"),
+    ("num_accepted_rows", _set("num_accepted_tokens", lambda t: t[:1]),
+     r"num_accepted_tokens: expected shape"),
+    ("num_accepted_dtype", _set("num_accepted_tokens", lambda t: t.to(torch.int16)),
+     r"num_accepted_tokens: expected index dtype"),
+    ("out_heads", _set("out", lambda t: t[:, :-1]), r"out: expected shape"),
+    ("out_stride", _set("out", lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)),
+     r"out: expected stride 1"),
+    ("token_index_dtype", _set("token_index", torch.zeros(9, dtype=torch.float32)),
+     r"token_index: expected index dtype"),
+    ("ssm_layout_value", _set("ssm_layout", "hv"), r"ssm_layout: expected 'vk' or 'kv'"),
+    ("null_slot_max_type", _set("null_slot_max", 0.0), r"null_slot_max: expected an int"),
+    ("heads_not_dividing", _set("num_k_heads", 3), r"num_k_heads/head_k_dim/head_v_dim"),
+    ("device_mismatch", _set("a", lambda t: t.to("meta")), r"a: expected a tensor on cpu"),
+]
+
+
+@pytest.mark.parametrize("mutate,match", [(m, r) for _, m, r in _BAD_INPUTS],
+                         ids=[i for i, _, _ in _BAD_INPUTS])
+def test_bad_input_raises_value_error_naming_it(mutate, match):
+    from caovan.kernels.gdn_spec_decode import gdn_spec_decode
+
+    inp = _valid_inputs()
+    mutate(inp)
+    with pytest.raises(ValueError, match=match):
+        cases._call(gdn_spec_decode, inp)
+
+
+def test_cpu_tensors_refused_without_interpreter():
+    import caovan.kernels.gdn_spec_decode as gdn
+
+    if gdn._INTERPRETED:
+        pytest.skip("this process runs the interpreter (TRITON_INTERPRET=1): CPU is allowed")
+    with pytest.raises(ValueError, match=r"mixed_qkv: expected CUDA tensors .*TRITON_INTERPRET"):
+        cases._call(gdn.gdn_spec_decode, _valid_inputs())
+
+
+def test_valid_inputs_pass_validation():
+    # The validation must not reject what the numerics scenarios feed the kernels: with the
+    # checks passed, the only complaint left on CPU is the missing interpreter.
+    import caovan.kernels.gdn_spec_decode as gdn
+
+    if gdn._INTERPRETED:
+        pytest.skip("this process runs the interpreter: covered by the numerics scenarios")
+    for scenario in cases.SCENARIOS:
+        with pytest.raises(ValueError, match="TRITON_INTERPRET") as err:
+            cases._call(gdn.gdn_spec_decode, cases.make_inputs(scenario))
+        assert "mixed_qkv: expected CUDA tensors" in str(err.value), scenario.id
