@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,7 +178,16 @@ class RigFactory:
 @pytest.fixture(scope="module")
 def rig_factory(tmp_path_factory):
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU: the real vLLM GDN layer runs its Triton kernels on CUDA only")
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES") == ""
+        pytest.skip(
+            "no CUDA GPU: the real vLLM GDN layer runs its Triton kernels on CUDA only"
+            + (
+                " (CUDA_VISIBLE_DEVICES is empty: tests/discovery/conftest.py hides GPUs when it is collected in"
+                " the same session; run tests/layer_gpu on its own)"
+                if hidden
+                else ""
+            )
+        )
     factory = RigFactory(tmp_path_factory.mktemp("tiny_models"), torch.device("cuda"))
     yield factory
     factory.close()
@@ -532,8 +542,6 @@ def test_layer_forward_reaches_caovan_core_through_vllm_custom_op(rig_factory, m
 
 def test_dim_first_conv_state_layout(rig_factory, tmp_path) -> None:
     """``VLLM_SSM_CONV_STATE_LAYOUT=DS``: conv state stored (dim, L) per block, passed without a transpose."""
-    import os
-
     from vllm.model_executor.layers.mamba import mamba_utils
 
     model = MODEL_CASES[2]
