@@ -39,6 +39,7 @@ def tolerance(dtype: torch.dtype, reference: torch.Tensor) -> float:
     scale = max(1.0, reference.double().abs().max().item()) if reference.numel() else 1.0
     return max(FP32_ARITH_REL, 2 * torch.finfo(dtype).eps) * scale
 
+
 # Rule-test floor: ours may exceed vLLM's max error by at most 2 ulps of the stored dtype at the
 # reference's largest magnitude. Where vLLM's intermediate roundings are invisible after the last
 # rounding (e.g. fp32 everywhere), both errors sit at the final-rounding level and either one can
@@ -87,32 +88,55 @@ def _scenarios() -> list[Scenario]:
     for layout in ("vk", "kv"):
         for dim_first in (False, True):
             for paged in (False, True):
-                s.append(replace(
-                    base, id=f"layout_{layout}_convdimfirst{int(dim_first)}_paged{int(paged)}",
-                    ssm_layout=layout, conv_dim_first=dim_first, page_strided=paged,
-                    seed=100 + 4 * (layout == "kv") + 2 * dim_first + paged,
-                ))
+                s.append(
+                    replace(
+                        base,
+                        id=f"layout_{layout}_convdimfirst{int(dim_first)}_paged{int(paged)}",
+                        ssm_layout=layout,
+                        conv_dim_first=dim_first,
+                        page_strided=paged,
+                        seed=100 + 4 * (layout == "kv") + 2 * dim_first + paged,
+                    )
+                )
     # Activation x state dtypes (conv state follows the model dtype unless noted).
     for act, conv, ssm in (
-        ("float16", "float16", "float16"), ("float16", "float16", "float32"),
-        ("bfloat16", "bfloat16", "bfloat16"), ("bfloat16", "bfloat16", "float32"),
-        ("float32", "float32", "float32"), ("float16", "float32", "float32"),
+        ("float16", "float16", "float16"),
+        ("float16", "float16", "float32"),
+        ("bfloat16", "bfloat16", "bfloat16"),
+        ("bfloat16", "bfloat16", "float32"),
+        ("float32", "float32", "float32"),
+        ("float16", "float32", "float32"),
         ("bfloat16", "float16", "float16"),
     ):
-        s.append(replace(base, id=f"dtypes_{act}_conv_{conv}_ssm_{ssm}", act_dtype=act,
-                         conv_dtype=conv, ssm_dtype=ssm, seed=200 + len(s)))
+        s.append(
+            replace(
+                base,
+                id=f"dtypes_{act}_conv_{conv}_ssm_{ssm}",
+                act_dtype=act,
+                conv_dtype=conv,
+                ssm_dtype=ssm,
+                seed=200 + len(s),
+            )
+        )
     # Every num_accepted_tokens 1..T for each T_max 1..4 (one sequence per value).
     for t in (1, 2, 3, 4):
-        s.append(replace(base, id=f"accepted_sweep_T{t}", t_max=t, seq_lens=(t,) * t,
-                         num_accepted=tuple(range(1, t + 1)), seed=300 + t))
+        s.append(
+            replace(
+                base,
+                id=f"accepted_sweep_T{t}",
+                t_max=t,
+                seq_lens=(t,) * t,
+                num_accepted=tuple(range(1, t + 1)),
+                seed=300 + t,
+            )
+        )
     # Varlen lengths, N = 1..3, padded rows, N' > N.
     s += [
         replace(base, id="varlen_N1", seq_lens=(3,), num_accepted=(2,), seed=401),
         replace(base, id="varlen_N2_short", seq_lens=(1, 2), num_accepted=(4, 3), seed=402),
         replace(base, id="varlen_N3", seq_lens=(2, 4, 1), num_accepted=(3, 1, 4), seed=403),
         replace(base, id="padded_rows_trailing", seq_lens=(4, 4, 0, 0), seed=404),
-        replace(base, id="padded_rows_extra_index_rows", seq_lens=(2, 0, 3), extra_index_rows=2,
-                seed=405),
+        replace(base, id="padded_rows_extra_index_rows", seq_lens=(2, 0, 3), extra_index_rows=2, seed=405),
         replace(base, id="all_rows_padded", seq_lens=(0, 0), seed=406),
     ]
     # Null slots: sentinel 0 (vLLM >= 0.20) and -1 (<= 0.19, where block 0 is a real block).
@@ -120,25 +144,44 @@ def _scenarios() -> list[Scenario]:
         tag = "null0" if null == 0 else "nullm1"
         s += [
             replace(base, id=f"{tag}_plain", null_slot_max=null, seed=500 + 10 * (null + 1)),
-            replace(base, id=f"{tag}_conv_slot_null", null_slot_max=null,
-                    null_columns=((0, 0),), seed=501 + 10 * (null + 1)),
-            replace(base, id=f"{tag}_initial_slot_null", null_slot_max=null,
-                    num_accepted=(3, 1, 1, 2), null_columns=((0, 2),), seed=502 + 10 * (null + 1)),
-            replace(base, id=f"{tag}_middle_column_null", null_slot_max=null,
-                    num_accepted=(1, 1, 1, 1), null_columns=((0, 2), (3, 1)),
-                    seed=503 + 10 * (null + 1)),
+            replace(
+                base, id=f"{tag}_conv_slot_null", null_slot_max=null, null_columns=((0, 0),), seed=501 + 10 * (null + 1)
+            ),
+            replace(
+                base,
+                id=f"{tag}_initial_slot_null",
+                null_slot_max=null,
+                num_accepted=(3, 1, 1, 2),
+                null_columns=((0, 2),),
+                seed=502 + 10 * (null + 1),
+            ),
+            replace(
+                base,
+                id=f"{tag}_middle_column_null",
+                null_slot_max=null,
+                num_accepted=(1, 1, 1, 1),
+                null_columns=((0, 2), (3, 1)),
+                seed=503 + 10 * (null + 1),
+            ),
         ]
     # Mixed batches (token_index) and odd shapes.
     s += [
         replace(base, id="mixed_batch_token_index", mixed_batch=True, repeat_call=True, seed=601),
-        replace(base, id="mixed_batch_kv_dimfirst_bf16", mixed_batch=True, ssm_layout="kv",
-                conv_dim_first=True, act_dtype="bfloat16", conv_dtype="bfloat16",
-                ssm_dtype="bfloat16", seed=602),
+        replace(
+            base,
+            id="mixed_batch_kv_dimfirst_bf16",
+            mixed_batch=True,
+            ssm_layout="kv",
+            conv_dim_first=True,
+            act_dtype="bfloat16",
+            conv_dtype="bfloat16",
+            ssm_dtype="bfloat16",
+            seed=602,
+        ),
         replace(base, id="no_bias", has_bias=False, seed=603),
         replace(base, id="longer_conv_state", extra_state_len=3, seed=604),
         replace(base, id="non_pow2_heads_K24_V24", head_k_dim=24, head_v_dim=24, bv=32, seed=605),
-        replace(base, id="K32_V32_BV32_one_value_block", head_k_dim=32, head_v_dim=32, bv=32,
-                seed=606),
+        replace(base, id="K32_V32_BV32_one_value_block", head_k_dim=32, head_v_dim=32, bv=32, seed=606),
         replace(base, id="width2", width=2, seed=607),
         replace(base, id="width3_T2", width=3, t_max=2, seq_lens=(2, 1), seed=608),
         replace(base, id="empty_batch_N0", seq_lens=(), seed=609),
@@ -148,15 +191,18 @@ def _scenarios() -> list[Scenario]:
     s += [
         replace(rule, id="vllm_rule_fp16_fp16state", ssm_dtype="float16", seed=701),
         replace(rule, id="vllm_rule_fp16_fp32state", seed=702),
-        replace(rule, id="vllm_rule_bf16_fp32state", act_dtype="bfloat16", conv_dtype="bfloat16",
-                seed=703),
-        replace(rule, id="vllm_rule_bf16_bf16state", act_dtype="bfloat16", conv_dtype="bfloat16",
-                ssm_dtype="bfloat16", seed=704),
+        replace(rule, id="vllm_rule_bf16_fp32state", act_dtype="bfloat16", conv_dtype="bfloat16", seed=703),
+        replace(
+            rule,
+            id="vllm_rule_bf16_bf16state",
+            act_dtype="bfloat16",
+            conv_dtype="bfloat16",
+            ssm_dtype="bfloat16",
+            seed=704,
+        ),
         replace(rule, id="vllm_rule_fp32", act_dtype="float32", conv_dtype="float32", seed=705),
-        replace(rule, id="vllm_rule_G3_dimfirst_unpaged", group=3, conv_dim_first=True,
-                page_strided=False, seed=706),
-        replace(rule, id="vllm_rule_accepted_sweep", seq_lens=(4, 4, 4, 4),
-                num_accepted=(1, 2, 3, 4), seed=707),
+        replace(rule, id="vllm_rule_G3_dimfirst_unpaged", group=3, conv_dim_first=True, page_strided=False, seed=706),
+        replace(rule, id="vllm_rule_accepted_sweep", seq_lens=(4, 4, 4, 4), num_accepted=(1, 2, 3, 4), seed=707),
     ]
     ids = [c.id for c in s]
     assert len(ids) == len(set(ids)), "duplicate scenario id"
@@ -172,8 +218,9 @@ SCENARIO_IDS: list[str] = [c.id for c in SCENARIOS]
 # --------------------------------------------------------------------------------------------
 
 
-def _paged(num_blocks: int, shape: tuple[int, ...], dtype: torch.dtype, paged: bool,
-           gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _paged(
+    num_blocks: int, shape: tuple[int, ...], dtype: torch.dtype, paged: bool, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(backing buffer, per-block view of `shape`); paged: blocks sit inside larger pages."""
     per_block = 1
     for d in shape:
@@ -212,7 +259,7 @@ def make_inputs(sc: Scenario) -> dict:
     for n in range(N):
         if sc.seq_lens[n] == 0:
             continue
-        state_indices[n] = perm[used:used + T]
+        state_indices[n] = perm[used : used + T]
         used += T
     if null == -1 and N and sc.seq_lens[0] > 0 and 0 not in state_indices[0].tolist():
         # Make sure the real block 0 is exercised: swap it into sequence 0's conv slot.
@@ -240,8 +287,7 @@ def make_inputs(sc: Scenario) -> dict:
     proj = torch.randn(num_rows, conv_dim + 8, generator=gen).to(act)
     mixed_qkv = proj[:, :conv_dim] if sc.mixed_batch else proj[:, :conv_dim].contiguous()
     ba = torch.randn(num_rows, 2 * HV, generator=gen).to(act)
-    b, a = (ba[:, :HV], ba[:, HV:]) if sc.mixed_batch else (ba[:, :HV].contiguous(),
-                                                            ba[:, HV:].contiguous())
+    b, a = (ba[:, :HV], ba[:, HV:]) if sc.mixed_batch else (ba[:, :HV].contiguous(), ba[:, HV:].contiguous())
     out = torch.randn(num_rows + 2, HV, V, generator=gen).to(act)  # extra rows stay untouched
     token_index = None
     if sc.mixed_batch:
@@ -257,11 +303,9 @@ def make_inputs(sc: Scenario) -> dict:
     state_len = W - 2 + T + sc.extra_state_len
     conv_dtype = DTYPES[sc.conv_dtype]
     if sc.conv_dim_first:
-        conv_buf, conv_state = _paged(num_blocks, (conv_dim, state_len), conv_dtype,
-                                      sc.page_strided, gen)
+        conv_buf, conv_state = _paged(num_blocks, (conv_dim, state_len), conv_dtype, sc.page_strided, gen)
     else:  # vLLM's default cache (blocks, L, dim), given to the kernels as its transpose
-        conv_buf, conv_sd = _paged(num_blocks, (state_len, conv_dim), conv_dtype,
-                                   sc.page_strided, gen)
+        conv_buf, conv_sd = _paged(num_blocks, (state_len, conv_dim), conv_dtype, sc.page_strided, gen)
         conv_state = conv_sd.transpose(-1, -2)
     ssm_shape = (HV, V, K) if sc.ssm_layout == "vk" else (HV, K, V)
     ssm_buf, ssm_state = _paged(num_blocks, ssm_shape, DTYPES[sc.ssm_dtype], sc.page_strided, gen)
@@ -269,14 +313,25 @@ def make_inputs(sc: Scenario) -> dict:
 
     return dict(
         tensors=dict(
-            mixed_qkv=mixed_qkv, a=a, b=b, A_log=A_log, dt_bias=dt_bias, conv_weight=conv_weight,
-            conv_bias=conv_bias, conv_state=conv_state, ssm_state=ssm_state,
-            query_start_loc=query_start_loc, state_indices=state_indices,
-            num_accepted_tokens=num_accepted_tokens, out=out, token_index=token_index,
+            mixed_qkv=mixed_qkv,
+            a=a,
+            b=b,
+            A_log=A_log,
+            dt_bias=dt_bias,
+            conv_weight=conv_weight,
+            conv_bias=conv_bias,
+            conv_state=conv_state,
+            ssm_state=ssm_state,
+            query_start_loc=query_start_loc,
+            state_indices=state_indices,
+            num_accepted_tokens=num_accepted_tokens,
+            out=out,
+            token_index=token_index,
         ),
         buffers=dict(conv=conv_buf, ssm=ssm_buf),
-        kwargs=dict(num_k_heads=H, head_k_dim=K, head_v_dim=V, ssm_layout=sc.ssm_layout,
-                    null_slot_max=sc.null_slot_max),
+        kwargs=dict(
+            num_k_heads=H, head_k_dim=K, head_v_dim=V, ssm_layout=sc.ssm_layout, null_slot_max=sc.null_slot_max
+        ),
     )
 
 
@@ -291,9 +346,7 @@ def clone_inputs(inp: dict) -> dict:
         key = t.untyped_storage().data_ptr()
         if key not in storages:
             storages[key] = t.untyped_storage().clone()
-        return torch.empty(0, dtype=t.dtype).set_(
-            storages[key], t.storage_offset(), t.shape, t.stride()
-        )
+        return torch.empty(0, dtype=t.dtype).set_(storages[key], t.storage_offset(), t.shape, t.stride())
 
     return dict(
         tensors={k: clone_view(v) for k, v in inp["tensors"].items()},
@@ -305,9 +358,22 @@ def clone_inputs(inp: dict) -> dict:
 def _call(fn, inp: dict, **extra) -> None:
     t = inp["tensors"]
     fn(
-        t["mixed_qkv"], t["a"], t["b"], t["A_log"], t["dt_bias"], t["conv_weight"], t["conv_bias"],
-        t["conv_state"], t["ssm_state"], t["query_start_loc"], t["state_indices"],
-        t["num_accepted_tokens"], t["out"], token_index=t["token_index"], **inp["kwargs"], **extra,
+        t["mixed_qkv"],
+        t["a"],
+        t["b"],
+        t["A_log"],
+        t["dt_bias"],
+        t["conv_weight"],
+        t["conv_bias"],
+        t["conv_state"],
+        t["ssm_state"],
+        t["query_start_loc"],
+        t["state_indices"],
+        t["num_accepted_tokens"],
+        t["out"],
+        token_index=t["token_index"],
+        **inp["kwargs"],
+        **extra,
     )
 
 
@@ -338,19 +404,34 @@ def _run_vllm_unchecked(inp: dict) -> None:
     x = t["mixed_qkv"].clone()  # vLLM's conv overwrites its input in place
     num_tokens = x.shape[0]
     y = causal_conv1d_update(
-        x, t["conv_state"], t["conv_weight"], t["conv_bias"], "silu",
+        x,
+        t["conv_state"],
+        t["conv_weight"],
+        t["conv_bias"],
+        "silu",
         conv_state_indices=t["state_indices"][:, 0][:N],
-        num_accepted_tokens=t["num_accepted_tokens"], query_start_loc=t["query_start_loc"],
-        max_query_len=t["state_indices"].size(-1), validate_data=False,
+        num_accepted_tokens=t["num_accepted_tokens"],
+        query_start_loc=t["query_start_loc"],
+        max_query_len=t["state_indices"].size(-1),
+        validate_data=False,
     )
     q, k, v = torch.split(y, [H * K, H * K, y.shape[1] - 2 * H * K], dim=-1)
     q = q.reshape(1, num_tokens, H, K).contiguous()
     k = k.reshape(1, num_tokens, H, K).contiguous()
     v = v.reshape(1, num_tokens, -1, V).contiguous()
     o, _ = fused_sigmoid_gating_delta_rule_update(
-        A_log=t["A_log"], a=t["a"], b=t["b"], dt_bias=t["dt_bias"], q=q, k=k, v=v,
-        initial_state=t["ssm_state"], inplace_final_state=True, cu_seqlens=t["query_start_loc"],
-        ssm_state_indices=t["state_indices"], num_accepted_tokens=t["num_accepted_tokens"],
+        A_log=t["A_log"],
+        a=t["a"],
+        b=t["b"],
+        dt_bias=t["dt_bias"],
+        q=q,
+        k=k,
+        v=v,
+        initial_state=t["ssm_state"],
+        inplace_final_state=True,
+        cu_seqlens=t["query_start_loc"],
+        ssm_state_indices=t["state_indices"],
+        num_accepted_tokens=t["num_accepted_tokens"],
         use_qk_l2norm_in_kernel=True,
     )
     t["out"][:num_tokens] = o.squeeze(0)
@@ -390,8 +471,7 @@ def run_scenario(sc: Scenario) -> dict:
     from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
 
     sm75 = LAUNCH_CONFIGS["sm75"]
-    config = replace(sm75, v_gdn=VGdnLaunchConfig(sm75.v_gdn.num_warps, sm75.v_gdn.num_stages,
-                                                  sc.bv))
+    config = replace(sm75, v_gdn=VGdnLaunchConfig(sm75.v_gdn.num_warps, sm75.v_gdn.num_stages, sc.bv))
     inp = make_inputs(sc)
     ours, ref = clone_inputs(inp), clone_inputs(inp)
     with warnings.catch_warnings():
@@ -513,9 +593,7 @@ def _vllm_rule(sc: Scenario, inp: dict, ref: dict, errors: dict) -> dict:
         if not math.isfinite(vllm_errors[key]):
             problems.append(f"vLLM's {key} is not finite: the baseline is broken")
         elif not errors[key] <= vllm_errors[key] + floor:
-            problems.append(
-                f"{key} error {errors[key]:.3g} > vLLM's {vllm_errors[key]:.3g} + floor {floor:.3g}"
-            )
+            problems.append(f"{key} error {errors[key]:.3g} > vLLM's {vllm_errors[key]:.3g} + floor {floor:.3g}")
     return {"vllm_errors": vllm_errors, "rule_ok": not problems, "rule_detail": "; ".join(problems)}
 
 

@@ -50,7 +50,10 @@ def interpreter_results(tmp_path_factory):
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     proc = subprocess.run(
         [sys.executable, str(_CASES_FILE), "--out", str(out)],
-        env=env, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=_CHILD_TIMEOUT_S,
     )
     results = json.loads(out.read_text()) if out.exists() else {}
     log = (proc.stdout + "\n" + proc.stderr)[-6000:]
@@ -78,9 +81,7 @@ def test_error_not_above_vllm_0_21(interpreter_results, scenario_id):
     if res.get("rule_skip"):
         pytest.skip(res["rule_skip"])
     assert "rule_ok" in res, f"{scenario_id}: rule not evaluated: {res['detail']}"
-    assert res["rule_ok"], (
-        f"{scenario_id}: {res['rule_detail']} (ours {res['errors']}, vLLM {res['vllm_errors']})"
-    )
+    assert res["rule_ok"], f"{scenario_id}: {res['rule_detail']} (ours {res['errors']}, vLLM {res['vllm_errors']})"
 
 
 # ------------------------------------------------------------------------------------------
@@ -98,6 +99,7 @@ def _set(name, value):
             inp["tensors"][name] = value(inp["tensors"][name]) if callable(value) else value
         else:
             inp["kwargs"][name] = value
+
     return mutate
 
 
@@ -105,37 +107,51 @@ _BAD_INPUTS = [
     ("mixed_qkv_dtype", _set("mixed_qkv", lambda t: t.to(torch.int32)), r"mixed_qkv: .*dtype"),
     ("mixed_qkv_ndim", _set("mixed_qkv", lambda t: t[None]), r"mixed_qkv: expected 2-D"),
     ("mixed_qkv_width", _set("mixed_qkv", lambda t: t[:, :-1]), r"mixed_qkv: expected shape"),
-    ("mixed_qkv_channel_stride", _set("mixed_qkv", lambda t: t.t().contiguous().t()),
-     r"mixed_qkv: expected channel stride 1"),
+    (
+        "mixed_qkv_channel_stride",
+        _set("mixed_qkv", lambda t: t.t().contiguous().t()),
+        r"mixed_qkv: expected channel stride 1",
+    ),
     ("a_heads", _set("a", lambda t: t[:, :-1]), r"a: expected shape"),
     ("b_rows", _set("b", lambda t: t[:1]), r"b: expected shape \(>= 9,"),
     ("b_dtype", _set("b", lambda t: t.to(torch.float64)), r"b: .*dtype float16, bfloat16"),
     ("A_log_shape", _set("A_log", lambda t: t[:-1]), r"num_k_heads|A_log"),
-    ("dt_bias_stride", _set("dt_bias", lambda t: torch.stack([t, t], 1)[:, 0]),
-     r"dt_bias: expected contiguous"),
+    ("dt_bias_stride", _set("dt_bias", lambda t: torch.stack([t, t], 1)[:, 0]), r"dt_bias: expected contiguous"),
     ("conv_weight_shape", _set("conv_weight", lambda t: t[:-1]), r"conv_weight: expected shape"),
     ("conv_bias_len", _set("conv_bias", lambda t: t[:-1]), r"conv_bias: expected"),
-    ("conv_state_short", _set("conv_state", lambda t: t[:, :, :-1]),
-     r"conv_state: expected shape .*state_len >= width - 2 \+ T_max"),
+    (
+        "conv_state_short",
+        _set("conv_state", lambda t: t[:, :, :-1]),
+        r"conv_state: expected shape .*state_len >= width - 2 \+ T_max",
+    ),
     ("conv_state_ndim", _set("conv_state", lambda t: t[0]), r"conv_state: expected 3-D"),
     ("ssm_state_layout", _set("ssm_layout", "kv"), r"ssm_state: expected shape .*'kv'"),
     ("ssm_state_dtype", _set("ssm_state", lambda t: t.to(torch.float64)), r"ssm_state: .*dtype"),
-    ("query_start_loc_dtype", _set("query_start_loc", lambda t: t.float()),
-     r"query_start_loc: expected index dtype int32 or int64"),
-    ("state_indices_ndim", _set("state_indices", lambda t: t[:, 0].contiguous()),
-     r"state_indices: expected 2-D"),
+    (
+        "query_start_loc_dtype",
+        _set("query_start_loc", lambda t: t.float()),
+        r"query_start_loc: expected index dtype int32 or int64",
+    ),
+    ("state_indices_ndim", _set("state_indices", lambda t: t[:, 0].contiguous()), r"state_indices: expected 2-D"),
     ("state_indices_rows", _set("state_indices", lambda t: t[:1]), r"state_indices: expected"),
-    ("state_indices_stride", _set("state_indices", lambda t: t.t().contiguous().t()),
-     r"state_indices: expected stride 1"),
-    ("num_accepted_rows", _set("num_accepted_tokens", lambda t: t[:1]),
-     r"num_accepted_tokens: expected shape"),
-    ("num_accepted_dtype", _set("num_accepted_tokens", lambda t: t.to(torch.int16)),
-     r"num_accepted_tokens: expected index dtype"),
+    (
+        "state_indices_stride",
+        _set("state_indices", lambda t: t.t().contiguous().t()),
+        r"state_indices: expected stride 1",
+    ),
+    ("num_accepted_rows", _set("num_accepted_tokens", lambda t: t[:1]), r"num_accepted_tokens: expected shape"),
+    (
+        "num_accepted_dtype",
+        _set("num_accepted_tokens", lambda t: t.to(torch.int16)),
+        r"num_accepted_tokens: expected index dtype",
+    ),
     ("out_heads", _set("out", lambda t: t[:, :-1]), r"out: expected shape"),
-    ("out_stride", _set("out", lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)),
-     r"out: expected stride 1"),
-    ("token_index_dtype", _set("token_index", torch.zeros(9, dtype=torch.float32)),
-     r"token_index: expected index dtype"),
+    ("out_stride", _set("out", lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)), r"out: expected stride 1"),
+    (
+        "token_index_dtype",
+        _set("token_index", torch.zeros(9, dtype=torch.float32)),
+        r"token_index: expected index dtype",
+    ),
     ("ssm_layout_value", _set("ssm_layout", "hv"), r"ssm_layout: expected 'vk' or 'kv'"),
     ("null_slot_max_type", _set("null_slot_max", 0.0), r"null_slot_max: expected an int"),
     ("heads_not_dividing", _set("num_k_heads", 3), r"num_k_heads/head_k_dim/head_v_dim"),
@@ -143,8 +159,7 @@ _BAD_INPUTS = [
 ]
 
 
-@pytest.mark.parametrize("mutate,match", [(m, r) for _, m, r in _BAD_INPUTS],
-                         ids=[i for i, _, _ in _BAD_INPUTS])
+@pytest.mark.parametrize("mutate,match", [(m, r) for _, m, r in _BAD_INPUTS], ids=[i for i, _, _ in _BAD_INPUTS])
 def test_bad_input_raises_value_error_naming_it(mutate, match):
     from caovan.kernels.gdn_spec_decode import gdn_spec_decode
 

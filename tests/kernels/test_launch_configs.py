@@ -26,8 +26,16 @@ def test_untuned_placeholders_say_so():
 
 @pytest.mark.parametrize(
     "capability,arch",
-    [((7, 5), "sm75"), (75, "sm75"), ("sm_75", "sm75"), ((8, 6), "sm75"), ((8, 9), "sm75"),
-     ((9, 0), "sm90"), ("sm90", "sm90"), ((12, 0), "sm90")],
+    [
+        ((7, 5), "sm75"),
+        (75, "sm75"),
+        ("sm_75", "sm75"),
+        ((8, 6), "sm75"),
+        ((8, 9), "sm75"),
+        ((9, 0), "sm90"),
+        ("sm90", "sm90"),
+        ((12, 0), "sm90"),
+    ],
 )
 def test_config_for_picks_exact_or_nearest_lower(capability, arch):
     assert config_for(capability).arch == arch

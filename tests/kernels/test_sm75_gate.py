@@ -26,8 +26,10 @@ def test_compiles_for_sm75_within_limits(case):
     infos = aot.compile_spec_decode_kernels(config, combo, layout, capability=(7, 5))
     assert [i.kernel for i in infos] == list(KERNEL_NAMES)
     for info in infos:
-        print(f"{info.kernel}: shared={info.shared_bytes} B regs={info.registers} "
-              f"spills={info.spill_bytes} B bf16_in_ptx={info.ptx_has_bf16} ({info.seconds} s)")
+        print(
+            f"{info.kernel}: shared={info.shared_bytes} B regs={info.registers} "
+            f"spills={info.spill_bytes} B bf16_in_ptx={info.ptx_has_bf16} ({info.seconds} s)"
+        )
     assert aot.gate_problems(infos) == []
 
 
@@ -41,14 +43,12 @@ def test_gate_covers_every_config_and_dtype_combo():
 
 def test_gate_rules_catch_violations():
     # The checks themselves must be able to fail.
-    base = dict(kernel="k", target="sm75", config="sm75", dtypes="d", layout="l", num_warps=2,
-                num_stages=1, seconds=0.0)
-    too_big = aot.CompiledKernelInfo(**base, shared_bytes=65537, ptx_has_bf16=False,
-                                     bf16_inputs=False)
-    stray_bf16 = aot.CompiledKernelInfo(**base, shared_bytes=0, ptx_has_bf16=True,
-                                        bf16_inputs=False)
-    allowed_bf16 = aot.CompiledKernelInfo(**base, shared_bytes=65536, ptx_has_bf16=True,
-                                          bf16_inputs=True)
+    base = dict(
+        kernel="k", target="sm75", config="sm75", dtypes="d", layout="l", num_warps=2, num_stages=1, seconds=0.0
+    )
+    too_big = aot.CompiledKernelInfo(**base, shared_bytes=65537, ptx_has_bf16=False, bf16_inputs=False)
+    stray_bf16 = aot.CompiledKernelInfo(**base, shared_bytes=0, ptx_has_bf16=True, bf16_inputs=False)
+    allowed_bf16 = aot.CompiledKernelInfo(**base, shared_bytes=65536, ptx_has_bf16=True, bf16_inputs=True)
     assert len(aot.gate_problems([too_big, stray_bf16, allowed_bf16])) == 2
 
 
@@ -58,7 +58,5 @@ def test_bf16_detector_sees_bf16_in_real_ptx():
     bf16 = next(c for c in aot.SUPPORTED_DTYPE_COMBOS if c.activation == "bfloat16")
     fp16 = aot.SUPPORTED_DTYPE_COMBOS[0]
     sm90 = next(c for c in aot.ALL_LAUNCH_CONFIGS if c.arch == "sm90")
-    assert all(i.ptx_has_bf16 for i in aot.compile_spec_decode_kernels(sm90, bf16,
-                                                                       capability=(9, 0)))
-    assert not any(i.ptx_has_bf16 for i in aot.compile_spec_decode_kernels(sm90, fp16,
-                                                                           capability=(9, 0)))
+    assert all(i.ptx_has_bf16 for i in aot.compile_spec_decode_kernels(sm90, bf16, capability=(9, 0)))
+    assert not any(i.ptx_has_bf16 for i in aot.compile_spec_decode_kernels(sm90, fp16, capability=(9, 0)))

@@ -154,30 +154,87 @@ def gdn_spec_decode(
     ti = token_index
     cb = conv_bias
     key = (
-        mixed_qkv.dtype, mixed_qkv.shape, mixed_qkv.stride(), mixed_qkv.device,
-        a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
-        A_log.dtype, A_log.shape, A_log.stride(), A_log.device,
-        dt_bias.dtype, dt_bias.shape, dt_bias.stride(), dt_bias.device,
-        conv_weight.dtype, conv_weight.shape, conv_weight.stride(), conv_weight.device,
+        mixed_qkv.dtype,
+        mixed_qkv.shape,
+        mixed_qkv.stride(),
+        mixed_qkv.device,
+        a.dtype,
+        a.shape,
+        a.stride(),
+        a.device,
+        b.dtype,
+        b.shape,
+        b.stride(),
+        b.device,
+        A_log.dtype,
+        A_log.shape,
+        A_log.stride(),
+        A_log.device,
+        dt_bias.dtype,
+        dt_bias.shape,
+        dt_bias.stride(),
+        dt_bias.device,
+        conv_weight.dtype,
+        conv_weight.shape,
+        conv_weight.stride(),
+        conv_weight.device,
         None if cb is None else (cb.dtype, cb.shape, cb.stride(), cb.device),
-        conv_state.dtype, conv_state.shape, conv_state.stride(), conv_state.device,
-        ssm_state.dtype, ssm_state.shape, ssm_state.stride(), ssm_state.device,
-        query_start_loc.dtype, query_start_loc.shape, query_start_loc.stride(),
+        conv_state.dtype,
+        conv_state.shape,
+        conv_state.stride(),
+        conv_state.device,
+        ssm_state.dtype,
+        ssm_state.shape,
+        ssm_state.stride(),
+        ssm_state.device,
+        query_start_loc.dtype,
+        query_start_loc.shape,
+        query_start_loc.stride(),
         query_start_loc.device,
-        state_indices.dtype, state_indices.shape, state_indices.stride(), state_indices.device,
-        num_accepted_tokens.dtype, num_accepted_tokens.shape, num_accepted_tokens.stride(),
+        state_indices.dtype,
+        state_indices.shape,
+        state_indices.stride(),
+        state_indices.device,
+        num_accepted_tokens.dtype,
+        num_accepted_tokens.shape,
+        num_accepted_tokens.stride(),
         num_accepted_tokens.device,
-        out.dtype, out.shape, out.stride(), out.device,
+        out.dtype,
+        out.shape,
+        out.stride(),
+        out.device,
         None if ti is None else (ti.dtype, ti.shape, ti.stride(), ti.device),
-        num_k_heads, head_k_dim, head_v_dim, ssm_layout, null_slot_max, type(null_slot_max),
+        num_k_heads,
+        head_k_dim,
+        head_v_dim,
+        ssm_layout,
+        null_slot_max,
+        type(null_slot_max),
         launch_config,
     )
     plan = _plans.get(key)
     if plan is None:
         plan = _validate_and_plan(
-            mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
-            query_start_loc, state_indices, num_accepted_tokens, out, num_k_heads, head_k_dim,
-            head_v_dim, ssm_layout, null_slot_max, token_index, launch_config,
+            mixed_qkv,
+            a,
+            b,
+            A_log,
+            dt_bias,
+            conv_weight,
+            conv_bias,
+            conv_state,
+            ssm_state,
+            query_start_loc,
+            state_indices,
+            num_accepted_tokens,
+            out,
+            num_k_heads,
+            head_k_dim,
+            head_v_dim,
+            ssm_layout,
+            null_slot_max,
+            token_index,
+            launch_config,
         )
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
@@ -191,21 +248,62 @@ def gdn_spec_decode(
     qk_scratch = torch.empty(plan.scratch_shape, dtype=torch.float32, device=device)
     with _device_guard(device):
         _caovan_sm75_prepare_qk_conv_spec_decode_kernel[plan.qk_grid](
-            mixed_qkv, conv_weight, conv_bias, conv_state, query_start_loc, state_indices,
-            num_accepted_tokens, token_index, qk_scratch, *plan.qk_tail,
-            num_warps=plan.qk_warps, num_stages=plan.qk_stages,
+            mixed_qkv,
+            conv_weight,
+            conv_bias,
+            conv_state,
+            query_start_loc,
+            state_indices,
+            num_accepted_tokens,
+            token_index,
+            qk_scratch,
+            *plan.qk_tail,
+            num_warps=plan.qk_warps,
+            num_stages=plan.qk_stages,
         )
         _caovan_sm75_fused_v_gdn_spec_decode_kernel[plan.v_grid](
-            mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
-            query_start_loc, state_indices, num_accepted_tokens, token_index, qk_scratch, out,
-            *plan.v_tail, num_warps=plan.v_warps, num_stages=plan.v_stages,
+            mixed_qkv,
+            a,
+            b,
+            A_log,
+            dt_bias,
+            conv_weight,
+            conv_bias,
+            conv_state,
+            ssm_state,
+            query_start_loc,
+            state_indices,
+            num_accepted_tokens,
+            token_index,
+            qk_scratch,
+            out,
+            *plan.v_tail,
+            num_warps=plan.v_warps,
+            num_stages=plan.v_stages,
         )
 
 
 def _validate_and_plan(
-    mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
-    query_start_loc, state_indices, num_accepted_tokens, out, H, K, V, ssm_layout, null_slot_max,
-    token_index, launch_config,
+    mixed_qkv,
+    a,
+    b,
+    A_log,
+    dt_bias,
+    conv_weight,
+    conv_bias,
+    conv_state,
+    ssm_state,
+    query_start_loc,
+    state_indices,
+    num_accepted_tokens,
+    out,
+    H,
+    K,
+    V,
+    ssm_layout,
+    null_slot_max,
+    token_index,
+    launch_config,
 ) -> _Plan:
     """Full validation (ValueError naming the tensor) and the launch constants of one layout."""
     device = mixed_qkv.device
@@ -259,15 +357,17 @@ def _validate_and_plan(
     if conv_state.shape[1] != conv_dim or conv_state.shape[2] < width - 2 + t_max:
         _fail(
             "conv_state",
-            f"shape (num_blocks, {conv_dim}, >= {width - 2 + t_max}) (dim-first view, "
-            f"state_len >= width - 2 + T_max)",
+            f"shape (num_blocks, {conv_dim}, >= {width - 2 + t_max}) (dim-first view, state_len >= width - 2 + T_max)",
             tuple(conv_state.shape),
         )
     _check_float("ssm_state", ssm_state, 4)
     expected_ssm = (HV, V, K) if ssm_layout == "vk" else (HV, K, V)
     if ssm_state.shape[1:] != expected_ssm:
-        _fail("ssm_state", f"shape (num_blocks, {', '.join(map(str, expected_ssm))}) for "
-              f"ssm_layout={ssm_layout!r}", tuple(ssm_state.shape))
+        _fail(
+            "ssm_state",
+            f"shape (num_blocks, {', '.join(map(str, expected_ssm))}) for ssm_layout={ssm_layout!r}",
+            tuple(ssm_state.shape),
+        )
     _check_float("out", out, 3)
     if out.shape[0] < num_rows or out.shape[1] != HV or out.shape[2] != V:
         _fail("out", f"shape (>= {num_rows}, {HV}, {V})", tuple(out.shape))
@@ -279,16 +379,24 @@ def _validate_and_plan(
         _check_index("token_index", token_index, 1)
         num_spec_tokens = token_index.shape[0]
     for name, t in (
-        ("a", a), ("b", b), ("A_log", A_log), ("dt_bias", dt_bias), ("conv_weight", conv_weight),
-        ("conv_bias", conv_bias), ("conv_state", conv_state), ("ssm_state", ssm_state),
-        ("query_start_loc", query_start_loc), ("state_indices", state_indices),
-        ("num_accepted_tokens", num_accepted_tokens), ("out", out), ("token_index", token_index),
+        ("a", a),
+        ("b", b),
+        ("A_log", A_log),
+        ("dt_bias", dt_bias),
+        ("conv_weight", conv_weight),
+        ("conv_bias", conv_bias),
+        ("conv_state", conv_state),
+        ("ssm_state", ssm_state),
+        ("query_start_loc", query_start_loc),
+        ("state_indices", state_indices),
+        ("num_accepted_tokens", num_accepted_tokens),
+        ("out", out),
+        ("token_index", token_index),
     ):
         if t is not None and t.device != device:
             _fail(name, f"a tensor on {device} (like mixed_qkv)", t.device)
     if device.type != "cuda" and not _INTERPRETED:
-        _fail("mixed_qkv", "CUDA tensors (CPU only with TRITON_INTERPRET=1 set before importing "
-              "triton)", device)
+        _fail("mixed_qkv", "CUDA tensors (CPU only with TRITON_INTERPRET=1 set before importing triton)", device)
     if N * HV > _MAX_GRID_Y:
         _fail("query_start_loc", f"N * HV <= {_MAX_GRID_Y} (CUDA grid limit)", f"N={N}, HV={HV}")
 
@@ -304,20 +412,65 @@ def _validate_and_plan(
     s_x_token = mixed_qkv.stride(0)
     s_si_seq = state_indices.stride(0)
     qk_tail = (
-        K**-0.5, s_x_token, s_w_dim, s_w_width, s_cs_block, s_cs_dim, s_cs_pos, s_si_seq,
-        H, K, BK, width, BU, null_slot_max, has_bias, has_token_index,
+        K**-0.5,
+        s_x_token,
+        s_w_dim,
+        s_w_width,
+        s_cs_block,
+        s_cs_dim,
+        s_cs_pos,
+        s_si_seq,
+        H,
+        K,
+        BK,
+        width,
+        BU,
+        null_slot_max,
+        has_bias,
+        has_token_index,
     )
     v_tail = (
-        s_x_token, a.stride(0), a.stride(1), b.stride(0), b.stride(1), s_w_dim, s_w_width,
-        s_cs_block, s_cs_dim, s_cs_pos, s_ssm_block, s_ssm_head, s_ssm_v, s_ssm_k, s_si_seq,
-        out.stride(0), out.stride(1),
-        H, HV, K, V, BK, BV, width, BU, null_slot_max, has_bias, has_token_index,
+        s_x_token,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        s_w_dim,
+        s_w_width,
+        s_cs_block,
+        s_cs_dim,
+        s_cs_pos,
+        s_ssm_block,
+        s_ssm_head,
+        s_ssm_v,
+        s_ssm_k,
+        s_si_seq,
+        out.stride(0),
+        out.stride(1),
+        H,
+        HV,
+        K,
+        V,
+        BK,
+        BV,
+        width,
+        BU,
+        null_slot_max,
+        has_bias,
+        has_token_index,
     )
     return _Plan(
-        N=N, num_spec_tokens=num_spec_tokens, scratch_shape=(num_spec_tokens, 2, H, K),
-        qk_grid=(N, H), v_grid=(num_v_blocks, N * HV), qk_tail=qk_tail, v_tail=v_tail,
-        qk_warps=config.qk.num_warps, qk_stages=config.qk.num_stages,
-        v_warps=config.v_gdn.num_warps, v_stages=config.v_gdn.num_stages,
+        N=N,
+        num_spec_tokens=num_spec_tokens,
+        scratch_shape=(num_spec_tokens, 2, H, K),
+        qk_grid=(N, H),
+        v_grid=(num_v_blocks, N * HV),
+        qk_tail=qk_tail,
+        v_tail=v_tail,
+        qk_warps=config.qk.num_warps,
+        qk_stages=config.qk.num_stages,
+        v_warps=config.v_gdn.num_warps,
+        v_stages=config.v_gdn.num_stages,
     )
 
 

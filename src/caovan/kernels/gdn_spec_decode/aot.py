@@ -35,8 +35,7 @@ from .triton_kernels import (
 
 SM75_MAX_SHARED_MEMORY_BYTES = 65536  # per block, opt-in maximum of Turing (sm_75)
 
-_TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32",
-                 "int64": "i64"}
+_TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int64": "i64"}
 _ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
@@ -101,9 +100,11 @@ class LayoutVariant:
 
     @property
     def name(self) -> str:
-        return (f"conv={'dim-first' if self.conv_dim_first else 'transposed'},"
-                f"ssm={self.ssm_layout},token_index={int(self.has_token_index)},"
-                f"bias={int(self.has_bias)},index={self.index_dtype}")
+        return (
+            f"conv={'dim-first' if self.conv_dim_first else 'transposed'},"
+            f"ssm={self.ssm_layout},token_index={int(self.has_token_index)},"
+            f"bias={int(self.has_bias)},index={self.index_dtype}"
+        )
 
 
 DEFAULT_LAYOUT = LayoutVariant()
@@ -145,21 +146,22 @@ def _page_elements(bytes_needed: int, element_bytes: int) -> int:
     return page_bytes // element_bytes
 
 
-def _launch_values(shape: ModelShape, dtypes: DtypeCombo, layout: LayoutVariant, BV: int
-                   ) -> tuple[dict[str, object], dict[str, object]]:
+def _launch_values(
+    shape: ModelShape, dtypes: DtypeCombo, layout: LayoutVariant, BV: int
+) -> tuple[dict[str, object], dict[str, object]]:
     """Argument values of both kernels as gdn_spec_decode would pass them for this layout."""
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
     W, T = shape.conv_width, shape.t_max
     conv_dim, state_len = shape.conv_dim, W - 2 + T
     act, idx = dtypes.activation, layout.index_dtype
-    conv_page = _page_elements(conv_dim * state_len * _ELEMENT_BYTES[dtypes.conv_state],
-                               _ELEMENT_BYTES[dtypes.conv_state])
+    conv_page = _page_elements(
+        conv_dim * state_len * _ELEMENT_BYTES[dtypes.conv_state], _ELEMENT_BYTES[dtypes.conv_state]
+    )
     if layout.conv_dim_first:
         s_cs = (conv_page, state_len, 1)  # (block, dim, pos)
     else:
         s_cs = (conv_page, 1, conv_dim)  # transposed view of (blocks, L, dim)
-    ssm_page = _page_elements(HV * V * K * _ELEMENT_BYTES[dtypes.ssm_state],
-                              _ELEMENT_BYTES[dtypes.ssm_state])
+    ssm_page = _page_elements(HV * V * K * _ELEMENT_BYTES[dtypes.ssm_state], _ELEMENT_BYTES[dtypes.ssm_state])
     # (block, head, v, k) strides for either storage order
     s_ssm = (ssm_page, V * K, K, 1) if layout.ssm_layout == "vk" else (ssm_page, K * V, 1, V)
     BK = triton.next_power_of_2(K)
@@ -167,26 +169,53 @@ def _launch_values(shape: ModelShape, dtypes: DtypeCombo, layout: LayoutVariant,
     BU = triton.next_power_of_2(W - 2 + T)
     x_row = conv_dim + HV * V  # Qwen3.5: mixed_qkv is the [q|k|v] part of the qkvz projection
     common = dict(
-        mixed_qkv_ptr=_Ptr(act), conv_weight_ptr=_Ptr(act),
+        mixed_qkv_ptr=_Ptr(act),
+        conv_weight_ptr=_Ptr(act),
         conv_bias_ptr=_Ptr(act) if layout.has_bias else None,
         conv_state_ptr=_Ptr(dtypes.conv_state),
-        query_start_loc_ptr=_Ptr(idx), state_indices_ptr=_Ptr(idx),
+        query_start_loc_ptr=_Ptr(idx),
+        state_indices_ptr=_Ptr(idx),
         num_accepted_tokens_ptr=_Ptr(idx),
         token_index_ptr=_Ptr(idx) if layout.has_token_index else None,
         qk_scratch_ptr=_Ptr("float32"),
-        stride_x_token=x_row, stride_w_dim=W, stride_w_width=1,
-        stride_cs_block=s_cs[0], stride_cs_dim=s_cs[1], stride_cs_pos=s_cs[2], stride_si_seq=T,
-        H=H, K=K, BK=BK, WIDTH=W, BU=BU, NULL_SLOT_MAX=0, HAS_BIAS=layout.has_bias,
+        stride_x_token=x_row,
+        stride_w_dim=W,
+        stride_w_width=1,
+        stride_cs_block=s_cs[0],
+        stride_cs_dim=s_cs[1],
+        stride_cs_pos=s_cs[2],
+        stride_si_seq=T,
+        H=H,
+        K=K,
+        BK=BK,
+        WIDTH=W,
+        BU=BU,
+        NULL_SLOT_MAX=0,
+        HAS_BIAS=layout.has_bias,
         HAS_TOKEN_INDEX=layout.has_token_index,
     )
     qk = dict(common, scale=float(K) ** -0.5)
     v_gdn = dict(
-        common, a_ptr=_Ptr(act), b_ptr=_Ptr(act), A_log_ptr=_Ptr("float32"), dt_bias_ptr=_Ptr(act),
-        ssm_state_ptr=_Ptr(dtypes.ssm_state), out_ptr=_Ptr(act),
-        stride_a_token=HV, stride_a_head=1, stride_b_token=HV, stride_b_head=1,
-        stride_ssm_block=s_ssm[0], stride_ssm_head=s_ssm[1], stride_ssm_v=s_ssm[2],
-        stride_ssm_k=s_ssm[3], stride_out_token=HV * V, stride_out_head=V,
-        HV=HV, V=V, BV=BV,
+        common,
+        a_ptr=_Ptr(act),
+        b_ptr=_Ptr(act),
+        A_log_ptr=_Ptr("float32"),
+        dt_bias_ptr=_Ptr(act),
+        ssm_state_ptr=_Ptr(dtypes.ssm_state),
+        out_ptr=_Ptr(act),
+        stride_a_token=HV,
+        stride_a_head=1,
+        stride_b_token=HV,
+        stride_b_head=1,
+        stride_ssm_block=s_ssm[0],
+        stride_ssm_head=s_ssm[1],
+        stride_ssm_v=s_ssm[2],
+        stride_ssm_k=s_ssm[3],
+        stride_out_token=HV * V,
+        stride_out_head=V,
+        HV=HV,
+        V=V,
+        BV=BV,
     )
     return qk, v_gdn
 
@@ -241,21 +270,31 @@ def compile_spec_decode_kernels(
     ):
         t0 = time.perf_counter()
         compiled = triton.compile(
-            _ast_source(fn, values), target=target,
+            _ast_source(fn, values),
+            target=target,
             options={"num_warps": launch.num_warps, "num_stages": launch.num_stages},
         )
         ptx = compiled.asm.get("ptx", "")
         if isinstance(ptx, bytes):
             ptx = ptx.decode()
         registers, spill_bytes = ptxas_resource_usage(ptx, capability)
-        infos.append(CompiledKernelInfo(
-            kernel=fn.__name__, target=f"sm{capability[0]}{capability[1]}", config=config.arch,
-            dtypes=dtypes.name, layout=layout.name, num_warps=launch.num_warps,
-            num_stages=launch.num_stages, shared_bytes=int(compiled.metadata.shared),
-            ptx_has_bf16=ptx_has_bf16(ptx), bf16_inputs=dtypes.has_bf16,
-            seconds=round(time.perf_counter() - t0, 3), registers=registers,
-            spill_bytes=spill_bytes,
-        ))
+        infos.append(
+            CompiledKernelInfo(
+                kernel=fn.__name__,
+                target=f"sm{capability[0]}{capability[1]}",
+                config=config.arch,
+                dtypes=dtypes.name,
+                layout=layout.name,
+                num_warps=launch.num_warps,
+                num_stages=launch.num_stages,
+                shared_bytes=int(compiled.metadata.shared),
+                ptx_has_bf16=ptx_has_bf16(ptx),
+                bf16_inputs=dtypes.has_bf16,
+                seconds=round(time.perf_counter() - t0, 3),
+                registers=registers,
+                spill_bytes=spill_bytes,
+            )
+        )
     return infos
 
 
@@ -283,7 +322,10 @@ def ptxas_resource_usage(ptx: str, capability: tuple[int, int]) -> tuple[int | N
                 f.write(ptx)
             run = subprocess.run(
                 [ptxas, "-v", f"--gpu-name=sm_{arch}", src, "-o", os.path.join(tmp, "k.cubin")],
-                capture_output=True, text=True, timeout=120, check=True,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
             )
     except Exception:
         return None, None
@@ -298,8 +340,7 @@ def ptxas_resource_usage(ptx: str, capability: tuple[int, int]) -> tuple[int | N
 def sm75_gate_matrix() -> list[tuple[ArchLaunchConfig, DtypeCombo, LayoutVariant]]:
     """What the sm_75 gate compiles: every launch config x every supported dtype combination
     (default layout), plus the other layouts once for the SM75 config in fp16."""
-    matrix = [(cfg, combo, DEFAULT_LAYOUT) for cfg in ALL_LAUNCH_CONFIGS
-              for combo in SUPPORTED_DTYPE_COMBOS]
+    matrix = [(cfg, combo, DEFAULT_LAYOUT) for cfg in ALL_LAUNCH_CONFIGS for combo in SUPPORTED_DTYPE_COMBOS]
     sm75 = next(c for c in ALL_LAUNCH_CONFIGS if c.arch == "sm75")
     matrix += [(sm75, SUPPORTED_DTYPE_COMBOS[0], layout) for layout in EXTRA_LAYOUTS]
     return matrix
@@ -311,8 +352,7 @@ def gate_problems(infos: Iterable[CompiledKernelInfo]) -> list[str]:
     for info in infos:
         where = f"{info.kernel} [{info.config}; {info.dtypes}; {info.layout}]"
         if info.shared_bytes > SM75_MAX_SHARED_MEMORY_BYTES:
-            problems.append(f"{where}: shared memory {info.shared_bytes} B > "
-                            f"{SM75_MAX_SHARED_MEMORY_BYTES} B")
+            problems.append(f"{where}: shared memory {info.shared_bytes} B > {SM75_MAX_SHARED_MEMORY_BYTES} B")
         if info.ptx_has_bf16 and not info.bf16_inputs:
             problems.append(f"{where}: bf16 in the PTX although no input is bf16")
     return problems

@@ -86,7 +86,6 @@ def config_for(capability: tuple[int, int] | int | str) -> ArchLaunchConfig:
     if not candidates:
         known = ", ".join(sorted(LAUNCH_CONFIGS))
         raise ValueError(
-            f"no launch configuration for sm{wanted[0]}{wanted[1]}: the kernels target sm75 and "
-            f"newer (known: {known})"
+            f"no launch configuration for sm{wanted[0]}{wanted[1]}: the kernels target sm75 and newer (known: {known})"
         )
     return max(candidates, key=lambda c: c.capability)

@@ -88,9 +88,7 @@ def gdn_spec_decode_reference(
         x = mixed_qkv[rows_t].to(conv_state.dtype).to(cd)  # (L, conv_dim), rounded like vLLM
         window = conv_state[conv_block, :, offset : offset + width - 1].to(cd)  # (dim, W-1)
         u = torch.cat([window.transpose(0, 1), x], dim=0)  # (W-1+L, conv_dim)
-        y = torch.stack(
-            [(weight.transpose(0, 1) * u[t : t + width]).sum(dim=0) for t in range(seq_len)]
-        )
+        y = torch.stack([(weight.transpose(0, 1) * u[t : t + width]).sum(dim=0) for t in range(seq_len)])
         if bias is not None:
             y = y + bias
         y = y * torch.sigmoid(y)  # SiLU

@@ -109,9 +109,22 @@ def _conv_update_silu(
         acc = tl.zeros([BU, channels.shape[0]], dtype=tl.float32)
     # u[r + 1] for r < W - 2 + L is the new window; keep it for the store below.
     new_window = _load_conv_input_shifted(
-        mixed_qkv_ptr, conv_state_ptr, token_index_ptr, stride_x_token, conv_block_base,
-        stride_cs_dim, stride_cs_pos, channels, channel_mask, window_offset, bos, seq_len,
-        1, WIDTH, BU, HAS_TOKEN_INDEX,
+        mixed_qkv_ptr,
+        conv_state_ptr,
+        token_index_ptr,
+        stride_x_token,
+        conv_block_base,
+        stride_cs_dim,
+        stride_cs_pos,
+        channels,
+        channel_mask,
+        window_offset,
+        bos,
+        seq_len,
+        1,
+        WIDTH,
+        BU,
+        HAS_TOKEN_INDEX,
     )
     for j in tl.static_range(WIDTH):
         w_j = tl.load(w_ptrs + j * stride_w_width, mask=channel_mask, other=0.0).to(tl.float32)
@@ -119,9 +132,22 @@ def _conv_update_silu(
             u_j = new_window
         else:
             u_j = _load_conv_input_shifted(
-                mixed_qkv_ptr, conv_state_ptr, token_index_ptr, stride_x_token, conv_block_base,
-                stride_cs_dim, stride_cs_pos, channels, channel_mask, window_offset, bos, seq_len,
-                j, WIDTH, BU, HAS_TOKEN_INDEX,
+                mixed_qkv_ptr,
+                conv_state_ptr,
+                token_index_ptr,
+                stride_x_token,
+                conv_block_base,
+                stride_cs_dim,
+                stride_cs_pos,
+                channels,
+                channel_mask,
+                window_offset,
+                bos,
+                seq_len,
+                j,
+                WIDTH,
+                BU,
+                HAS_TOKEN_INDEX,
             )
         acc += w_j[None, :] * u_j
     # The window is read and rewritten in the same block: every thread's reads must be done
@@ -139,8 +165,16 @@ def _conv_update_silu(
 
 
 @triton.jit
-def _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len,
-                     BV: tl.constexpr, HAS_TOKEN_INDEX: tl.constexpr):
+def _store_zero_rows(
+    out_head_ptr,
+    token_index_ptr,
+    stride_out_token,
+    v_mask,
+    bos,
+    seq_len,
+    BV: tl.constexpr,
+    HAS_TOKEN_INDEX: tl.constexpr,
+):
     """Deterministic zero output for a sequence whose state slots are null."""
     zeros = tl.zeros([BV], dtype=out_head_ptr.dtype.element_ty)
     for t in range(0, seq_len):
@@ -200,10 +234,26 @@ def _caovan_sm75_prepare_qk_conv_spec_decode_kernel(
     for half in tl.static_range(2):
         channels = half * (H * K) + i_h * K + k_offs
         y = _conv_update_silu(
-            mixed_qkv_ptr, conv_weight_ptr, conv_bias_ptr, conv_state_ptr, token_index_ptr,
-            stride_x_token, stride_w_dim, stride_w_width, conv_block * stride_cs_block,
-            stride_cs_dim, stride_cs_pos, channels, channel_mask, window_offset, bos, seq_len,
-            WIDTH, BU, HAS_BIAS, HAS_TOKEN_INDEX,
+            mixed_qkv_ptr,
+            conv_weight_ptr,
+            conv_bias_ptr,
+            conv_state_ptr,
+            token_index_ptr,
+            stride_x_token,
+            stride_w_dim,
+            stride_w_width,
+            conv_block * stride_cs_block,
+            stride_cs_dim,
+            stride_cs_pos,
+            channels,
+            channel_mask,
+            window_offset,
+            bos,
+            seq_len,
+            WIDTH,
+            BU,
+            HAS_BIAS,
+            HAS_TOKEN_INDEX,
         )
         # Per token L2 norm (as FLA: x * rsqrt(sum x^2 + 1e-6)); q also times K**-0.5.
         y = y * tl.rsqrt(tl.sum(y * y, axis=1) + 1e-6)[:, None]
@@ -211,9 +261,7 @@ def _caovan_sm75_prepare_qk_conv_spec_decode_kernel(
             y = y * scale
         # scratch (num_spec_tokens, 2, H, K): row bos + t, slot `half`, head i_h
         scratch_ptrs = (
-            qk_scratch_ptr
-            + ((bos + rows.to(tl.int64)) * 2 + half)[:, None] * (H * K)
-            + (i_h * K + k_offs)[None, :]
+            qk_scratch_ptr + ((bos + rows.to(tl.int64)) * 2 + half)[:, None] * (H * K) + (i_h * K + k_offs)[None, :]
         )
         tl.store(scratch_ptrs, y, mask=store_mask)
 
@@ -287,29 +335,39 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     initial_block = tl.load(si_row_ptr + (num_accepted - 1)).to(tl.int64)
     if conv_block <= NULL_SLOT_MAX:
         # No conv slot (vLLM skips the conv and runs the recurrence on raw inputs): zeros instead.
-        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len,
-                         BV, HAS_TOKEN_INDEX)
+        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, HAS_TOKEN_INDEX)
         return
     v_conv = _conv_update_silu(
-        mixed_qkv_ptr, conv_weight_ptr, conv_bias_ptr, conv_state_ptr, token_index_ptr,
-        stride_x_token, stride_w_dim, stride_w_width, conv_block * stride_cs_block,
-        stride_cs_dim, stride_cs_pos, 2 * H * K + i_hv * V + v_offs, v_mask, num_accepted - 1,
-        bos, seq_len, WIDTH, BU, HAS_BIAS, HAS_TOKEN_INDEX,
+        mixed_qkv_ptr,
+        conv_weight_ptr,
+        conv_bias_ptr,
+        conv_state_ptr,
+        token_index_ptr,
+        stride_x_token,
+        stride_w_dim,
+        stride_w_width,
+        conv_block * stride_cs_block,
+        stride_cs_dim,
+        stride_cs_pos,
+        2 * H * K + i_hv * V + v_offs,
+        v_mask,
+        num_accepted - 1,
+        bos,
+        seq_len,
+        WIDTH,
+        BU,
+        HAS_BIAS,
+        HAS_TOKEN_INDEX,
     )
     if initial_block <= NULL_SLOT_MAX:
         # No initial state (vLLM returns before writing its output rows): zeros, no state writes.
-        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len,
-                         BV, HAS_TOKEN_INDEX)
+        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, HAS_TOKEN_INDEX)
         return
 
-    slab_offs = (
-        v_offs.to(tl.int64)[:, None] * stride_ssm_v + k_offs.to(tl.int64)[None, :] * stride_ssm_k
-    )
+    slab_offs = v_offs.to(tl.int64)[:, None] * stride_ssm_v + k_offs.to(tl.int64)[None, :] * stride_ssm_k
     slab_mask = v_mask[:, None] & k_mask[None, :]
     head_base = ssm_state_ptr + i_hv.to(tl.int64) * stride_ssm_head
-    state = tl.load(
-        head_base + initial_block * stride_ssm_block + slab_offs, mask=slab_mask, other=0.0
-    ).to(tl.float32)
+    state = tl.load(head_base + initial_block * stride_ssm_block + slab_offs, mask=slab_mask, other=0.0).to(tl.float32)
 
     neg_A = -tl.exp(tl.load(A_log_ptr + i_hv).to(tl.float32))
     dt_bias = tl.load(dt_bias_ptr + i_hv).to(tl.float32)
