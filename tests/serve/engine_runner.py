@@ -300,6 +300,10 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
     return {"type": chain[0]["type"], "message": chain[0]["message"], "chain": chain}
 
 
+def _unserializable(value: Any) -> str:
+    return f"<{type(value).__module__}.{type(value).__qualname__}: not JSON>"
+
+
 def _best_effort(record: dict[str, Any], key: str, fn: Any) -> None:
     try:
         record[key] = fn()
@@ -431,7 +435,9 @@ def main(argv: list[str] | None = None) -> int:
             record["counters_in_process"] = {"error": f"{type(exc).__name__}: {exc}"}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+        # Facts gathered from vLLM objects can hold config objects (seen: a ModelConfig on vLLM 0.21.0): the
+        # record must still be written, with such values named rather than lost with the whole file.
+        tmp.write_text(json.dumps(record, indent=1, sort_keys=True, default=_unserializable))
         os.replace(tmp, args.out)
         print(f"[serve-runner] ok={record['ok']} wrote {args.out}", flush=True)
     return code
