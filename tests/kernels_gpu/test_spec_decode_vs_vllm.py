@@ -24,9 +24,6 @@ pytestmark = pytest.mark.kernel
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU: the kernel tier runs Triton kernels on a GPU", allow_module_level=True)
 
-from caovan.kernels.gdn_spec_decode import gdn_spec_decode  # noqa: E402
-from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference  # noqa: E402
-
 from caovan.bench import accuracy  # noqa: E402
 from caovan.bench.cases import (  # noqa: E402
     KERNEL_EDGE_CASES,
@@ -35,6 +32,8 @@ from caovan.bench.cases import (  # noqa: E402
     build_inputs,
     expand_grid,
 )
+from caovan.kernels.gdn_spec_decode import gdn_spec_decode  # noqa: E402
+from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference  # noqa: E402
 
 DEVICE = "cuda"
 GRID_CASES = expand_grid(KERNEL_TEST_GRID)

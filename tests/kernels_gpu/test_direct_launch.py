@@ -1,0 +1,66 @@
+"""Kernel tier (CUDA GPU): the cached direct launch gives what Triton's own dispatch gives.
+
+After the first call of a layout, ``gdn_spec_decode`` calls the compiled kernels' launchers directly
+(host overhead). These tests make the second call of a layout go through that path with new values and
+check it against the float64 reference, and check that a misaligned pointer falls back to Triton.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="kernel tier needs PyTorch")
+
+pytestmark = pytest.mark.kernel
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU: the kernel tier runs Triton kernels on a GPU", allow_module_level=True)
+
+import caovan.kernels.gdn_spec_decode as spec  # noqa: E402
+from caovan.bench import accuracy  # noqa: E402
+from caovan.bench.cases import SpecDecodeCase, build_inputs  # noqa: E402
+from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference  # noqa: E402
+
+CASES = [
+    SpecDecodeCase("qwen3.6-27b-tp2", num_seqs=3, num_spec_tokens=3, accepted="sweep", ssm_dtype="float32"),
+    SpecDecodeCase("small", num_seqs=4, num_spec_tokens=2, null_seqs=1, padded_seqs=1, ssm_dtype="float16"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_second_call_uses_direct_launch_and_matches_reference(case):
+    spec._direct.clear()  # a cache: the first call below refills it through Triton's own dispatch
+    first = build_inputs(case, "cuda")
+    accuracy.call(spec.gdn_spec_decode, first.clone())
+    direct_before = len(spec._direct)
+    assert direct_before == 1, "the first call of an aligned layout should cache its compiled launchers"
+
+    second = build_inputs(case, "cuda", value_seed=case.seed + 7)
+    ref = accuracy.run_reference(gdn_spec_decode_reference, second)
+    report = accuracy.measure(spec.gdn_spec_decode, second, ref)
+    problems = accuracy.check_standalone(case, report)
+    assert not problems, f"{case.id} (direct launch): {problems}\n  {report}"
+    assert len(spec._direct) == direct_before, "same layout, new values: no new compile expected"
+
+
+def test_direct_and_triton_dispatch_agree_bitwise():
+    case = CASES[0]
+    inputs = build_inputs(case, "cuda")
+    accuracy.call(spec.gdn_spec_decode, inputs.clone())  # compile + cache
+    via_direct = inputs.clone()
+    accuracy.call(spec.gdn_spec_decode, via_direct)
+    saved = dict(spec._direct)
+    spec._direct.clear()
+    try:
+        via_triton = inputs.clone()
+        accuracy.call(spec.gdn_spec_decode, via_triton)
+    finally:
+        spec._direct.update(saved)
+    torch.cuda.synchronize()
+    for name in ("out", "conv_state", "ssm_state"):
+        assert torch.equal(getattr(via_direct, name), getattr(via_triton, name)), name
+
+
+def test_misaligned_pointer_takes_triton_dispatch():
+    assert not spec._all_aligned((torch.empty(9, dtype=torch.float16, device="cuda")[1:],))
+    assert spec._all_aligned((torch.empty(16, device="cuda"), None, 3))
