@@ -40,6 +40,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="small shapes, model shapes (Qwen3.6-27B, Qwen3-Next-80B at TP=2), or all (default)",
     )
     k.add_argument("--quick", action="store_true", help="fewer cases and iterations (a smoke run)")
+    t = targets.add_parser(
+        "tune",
+        help="measure launch configurations of caovan's kernels on this GPU (CUDA-graph time)",
+        description=(
+            "Sweep the QK kernel's num_warps and the V/GDN kernel's BV x num_warps at the model shapes, each "
+            "configuration checked against the float64 reference first; prints the ranking and the best "
+            "configuration; --json records every number (the source of an entry in launch_configs.py)."
+        ),
+    )
+    t.add_argument("--json", metavar="FILE", type=Path, help="write the full record (JSON) to FILE")
 
 
 def _error(message: str) -> int:
@@ -50,18 +60,60 @@ def _error(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.bench_target == "kernels":
         return run_kernels(args)
+    if args.bench_target == "tune":
+        return run_tune(args)
     return _error(f"unknown bench target {args.bench_target!r}")  # argparse already refuses these
 
 
-def run_kernels(args: argparse.Namespace) -> int:
+def _gpu_problem(args: argparse.Namespace) -> str | None:
     if args.json is not None and not args.json.parent.is_dir():
-        return _error(f"--json {args.json}: directory {args.json.parent} does not exist")
+        return f"--json {args.json}: directory {args.json.parent} does not exist"
     try:
         import torch
     except ImportError as exc:
-        return _error(f"PyTorch is not importable ({exc}); the kernel bench runs on a CUDA GPU")
+        return f"PyTorch is not importable ({exc}); the kernel bench runs on a CUDA GPU"
     if not torch.cuda.is_available():
-        return _error("no CUDA GPU visible (torch.cuda.is_available() is False); the kernel bench runs on a GPU")
+        return "no CUDA GPU visible (torch.cuda.is_available() is False); the kernel bench runs on a GPU"
+    return None
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    problem = _gpu_problem(args)
+    if problem:
+        return _error(problem)
+    import shlex
+
+    import torch
+
+    from caovan.bench import kernels as kb
+    from caovan.bench.tune import run_tune as tune
+    from caovan.kernels.gdn_spec_decode import gdn_spec_decode
+    from caovan.kernels.gdn_spec_decode.launch_configs import config_for
+    from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
+
+    base = config_for(torch.cuda.get_device_capability())
+    report = tune(ours=gdn_spec_decode, reference=gdn_spec_decode_reference, base=base)
+    report = {"command": shlex.join(sys.argv), **kb.environment(), **report}
+    ranked = sorted((r for r in report["results"] if r["valid"]), key=lambda r: r["geomean_graph_us"])
+    for r in ranked:
+        print(f"{r['geomean_graph_us']:8.2f} us  {r['label']}")
+    for r in report["results"]:
+        if not r["valid"]:
+            print(f"  invalid: {r['label']}: {r['problems']}")
+    best = report["best"]
+    if best is not None:
+        print(f"best: {best['label']} ({best['geomean_graph_us']:.2f} us geomean, x{best['vs_base'] or 0:.2f} vs base)")
+    if args.json is not None:
+        args.json.write_text(json.dumps(kb._json_safe(report), indent=2) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0 if best is not None else 1
+
+
+def run_kernels(args: argparse.Namespace) -> int:
+    problem = _gpu_problem(args)
+    if problem:
+        return _error(problem)
+    import torch  # noqa: F401  (checked importable above)
 
     from caovan.bench import kernels as kb
     from caovan.bench.cases import bench_cases

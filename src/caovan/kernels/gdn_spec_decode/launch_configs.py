@@ -1,13 +1,16 @@
 """Launch configurations of the GDN spec-decode kernels, as data, per GPU architecture.
 
-``sm75`` holds the values Turbo3 users know from its logs (QK num_warps=2, num_stages=1; V/GDN
-num_warps=2, num_stages=1, BV=32). Other architectures are placeholders until measured on
-their hardware; a GPU without an entry uses the nearest lower architecture that has one.
+The values live in ``launch_configs.json`` beside this file. ``sm75`` holds the values Turbo3 users know
+from its logs (QK num_warps=2, num_stages=1; V/GDN num_warps=2, num_stages=1, BV=32). Other architectures
+are measured on their hardware with ``caovan bench tune`` (the entry's note names the committed JSON); a GPU
+without an entry uses the nearest lower architecture that has one.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -41,24 +44,27 @@ class ArchLaunchConfig:
     note: str
 
 
-LAUNCH_CONFIGS: dict[str, ArchLaunchConfig] = {
-    "sm75": ArchLaunchConfig(
-        arch="sm75",
-        capability=(7, 5),
-        qk=QKLaunchConfig(num_warps=2, num_stages=1),
-        v_gdn=VGdnLaunchConfig(num_warps=2, num_stages=1, BV=32),
-        tuned=True,
-        note="Turbo3 SM75 launch parameters (RTX 2080 Ti)",
-    ),
-    "sm90": ArchLaunchConfig(
-        arch="sm90",
-        capability=(9, 0),
-        qk=QKLaunchConfig(num_warps=2, num_stages=1),
-        v_gdn=VGdnLaunchConfig(num_warps=2, num_stages=1, BV=32),
-        tuned=False,
-        note="untuned: to be measured (copy of sm75)",
-    ),
-}
+#: The data file: one entry per architecture. ``caovan bench tune --json`` measures candidates on a GPU and
+#: ``tools/apply-tuned-launch-config.py`` writes the winner here, naming the JSON it came from in ``note``.
+DATA_FILE = Path(__file__).with_name("launch_configs.json")
+
+
+def _load(path: Path) -> dict[str, ArchLaunchConfig]:
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    return {
+        arch: ArchLaunchConfig(
+            arch=arch,
+            capability=tuple(entry["capability"]),
+            qk=QKLaunchConfig(**entry["qk"]),
+            v_gdn=VGdnLaunchConfig(**entry["v_gdn"]),
+            tuned=bool(entry["tuned"]),
+            note=str(entry["note"]),
+        )
+        for arch, entry in raw.items()
+    }
+
+
+LAUNCH_CONFIGS: dict[str, ArchLaunchConfig] = _load(DATA_FILE)
 
 #: Every configuration the sm_75 gate must compile (one per architecture entry).
 ALL_LAUNCH_CONFIGS: tuple[ArchLaunchConfig, ...] = tuple(LAUNCH_CONFIGS.values())
