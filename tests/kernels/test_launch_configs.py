@@ -50,3 +50,22 @@ def test_config_for_refuses_pre_turing(capability):
 def test_config_for_rejects_garbage():
     with pytest.raises(ValueError, match="capability"):
         config_for("turing")
+
+
+def test_direct_launch_hook_detection_understands_triton_hook_chains(monkeypatch):
+    """Triton 3.6 stores launch hooks in a HookChain that is never None: an empty chain is no hook."""
+    import caovan.kernels.gdn_spec_decode as spec
+
+    class Chain:
+        def __init__(self, calls):
+            self.calls = calls
+
+    monkeypatch.setattr(spec.knobs.runtime, "launch_enter_hook", Chain([]))
+    monkeypatch.setattr(spec.knobs.runtime, "launch_exit_hook", Chain([]))
+    assert not spec._launch_hooks_set()
+    monkeypatch.setattr(spec.knobs.runtime, "launch_enter_hook", Chain([print]))
+    assert spec._launch_hooks_set()
+    monkeypatch.setattr(spec.knobs.runtime, "launch_enter_hook", None)
+    assert not spec._launch_hooks_set()
+    monkeypatch.setattr(spec.knobs.runtime, "launch_exit_hook", print)
+    assert spec._launch_hooks_set()

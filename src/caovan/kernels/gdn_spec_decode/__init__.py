@@ -297,7 +297,16 @@ def _all_aligned(*arg_groups: tuple) -> bool:
 
 
 def _launch_hooks_set() -> bool:
-    return knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
+    """True when a profiler or tool hooked Triton launches (the direct path would bypass it).
+
+    Triton 3.6 keeps these hooks in a ``HookChain`` (never None; empty ``calls`` means no hook); older
+    releases used a plain callable or None.
+    """
+    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        calls = getattr(hook, "calls", None)
+        if calls if calls is not None else hook is not None:
+            return True
+    return False
 
 
 def _current_stream(index: int) -> int:
