@@ -100,5 +100,9 @@ def test_doctor_reports_family(vllm_module, capsys):
     facts = json.loads(capsys.readouterr().out)
     assert facts["vllm"] == vllm_module.__version__
     assert facts["discovery"]["discovered"] is True
-    assert (code == 0) == facts["ok"]
+    healthy = facts["ok"] and facts["kernels"]["ok"] and all(c["writable"] for c in facts["caches"])
+    assert (code == 0) == healthy
     assert facts["family"] == select_adapter().family_id
+    # The kernels compile for this GPU, or ahead of time for sm_75 where there is none.
+    assert facts["kernels"]["ok"], facts["kernels"]
+    assert {g["guard"] for g in facts["guards"]} == {"flashinfer_sampler", "triton_cache"}

@@ -114,6 +114,29 @@ def guard_facts(gpus: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def kernel_compile_facts(gpus: dict[str, Any]) -> dict[str, Any]:
+    """Both kernels compiled ahead of time for this GPU (or sm_75 when there is none), fp16 deployment."""
+    caps = [tuple(int(x) for x in d["capability"].split(".")) for d in gpus.get("devices", [])]
+    capability = caps[0] if caps else (7, 5)
+    target = f"sm_{capability[0]}{capability[1]}" + ("" if caps else " (no GPU here: the SM75 target)")
+    try:
+        from ..kernels.gdn_spec_decode import aot
+        from ..kernels.gdn_spec_decode.launch_configs import config_for
+
+        config = config_for(capability)
+        infos = aot.compile_spec_decode_kernels(config, aot.SUPPORTED_DTYPE_COMBOS[0], capability=capability)
+    except Exception as exc:  # doctor reports; it never raises
+        return {"target": target, "ok": False, "detail": f"{type(exc).__name__}: {exc}"}
+    problems = aot.gate_problems(infos) if capability == (7, 5) else []
+    detail = ", ".join(f"{i.kernel} shared={i.shared_bytes}B" for i in infos)
+    return {
+        "target": target,
+        "ok": not problems,
+        "launch_config": config.arch,
+        "detail": "; ".join(problems) if problems else detail,
+    }
+
+
 def collect() -> dict[str, Any]:
     from ..adapters import probe_all
     from ..adapters.base import installed_vllm_version
@@ -133,6 +156,7 @@ def collect() -> dict[str, Any]:
         "discovery": plugin_discovery(),
         "guards": guards,
         "caches": cache_facts(guards),
+        "kernels": kernel_compile_facts(gpus),
         "families": [r.as_dict() for r in reports],
         "family": passing[0].family_id if passing else None,
         "ok": bool(passing),
@@ -182,10 +206,14 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         lines.append(f"guard         {g['guard']}: {state} ({g['why']})")
     for c in facts["caches"]:
         lines.append(f"cache         {c['cache']}: {c['path']} ({c['detail']})")
+    k = facts["kernels"]
+    lines.append(f"kernels       compile for {k['target']}: {'PASS' if k['ok'] else 'FAIL'} ({k['detail']})")
     if not facts["ok"]:
         verdict = "FAIL: no GDN family passes"
     elif not all(c["writable"] for c in facts["caches"]):
         verdict = "FAIL: a cache folder is not writable"
+    elif not facts["kernels"]["ok"]:
+        verdict = "FAIL: caovan's kernels do not compile for this GPU"
     else:
         verdict = f"PASS family={facts['family']}"
     lines.append(f"result        {verdict}")
@@ -198,4 +226,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(facts, indent=2, sort_keys=True))
     else:
         print(render(facts, verbose=args.verbose))
-    return 0 if facts["ok"] and all(c["writable"] for c in facts["caches"]) else 1
+    return 0 if _healthy(facts) else 1
+
+
+def _healthy(facts: dict[str, Any]) -> bool:
+    return facts["ok"] and facts["kernels"]["ok"] and all(c["writable"] for c in facts["caches"])
