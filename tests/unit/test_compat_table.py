@@ -46,7 +46,7 @@ def test_one_line_per_row_and_runner_newest_vllm_first_with_required_columns(wor
     results, _ = workspace
     header, *rows = table_lines(render_block(collect_results(results)))
     assert header == [
-        "vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner",
+        "vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner", "plugin @source",
         "discovery", "kernel", "serve", "date",
     ]  # fmt: skip
     assert [(r[0], r[6]) for r in rows] == [
@@ -58,10 +58,11 @@ def test_one_line_per_row_and_runner_newest_vllm_first_with_required_columns(wor
     assert gpu_row[1] == "gdn-linear-attn-v020"
     assert gpu_row[4] == "cu130"
     assert gpu_row[5] == "2× NVIDIA GeForce RTX 2080 Ti (sm_75)"
-    assert gpu_row[7:10] == ["✅ pass", "✅ pass", "✅ pass"]
-    assert gpu_row[10] == "2026-11-28"
+    assert gpu_row[7].startswith("0.1.0 @")
+    assert gpu_row[8:11] == ["✅ pass", "✅ pass", "✅ pass"]
+    assert gpu_row[11] == "2026-11-28"
     assert rows[2][1].startswith("none [")
-    assert rows[2][7].startswith("⚠️ error [")
+    assert rows[2][8].startswith("⚠️ error [")
 
 
 def test_skip_and_error_reasons_become_numbered_notes(workspace):
@@ -184,3 +185,15 @@ def test_cli_exit_codes(workspace, capsys):
     assert main([*args, "--check"]) == 0
     assert main(["--results", str(results / "absent"), "--doc", str(doc)]) == 2
     assert "compat: error:" in capsys.readouterr().err
+
+
+def test_rows_run_outside_their_venv_say_so(workspace):
+    results, _ = workspace
+    path = next(p for p in sorted(results.rglob("*.json")) if p.parent.name != "cpu")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["install"] = {"mode": "current-environment", "python": "/opt/torch/.venv/bin/python3"}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    block = render_block(collect_results(results))
+    assert "ran in the host's environment (python -m caovan.matrix run-here, /opt/torch/.venv/bin/python3)" in block
+    fingerprint = doc["plugin"]["source_fingerprint"][:8]
+    assert any(f"@{fingerprint} [" in line for line in block.splitlines())

@@ -48,7 +48,9 @@ LEGEND = (
     "➖ not run — the tier was not selected in that run · "
     "— the row does not list the tier. "
     "`[n]` points to the notes below the table. **family** is the GDN adapter family the plugin "
-    "chose for that vLLM (probed inside the row's venv); CUDA is the row's torch build tag."
+    "chose for that vLLM (probed inside the row's venv); CUDA is the row's torch build tag; "
+    "**plugin @source** is the plugin version and the fingerprint of the plugin source and tests the row ran "
+    "with (rows run with different source carry different fingerprints)."
 )
 
 
@@ -160,7 +162,15 @@ def _table_line(result: LoadedResult, notes: _Notes) -> list[str]:
         env["python"],
         _cuda_cell(row, env),
     ]
-    line += [gpu, doc["runner"]]
+    plugin = f"{doc['plugin']['version']} @{doc['plugin']['source_fingerprint'][:8]}"
+    install = doc.get("install") or {}
+    if install.get("mode") == "current-environment":
+        # run-here: the host's own environment (e.g. an offline GPU box), not the row's isolated venv.
+        plugin += " " + notes.ref(
+            f"{doc['runner']}: ran in the host's environment (python -m caovan.matrix run-here, "
+            f"{install.get('python', '?')}), not in an isolated venv of the row; versions as installed there"
+        )
+    line += [gpu, doc["runner"], plugin]
     for tier in TIERS:
         record = tiers.get(tier)
         if record is None:
@@ -187,7 +197,7 @@ def render_block(results: Sequence[LoadedResult]) -> str:
     ordered = sorted(ordered, key=lambda r: _version_key(r.doc["row"]["vllm"]), reverse=True)
     notes = _Notes()
     lines = [_table_line(result, notes) for result in ordered]
-    headers = ["vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner", *TIERS, "date"]
+    headers = ["vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner", "plugin @source", *TIERS, "date"]
     table = tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
     parts = [*header, table, "", LEGEND]
     if notes.numbers:
