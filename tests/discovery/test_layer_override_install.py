@@ -54,3 +54,20 @@ def test_install_refuses_to_replace_a_foreign_override(v020):
         adapter.install()
     assert registry["GatedDeltaNetAttention"] is OtherPluginLayer
     assert adapter.uninstall() is False
+
+
+def test_install_wraps_the_model_loader_once_and_uninstall_restores_it(v020):
+    adapter, registry, layer_mod = v020
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+    adapter.uninstall()
+    original = BaseModelLoader.load_model
+    assert not hasattr(original, "_caovan_wrapped")
+    adapter.install()
+    wrapped = BaseModelLoader.load_model
+    assert wrapped._caovan_wrapped is original
+    registry.pop("GatedDeltaNetAttention")  # a second install in the same process (plugin loaded twice)
+    adapter.install()
+    assert BaseModelLoader.load_model is wrapped, "the loader must not be wrapped twice"
+    adapter.uninstall()
+    assert BaseModelLoader.load_model is original

@@ -95,6 +95,12 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
             METADATA_FIELDS,
             "GDNAttentionMetadata spec-decode fields",
         )
+        loader = p.module("vllm.model_executor.model_loader.base_loader")
+        p.arguments(
+            getattr(p.attribute(loader, "BaseModelLoader", "BaseModelLoader class"), "load_model", None),
+            ("vllm_config", "model_config"),
+            "BaseModelLoader.load_model(vllm_config, model_config) (require-mode check)",
+        )
         utils = p.module("vllm.v1.attention.backends.utils")
         p.equals(getattr(utils, "NULL_BLOCK_ID", None), 0, "NULL_BLOCK_ID (null/pad state slot)")
 

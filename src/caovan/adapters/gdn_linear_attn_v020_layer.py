@@ -15,11 +15,19 @@ Patch of upstream behaviour, documented in place:
   Everything else — prefill, plain decode, warm-up/profile calls without metadata — still runs the in-tree code.
   In mixed prefill + spec batches the spec tokens are ours and the rest is handed to the in-tree core.
 * Remove when: this family leaves the matrix (vLLM 0.22 moved the class to ``layers/mamba/gdn/``).
+
+A second, smaller patch serves require mode: a model without any GDN layer never builds this class, so
+nothing here would notice that caovan cannot act. ``install()`` wraps ``BaseModelLoader.load_model``
+(``vllm/model_executor/model_loader/base_loader.py``, 0.21.0) so that, after the *target* model is built
+(not the MTP draft, which has no GDN layer of its own), require mode fails start-up when no layer of the model
+was taken over. Loaders that override ``load_model`` (GGUF, tensorizer) are not covered. Remove together with
+the layer override.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -210,10 +218,38 @@ def build_override_class(base: type) -> type:
     return CaovanGatedDeltaNetAttention
 
 
+def check_required_model(vllm_config: Any, model_config: Any, model: Any) -> None:
+    """Require mode: fail start-up when the target model has no GDN layer caovan took over."""
+    if model_config is not getattr(vllm_config, "model_config", None):
+        return  # the MTP draft (or another auxiliary model) has no GDN layer of its own
+    options = parse_options(getattr(vllm_config, "additional_config", None))
+    if not options.require:
+        return
+    if any(getattr(module, "_caovan_plan", None) is not None for module in model.modules()):
+        return
+    name = getattr(model_config, "model", "this model")
+    raise CaovanRequireError(
+        f"{PLUGIN_NAME}: require mode is on but {name} has no GDN layer caovan can take over "
+        f"(model class {type(model).__name__})"
+    )
+
+
+def wrap_load_model(original: Any) -> Any:
+    @functools.wraps(original)
+    def load_model(self: Any, vllm_config: Any, model_config: Any, *args: Any, **kwargs: Any) -> Any:
+        model = original(self, vllm_config, model_config, *args, **kwargs)
+        check_required_model(vllm_config, model_config, model)
+        return model
+
+    load_model._caovan_wrapped = original  # type: ignore[attr-defined]
+    return load_model
+
+
 def install() -> str:
     """Register the override once per process; returns what happened (for the status line)."""
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     existing = op_registry_oot.get(IN_TREE_NAME)
     if existing is not None:
@@ -224,13 +260,19 @@ def install() -> str:
             "two plugins cannot both replace it"
         )
     gdn.GatedDeltaNetAttention.register_oot(build_override_class(gdn.GatedDeltaNetAttention), name=IN_TREE_NAME)
+    if not hasattr(BaseModelLoader.load_model, "_caovan_wrapped"):
+        BaseModelLoader.load_model = wrap_load_model(BaseModelLoader.load_model)
     return "installed"
 
 
 def uninstall() -> bool:
     """Remove the override (tests; ``pip uninstall`` needs nothing: vLLM then never loads caovan)."""
     from vllm.model_executor.custom_op import op_registry_oot
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
+    original = getattr(BaseModelLoader.load_model, "_caovan_wrapped", None)
+    if original is not None:
+        BaseModelLoader.load_model = original
     existing = op_registry_oot.get(IN_TREE_NAME)
     if existing is not None and getattr(existing, "_caovan_override", False):
         del op_registry_oot[IN_TREE_NAME]
