@@ -1,15 +1,13 @@
 """CPU tests of the error measurement, the acceptance rules, one bench row and the JSON report.
 
-The implementations here are the test stand-in of the float64 reference (run on fp16/fp32 tensors it
-rounds like a kernel would) and deliberately broken variants of it, so every check is shown to fire.
+The implementations here are the float64 reference (run on fp16/fp32 tensors it rounds like a kernel
+would) and deliberately broken variants of it, so every check is shown to fire.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
@@ -18,17 +16,7 @@ torch = pytest.importorskip("torch", reason="the bench's error measurement runs 
 from caovan.bench import accuracy  # noqa: E402
 from caovan.bench import kernels as kb  # noqa: E402
 from caovan.bench.cases import TENSOR_ARGS, SpecDecodeCase, build_inputs  # noqa: E402
-
-
-def _load_standin():
-    path = Path(__file__).with_name("test_bench_standin_reference.py")
-    spec = importlib.util.spec_from_file_location("caovan_bench_standin_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.standin_gdn_spec_decode_reference
-
-
-standin = _load_standin()
+from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference as reference  # noqa: E402
 
 EDGE = SpecDecodeCase(
     "tiny", num_seqs=3, num_spec_tokens=2, ssm_dtype="float16", accepted="sweep",
@@ -39,12 +27,12 @@ EDGE = SpecDecodeCase(
 @pytest.fixture(scope="module")
 def edge():
     inputs = build_inputs(EDGE)
-    return inputs, accuracy.run_reference(standin, inputs)
+    return inputs, accuracy.run_reference(reference, inputs)
 
 
 def test_rounded_implementation_is_within_tolerance(edge):
     inputs, ref = edge
-    err = accuracy.measure(standin, inputs, ref)
+    err = accuracy.measure(reference, inputs, ref)
     assert 0 < err.out < 1e-3 and 0 < err.ssm_state < 1e-2 and err.conv_state == 0
     assert err.null_rows_zero is True and err.page_padding_intact
     assert accuracy.check_standalone(EDGE, err) == []
@@ -53,7 +41,7 @@ def test_rounded_implementation_is_within_tolerance(edge):
 
 def _broken(mutate):
     def impl(*args, **kwargs):
-        standin(*args, **kwargs)
+        reference(*args, **kwargs)
         mutate(dict(zip(TENSOR_ARGS, args, strict=True)))
 
     return impl
@@ -131,9 +119,9 @@ def _fake_timer(us):
     return timer
 
 
-def _row(case, ours=standin, vllm=standin):
+def _row(case, ours=reference, vllm=reference):
     return kb.bench_case(
-        case, ours=ours, vllm=vllm, reference=standin, bandwidth=1e12, settings=kb.QUICK_SETTINGS,
+        case, ours=ours, vllm=vllm, reference=reference, bandwidth=1e12, settings=kb.QUICK_SETTINGS,
         device="cpu", eager_timer=_fake_timer(20.0), graph_timer=_fake_timer(5.0),
     )  # fmt: skip
 
@@ -151,7 +139,7 @@ def test_bench_row_and_strict_json_report():
         raise RuntimeError("kernel exploded")
 
     rows = kb.run_cases(
-        [case, SpecDecodeCase("tiny", 1, 1)], ours=broken, vllm=standin, reference=standin,
+        [case, SpecDecodeCase("tiny", 1, 1)], ours=broken, vllm=reference, reference=reference,
         bandwidth=1e12, settings=kb.QUICK_SETTINGS, device="cpu",
         eager_timer=_fake_timer(1.0), graph_timer=_fake_timer(1.0), progress=lambda line: None,
     )  # fmt: skip

@@ -87,39 +87,28 @@ def test_verify_refuses_a_garbage_device(monkeypatch, capsys):
     assert rc == 2 and err.startswith("caovan verify: error: --device 'gpu0':")
 
 
-def _load_standin():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).with_name("test_bench_standin_reference.py")
-    spec = importlib.util.spec_from_file_location("caovan_bench_standin_reference_cli", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.standin_gdn_spec_decode_reference
-
-
 def test_verify_loop_prints_pass_and_fail_lines_on_cpu():
     from caovan.bench.cases import SpecDecodeCase
+    from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference as reference
 
-    standin = _load_standin()
     cases = [
         SpecDecodeCase("tiny", 2, 1),
         SpecDecodeCase("tiny", 2, 2, null_seqs=1, padded_seqs=1, padded_tokens=1),
     ]
     lines: list[str] = []
-    assert verify_cli.verify_cases(cases, "cpu", standin, standin, emit=lines.append) == 0
+    assert verify_cli.verify_cases(cases, "cpu", reference, reference, emit=lines.append) == 0
     assert [ln.split(":")[0] for ln in lines] == [f"PASS {c.id}" for c in cases]
 
     def output_off_by_half(*args, **kwargs):
-        standin(*args, **kwargs)
+        reference(*args, **kwargs)
         args[12].mul_(1.5)
 
     def crashes(*args, **kwargs):
         raise ValueError("ssm_state: expected 4 dims")
 
     lines.clear()
-    assert verify_cli.verify_cases(cases[:1], "cpu", output_off_by_half, standin, lines.append) == 1
+    assert verify_cli.verify_cases(cases[:1], "cpu", output_off_by_half, reference, lines.append) == 1
     assert lines[0].startswith(f"FAIL {cases[0].id}: out_err=") and "tolerance" in lines[0]
     lines.clear()
-    assert verify_cli.verify_cases(cases[:1], "cpu", crashes, standin, lines.append) == 1
+    assert verify_cli.verify_cases(cases[:1], "cpu", crashes, reference, lines.append) == 1
     assert lines == [f"FAIL {cases[0].id}: raised; ValueError: ssm_state: expected 4 dims"]

@@ -119,10 +119,7 @@ _SCRIPT = textwrap.dedent(
     from caovan.bench.cases import SpecDecodeCase, build_inputs
     from caovan.bench.vllm_spec_path import VllmSpecCore, load_vllm_gdn_module
 
-    spec = importlib.util.spec_from_file_location("standin", sys.argv[1])
-    standin = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(standin)
-    reference = standin.standin_gdn_spec_decode_reference
+    from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference as reference
 
     mod = load_vllm_gdn_module()
     core = VllmSpecCore(mod)
@@ -185,9 +182,8 @@ def test_vllm_kernels_under_interpreter_match_the_contract_semantics():
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     src = str(Path(__file__).resolve().parents[2] / "src")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    standin = str(Path(__file__).with_name("test_bench_standin_reference.py"))
     proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, standin],
+        [sys.executable, "-c", _SCRIPT],
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
