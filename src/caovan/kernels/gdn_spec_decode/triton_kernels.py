@@ -371,23 +371,34 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
 
     neg_A = -tl.exp(tl.load(A_log_ptr + i_hv).to(tl.float32))
     dt_bias = tl.load(dt_bias_ptr + i_hv).to(tl.float32)
+    # Everything the token loop reads is loaded for all tokens up front, as [BU]-row tiles: the
+    # recurrence is serial in t, and loads issued inside the loop would each add a memory latency to
+    # every token step (the step count is at most BU, so these tiles stay small).
     token_rows = tl.arange(0, BU)
+    row_mask = token_rows < seq_len
+    spec_tokens = bos + token_rows
+    if HAS_TOKEN_INDEX:
+        rows_all = tl.load(token_index_ptr + spec_tokens, mask=row_mask, other=0).to(tl.int64)
+    else:
+        rows_all = spec_tokens
+    qk_tile = qk_scratch_ptr + spec_tokens[:, None] * (2 * H * K) + i_h * K + k_offs[None, :]
+    qk_mask = row_mask[:, None] & k_mask[None, :]
+    q_all = tl.load(qk_tile, mask=qk_mask, other=0.0)
+    k_all = tl.load(qk_tile + H * K, mask=qk_mask, other=0.0)
+    x_all = tl.load(a_ptr + rows_all * stride_a_token + i_hv * stride_a_head, mask=row_mask, other=0.0)
+    x_all = x_all.to(tl.float32) + dt_bias
+    decay_all = tl.exp(neg_A * tl.where(x_all <= 20.0, tl.log(1.0 + tl.exp(x_all)), x_all))
+    b_all = tl.load(b_ptr + rows_all * stride_b_token + i_hv * stride_b_head, mask=row_mask, other=0.0)
+    beta_all = tl.sigmoid(b_all.to(tl.float32))
+    blocks_all = tl.load(si_row_ptr + token_rows, mask=row_mask, other=NULL_SLOT_MAX).to(tl.int64)
     for t in range(0, seq_len):
-        spec_token = bos + t
-        if HAS_TOKEN_INDEX:
-            row = tl.load(token_index_ptr + spec_token).to(tl.int64)
-        else:
-            row = spec_token
-        qk_base = qk_scratch_ptr + spec_token * (2 * H * K) + i_h * K + k_offs
-        q = tl.load(qk_base, mask=k_mask, other=0.0)
-        k = tl.load(qk_base + H * K, mask=k_mask, other=0.0)
-        v = tl.sum(tl.where((token_rows == t)[:, None], v_conv, 0.0), axis=0)
-
-        x = tl.load(a_ptr + row * stride_a_token + i_hv * stride_a_head).to(tl.float32) + dt_bias
-        softplus_x = tl.where(x <= 20.0, tl.log(1.0 + tl.exp(x)), x)
-        decay = tl.exp(neg_A * softplus_x)
-        b = tl.load(b_ptr + row * stride_b_token + i_hv * stride_b_head).to(tl.float32)
-        beta = tl.sigmoid(b)
+        pick = token_rows == t
+        row = tl.sum(tl.where(pick, rows_all, 0))
+        q = tl.sum(tl.where(pick[:, None], q_all, 0.0), axis=0)
+        k = tl.sum(tl.where(pick[:, None], k_all, 0.0), axis=0)
+        v = tl.sum(tl.where(pick[:, None], v_conv, 0.0), axis=0)
+        decay = tl.sum(tl.where(pick, decay_all, 0.0))
+        beta = tl.sum(tl.where(pick, beta_all, 0.0))
 
         state *= decay
         v -= tl.sum(state * k[None, :], axis=1)
@@ -396,7 +407,7 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
         o = tl.sum(state * q[None, :], axis=1)
         tl.store(out_head_ptr + row * stride_out_token, o.to(out_ptr.dtype.element_ty), mask=v_mask)
 
-        block_t = tl.load(si_row_ptr + t).to(tl.int64)
+        block_t = tl.sum(tl.where(pick, blocks_all, 0))
         if block_t > NULL_SLOT_MAX:
             tl.store(
                 head_base + block_t * stride_ssm_block + slab_offs,
