@@ -53,7 +53,7 @@ def select_adapter(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> Selecti
     # Stable sort: hinted families first, declaration order otherwise.
     reports: list[ProbeReport] = []
     chosen: GdnAdapter | None = None
-    for adapter in sorted(instances, key=lambda a: not _hint(a, vllm_version)):
+    for adapter in sorted(instances, key=lambda a: not version_in(vllm_version, a.version_hint)):
         report = adapter.probe()
         reports.append(report)
         if report.ok and chosen is None:
@@ -67,10 +67,6 @@ def select_adapter(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> Selecti
     if looks_like:
         why = f"this vLLM has {looks_like[0]}, which no caovan adapter serves yet; {why}"
     return Selection(vllm_version, None, f"no GDN family matches vLLM {vllm_version}: {why}", tuple(reports))
-
-
-def _hint(adapter: GdnAdapter, version: str) -> bool:
-    return version_in(version, adapter.version_hint)
 
 
 def probe_all(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> tuple[ProbeReport, ...]:

@@ -113,7 +113,6 @@ def run_kernels(args: argparse.Namespace) -> int:
     problem = _gpu_problem(args)
     if problem:
         return _error(problem)
-    import torch  # noqa: F401  (checked importable above)
 
     from caovan.bench import kernels as kb
     from caovan.bench.cases import bench_cases
