@@ -34,6 +34,7 @@ def main() -> int:
         "capability": [major, minor],
         "qk": config["qk"],
         "v_gdn": config["v_gdn"],
+        "pdl": bool(config.get("pdl", False)),
         "tuned": True,
         "note": (
             f"tuned on {record['gpu']['name']} by `caovan bench tune` ({args.tune_json.as_posix()}): "

@@ -69,3 +69,69 @@ def test_direct_launch_hook_detection_understands_triton_hook_chains(monkeypatch
     assert not spec._launch_hooks_set()
     monkeypatch.setattr(spec.knobs.runtime, "launch_exit_hook", print)
     assert spec._launch_hooks_set()
+
+
+def _write(tmp_path, entries):
+    import json
+
+    path = tmp_path / "launch_configs.json"
+    path.write_text(json.dumps(entries), encoding="utf-8")
+    return path
+
+
+def _entry(capability, **extra):
+    return {
+        "capability": list(capability),
+        "qk": {"num_warps": 2, "num_stages": 1},
+        "v_gdn": {"num_warps": 1, "num_stages": 1, "BV": 8},
+        "tuned": True,
+        "note": "test",
+        **extra,
+    }
+
+
+def test_pdl_is_read_from_the_data_and_off_by_default(tmp_path):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    configs = _load(_write(tmp_path, {"sm75": _entry((7, 5)), "sm90": _entry((9, 0), pdl=True)}))
+    assert configs["sm75"].pdl is False
+    assert configs["sm90"].pdl is True
+
+
+def test_pdl_on_a_pre_hopper_entry_is_one_clear_error(tmp_path):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    path = _write(tmp_path, {"sm80": _entry((8, 0), pdl=True)})
+    with pytest.raises(ValueError, match=r"launch_configs\.json: entry 'sm80': pdl: .*needs sm90 or newer"):
+        _load(path)
+
+
+def test_a_malformed_entry_names_the_file_and_entry(tmp_path):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    broken = _entry((9, 0))
+    del broken["v_gdn"]
+    with pytest.raises(ValueError, match=r"launch_configs\.json: entry 'sm90': 'v_gdn'"):
+        _load(_write(tmp_path, {"sm90": broken}))
+
+
+@pytest.mark.parametrize(
+    "pdl,device,capability,expected",
+    [
+        (True, "cuda:0", (9, 0), True),
+        (True, "cuda:0", (10, 0), True),
+        (True, "cuda:0", (8, 9), False),  # e.g. a test override on an older GPU: plain launches
+        (True, "cpu", None, False),  # the interpreter
+        (False, "cuda:0", (9, 0), False),
+    ],
+)
+def test_pdl_is_used_only_where_the_gpu_has_it(monkeypatch, pdl, device, capability, expected):
+    from dataclasses import replace
+
+    import torch
+
+    import caovan.kernels.gdn_spec_decode as spec
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    config = replace(LAUNCH_CONFIGS["sm75"], pdl=pdl)
+    assert spec._use_pdl(config, torch.device(device)) is expected

@@ -1,15 +1,46 @@
-from caovan.bench.tune import QK_WARPS, V_BV, V_WARPS, candidate_configs, geomean
-from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS
+from dataclasses import replace
+
+from caovan.bench.tune import QK_WARPS, V_BV, V_WARPS, candidate_configs, combined_config, geomean
+from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS, QKLaunchConfig, VGdnLaunchConfig
 
 
-def test_candidates_vary_one_kernel_at_a_time_and_start_with_the_base():
+def _aspects_changed(cfg, base):
+    return [a for a in ("qk", "v_gdn", "pdl") if getattr(cfg, a) != getattr(base, a)]
+
+
+def test_candidates_vary_one_aspect_at_a_time_and_start_with_the_base():
     base = LAUNCH_CONFIGS["sm90"]
     configs = candidate_configs(base)
     assert configs[0] == base
-    assert len(configs) == len(set(configs)) == 1 + (len(QK_WARPS) - 1) + (len(V_BV) * len(V_WARPS) - 1)
+    expected = 1 + (len(QK_WARPS) - 1) + (len(V_BV) * len(V_WARPS) - 1) + 1  # + the PDL toggle on sm90
+    assert len(configs) == len(set(configs)) == expected
     for cfg in configs[1:]:
-        assert (cfg.qk == base.qk) != (cfg.v_gdn == base.v_gdn), "exactly one kernel differs from the base"
+        assert len(_aspects_changed(cfg, base)) == 1, cfg
         assert not cfg.tuned
+    assert sum(cfg.pdl != base.pdl for cfg in configs) == 1
+
+
+def test_no_pdl_candidate_before_sm90():
+    base = LAUNCH_CONFIGS["sm75"]
+    assert not any(cfg.pdl for cfg in candidate_configs(base))
+
+
+def _row(us):
+    return {"valid": us is not None, "geomean_graph_us": us}
+
+
+def test_combined_config_takes_each_aspects_winner():
+    base = replace(LAUNCH_CONFIGS["sm90"], qk=QKLaunchConfig(2, 1), v_gdn=VGdnLaunchConfig(1, 1, 8), pdl=False)
+    qk4 = replace(base, qk=QKLaunchConfig(4, 1))
+    bv16 = replace(base, v_gdn=VGdnLaunchConfig(1, 1, 16))
+    bv32 = replace(base, v_gdn=VGdnLaunchConfig(2, 1, 32))
+    pdl = replace(base, pdl=True)
+    configs = [base, qk4, bv16, bv32, pdl]
+    combined = combined_config(base, [_row(10.0), _row(9.0), _row(11.0), _row(12.0), _row(8.0)], configs)
+    assert (combined.qk, combined.v_gdn, combined.pdl) == (qk4.qk, base.v_gdn, True)  # V variants lost
+    # A winner that is invalid does not count; a combination already measured is not measured again.
+    assert combined_config(base, [_row(10.0), _row(None), _row(11.0), _row(12.0), _row(8.0)], configs) is None
+    assert combined_config(base, [_row(None), _row(9.0), _row(8.0), _row(7.0), _row(6.0)], configs) is None
 
 
 def test_geomean():

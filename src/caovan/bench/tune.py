@@ -1,9 +1,10 @@
 """``caovan bench tune``: measure launch configurations of caovan's kernels on this GPU.
 
 Launch configurations are data (``caovan.kernels.gdn_spec_decode.launch_configs``); this command produces
-the numbers an entry for a new architecture is chosen from. It sweeps the QK kernel's ``num_warps`` and the
-V/GDN kernel's ``BV`` x ``num_warps`` one kernel at a time (the other kernel at the architecture's current
-entry), at the model shapes, and times each configuration with CUDA-graph replay (GPU time, no host noise).
+the numbers an entry for a new architecture is chosen from. It sweeps the QK kernel's ``num_warps``, the
+V/GDN kernel's ``BV`` x ``num_warps`` and (on sm_90+) programmatic dependent launch, one at a time (the rest at
+the architecture's current entry), then measures the combination of each one's best, at the model shapes, and
+times each configuration with CUDA-graph replay (GPU time, no host noise).
 Every configuration is first checked against the float64 reference (a fast wrong kernel is not a candidate).
 The winner is the configuration with the lowest geometric-mean graph time over the cases; the JSON records
 every number, so the entry in launch_configs.py can cite it.
@@ -12,6 +13,7 @@ every number, so the entry in launch_configs.py can cite it.
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
@@ -32,12 +34,14 @@ TUNE_GRID: dict[str, Sequence[Any]] = {
 QK_WARPS = (1, 2, 4)
 V_BV = (8, 16, 32)
 V_WARPS = (1, 2, 4)
-TUNE_SETTINGS = BenchSettings(warmup=3, eager_iters=0, graph_calls=10, graph_replays=10)
+TUNE_SETTINGS = BenchSettings(warmup=3, eager_iters=0, graph_calls=20, graph_replays=20)
+REPEATS = 3
 
 
 def candidate_configs(base: Any) -> list[Any]:
-    """The base entry, its QK variants and its V/GDN variants (one kernel varied at a time)."""
-    from caovan.kernels.gdn_spec_decode.launch_configs import QKLaunchConfig, VGdnLaunchConfig
+    """The base entry, then its QK variants, its V/GDN variants and its PDL toggle (one aspect varied at a time;
+    PDL only where the architecture has it)."""
+    from caovan.kernels.gdn_spec_decode.launch_configs import PDL_MIN_CAPABILITY, QKLaunchConfig, VGdnLaunchConfig
 
     out = [base]
     for w in QK_WARPS:
@@ -49,11 +53,34 @@ def candidate_configs(base: Any) -> list[Any]:
             v = VGdnLaunchConfig(num_warps=w, num_stages=1, BV=bv)
             if v != base.v_gdn:
                 out.append(replace(base, v_gdn=v, tuned=False, note="tune candidate"))
+    if tuple(base.capability) >= PDL_MIN_CAPABILITY:
+        out.append(replace(base, pdl=not base.pdl, tuned=False, note="tune candidate"))
     return out
 
 
+def combined_config(base: Any, results: Sequence[dict[str, Any]], configs: Sequence[Any]) -> Any | None:
+    """The base with each aspect (QK options, V/GDN options, PDL) taken from the fastest valid candidate that
+    changed it, when that beats the base; None when it equals a configuration already measured."""
+    timed = {cfg: r["geomean_graph_us"] for cfg, r in zip(configs, results, strict=True) if r["valid"]}
+    if base not in timed:
+        return None
+    best = base
+    for aspect in ("qk", "v_gdn", "pdl"):
+        changed = [c for c in timed if getattr(c, aspect) != getattr(base, aspect)]
+        if changed:
+            winner = min(changed, key=timed.__getitem__)
+            if timed[winner] < timed[base]:
+                best = replace(best, **{aspect: getattr(winner, aspect)})
+    best = replace(best, tuned=False, note="tune candidate (best of each aspect)")
+    return None if any(_same_launch(best, c) for c in configs) else best
+
+
+def _same_launch(a: Any, b: Any) -> bool:
+    return (a.qk, a.v_gdn, a.pdl) == (b.qk, b.v_gdn, b.pdl)
+
+
 def _label(cfg: Any) -> str:
-    return f"qk(w{cfg.qk.num_warps}) v(BV{cfg.v_gdn.BV},w{cfg.v_gdn.num_warps})"
+    return f"qk(w{cfg.qk.num_warps}) v(BV{cfg.v_gdn.BV},w{cfg.v_gdn.num_warps})" + (" pdl" if cfg.pdl else "")
 
 
 def geomean(values: Sequence[float]) -> float:
@@ -73,11 +100,10 @@ def run_tune(
     configs = candidate_configs(base)
     inputs = {case.id: build_inputs(case, "cuda") for case in cases}
     refs = {case.id: accuracy.run_reference(reference, inputs[case.id]) for case in cases}
-    results = []
-    for i, cfg in enumerate(configs, 1):
-        label = _label(cfg)
-        progress(f"[{i}/{len(configs)}] {label}")
-        row: dict[str, Any] = {"config": asdict(cfg), "label": label, "graph_us": {}, "problems": {}}
+
+    def measure(cfg: Any, tag: str) -> dict[str, Any]:
+        progress(f"[{tag}] {_label(cfg)}")
+        row: dict[str, Any] = {"config": asdict(cfg), "label": _label(cfg), "graph_us": {}, "problems": {}}
         for case in cases:
             fn = _with_config(ours, cfg)
             report = accuracy.measure(fn, inputs[case.id], refs[case.id])
@@ -85,11 +111,18 @@ def run_tune(
             if problems:
                 row["problems"][case.id] = problems
                 continue
-            row["graph_us"][case.id] = time_cuda_graph_us(_bound_call(fn, inputs[case.id].clone()), settings)
+            call = _bound_call(fn, inputs[case.id].clone())
+            # Median of a few graph timings: one replay loop on a shared GPU can be off by 10-20 %.
+            row["graph_us"][case.id] = statistics.median(time_cuda_graph_us(call, settings) for _ in range(REPEATS))
         times = list(row["graph_us"].values())
         row["valid"] = not row["problems"] and len(times) == len(cases)
         row["geomean_graph_us"] = geomean(times) if row["valid"] else None
-        results.append(row)
+        return row
+
+    results = [measure(cfg, f"{i}/{len(configs)}") for i, cfg in enumerate(configs, 1)]
+    combined = combined_config(base, results, configs)
+    if combined is not None:
+        results.append(measure(combined, "combined"))
     valid = [r for r in results if r["valid"]]
     best = min(valid, key=lambda r: r["geomean_graph_us"]) if valid else None
     base_row = results[0]

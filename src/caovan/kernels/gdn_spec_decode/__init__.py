@@ -21,7 +21,7 @@ import triton
 from triton import knobs
 from triton.runtime.jit import JITFunction
 
-from .launch_configs import ArchLaunchConfig, config_for
+from .launch_configs import PDL_MIN_CAPABILITY, ArchLaunchConfig, config_for
 from .triton_kernels import (
     _caovan_sm75_fused_v_gdn_spec_decode_kernel,
     _caovan_sm75_prepare_qk_conv_spec_decode_kernel,
@@ -65,12 +65,14 @@ def _check_index(name: str, t: torch.Tensor, ndim: int) -> None:
         _fail(name, "stride 1 along its last dimension", f"stride {t.stride()}")
 
 
-def _block_sizes(K: int, V: int, width: int, t_max: int, bv: int) -> tuple[int, int, int, int]:
-    """(BK, BV, BU, number of value blocks) for one shape; BU covers W - 2 + T_max positions."""
+def _block_sizes(K: int, V: int, width: int, t_max: int, bv: int) -> tuple[int, int, int, int, int]:
+    """(BK, BV, BU, BT, number of value blocks) for one shape; BU covers the W - 2 + T_max conv
+    positions, BT the T_max tokens."""
     BK = triton.next_power_of_2(K)
     BV = min(triton.next_power_of_2(bv), triton.next_power_of_2(V))
     BU = triton.next_power_of_2(width - 2 + t_max)
-    return BK, BV, BU, triton.cdiv(V, BV)
+    BT = triton.next_power_of_2(t_max)
+    return BK, BV, BU, BT, triton.cdiv(V, BV)
 
 
 def _launch_config(device: torch.device) -> ArchLaunchConfig:
@@ -91,14 +93,15 @@ class _Plan:
     N: int
     num_spec_tokens: int
     scratch_shape: tuple[int, int, int, int]
-    qk_grid: tuple[int, int]
-    v_grid: tuple[int, int]
+    qk_grid: tuple[int, int, int]
+    v_grid: tuple[int, int, int]
     qk_tail: tuple  # scale, strides and constexprs of the QK kernel, in signature order
     v_tail: tuple
     qk_warps: int
     qk_stages: int
     v_warps: int
     v_stages: int
+    v_pdl: bool  # V/GDN kernel launched as a programmatic dependent of the Q/K kernel
 
 
 _plans: dict[tuple, _Plan] = {}
@@ -261,14 +264,14 @@ def gdn_spec_decode(
         if fast is not None and _all_aligned(qk_args, v_args) and not _launch_hooks_set():
             stream = _current_stream(device.index)
             qk_run, qk_fn, qk_meta, v_run, v_fn, v_meta = fast
-            qk_run(*plan.qk_grid, 1, stream, qk_fn, qk_meta, None, None, None, *qk_args)
-            v_run(*plan.v_grid, 1, stream, v_fn, v_meta, None, None, None, *v_args)
+            qk_run(*plan.qk_grid, stream, qk_fn, qk_meta, None, None, None, *qk_args)
+            v_run(*plan.v_grid, stream, v_fn, v_meta, None, None, None, *v_args)
             return
         qk_kernel = _caovan_sm75_prepare_qk_conv_spec_decode_kernel[plan.qk_grid](
             *qk_args, num_warps=plan.qk_warps, num_stages=plan.qk_stages
         )
         v_kernel = _caovan_sm75_fused_v_gdn_spec_decode_kernel[plan.v_grid](
-            *v_args, num_warps=plan.v_warps, num_stages=plan.v_stages
+            *v_args, num_warps=plan.v_warps, num_stages=plan.v_stages, launch_pdl=plan.v_pdl
         )
         if not _INTERPRETED and _all_aligned(qk_args, v_args) and not _launch_hooks_set():
             _direct[key] = (
@@ -431,7 +434,9 @@ def _validate_and_plan(
         _fail("query_start_loc", f"N * HV <= {_MAX_GRID_Y} (CUDA grid limit)", f"N={N}, HV={HV}")
 
     config = launch_config if launch_config is not None else _launch_config(device)
-    BK, BV, BU, num_v_blocks = _block_sizes(K, V, width, t_max, config.v_gdn.BV)
+    v_config = config.v_gdn
+    BK, BV, BU, BT, num_v_blocks = _block_sizes(K, V, width, t_max, v_config.BV)
+    use_pdl = _use_pdl(config, device)
     has_bias = conv_bias is not None
     has_token_index = token_index is not None
     s_ssm_block, s_ssm_head, s_ssm_2, s_ssm_3 = ssm_state.stride()
@@ -458,6 +463,7 @@ def _validate_and_plan(
         null_slot_max,
         has_bias,
         has_token_index,
+        use_pdl,
     )
     v_tail = (
         s_x_token,
@@ -485,22 +491,35 @@ def _validate_and_plan(
         BV,
         width,
         BU,
+        BT,
         null_slot_max,
         has_bias,
         has_token_index,
+        use_pdl,
     )
     return _Plan(
         N=N,
         num_spec_tokens=num_spec_tokens,
         scratch_shape=(num_spec_tokens, 2, H, K),
-        qk_grid=(N, H),
-        v_grid=(num_v_blocks, N * HV),
+        qk_grid=(N, H, 2),  # axis 2: q, k
+        v_grid=(num_v_blocks, N * HV, 1),
         qk_tail=qk_tail,
         v_tail=v_tail,
         qk_warps=config.qk.num_warps,
         qk_stages=config.qk.num_stages,
-        v_warps=config.v_gdn.num_warps,
-        v_stages=config.v_gdn.num_stages,
+        v_warps=v_config.num_warps,
+        v_stages=v_config.num_stages,
+        v_pdl=use_pdl,
+    )
+
+
+def _use_pdl(config: ArchLaunchConfig, device: torch.device) -> bool:
+    """Programmatic dependent launch where the entry asks for it and the GPU has it (never interpreted)."""
+    return (
+        config.pdl
+        and not _INTERPRETED
+        and device.type == "cuda"
+        and tuple(torch.cuda.get_device_capability(device)) >= PDL_MIN_CAPABILITY
     )
 
 

@@ -27,7 +27,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from .launch_configs import ALL_LAUNCH_CONFIGS, ArchLaunchConfig
+from .launch_configs import ALL_LAUNCH_CONFIGS, PDL_MIN_CAPABILITY, ArchLaunchConfig
 from .triton_kernels import (
     _caovan_sm75_fused_v_gdn_spec_decode_kernel,
     _caovan_sm75_prepare_qk_conv_spec_decode_kernel,
@@ -147,7 +147,7 @@ def _page_elements(bytes_needed: int, element_bytes: int) -> int:
 
 
 def _launch_values(
-    shape: ModelShape, dtypes: DtypeCombo, layout: LayoutVariant, BV: int
+    shape: ModelShape, dtypes: DtypeCombo, layout: LayoutVariant, BV: int, use_pdl: bool = False
 ) -> tuple[dict[str, object], dict[str, object]]:
     """Argument values of both kernels as gdn_spec_decode would pass them for this layout."""
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
@@ -167,6 +167,7 @@ def _launch_values(
     BK = triton.next_power_of_2(K)
     BV = min(triton.next_power_of_2(BV), triton.next_power_of_2(V))
     BU = triton.next_power_of_2(W - 2 + T)
+    BT = triton.next_power_of_2(T)
     x_row = conv_dim + HV * V  # Qwen3.5: mixed_qkv is the [q|k|v] part of the qkvz projection
     common = dict(
         mixed_qkv_ptr=_Ptr(act),
@@ -193,6 +194,7 @@ def _launch_values(
         NULL_SLOT_MAX=0,
         HAS_BIAS=layout.has_bias,
         HAS_TOKEN_INDEX=layout.has_token_index,
+        USE_PDL=use_pdl,
     )
     qk = dict(common, scale=float(K) ** -0.5)
     v_gdn = dict(
@@ -216,6 +218,7 @@ def _launch_values(
         HV=HV,
         V=V,
         BV=BV,
+        BT=BT,
     )
     return qk, v_gdn
 
@@ -262,17 +265,20 @@ def compile_spec_decode_kernels(
 ) -> list[CompiledKernelInfo]:
     """Compile both kernels for one GPU target; raises whatever Triton raises on failure."""
     target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
-    qk_values, v_values = _launch_values(shape, dtypes, layout, config.v_gdn.BV)
+    # As gdn_spec_decode does: programmatic dependent launch only where the target has it.
+    use_pdl = config.pdl and tuple(capability) >= PDL_MIN_CAPABILITY
+    qk_values, v_values = _launch_values(shape, dtypes, layout, config.v_gdn.BV, use_pdl)
+    launches = (
+        (_caovan_sm75_prepare_qk_conv_spec_decode_kernel, qk_values, config.qk, False),
+        (_caovan_sm75_fused_v_gdn_spec_decode_kernel, v_values, config.v_gdn, use_pdl),
+    )
     infos = []
-    for fn, values, launch in (
-        (_caovan_sm75_prepare_qk_conv_spec_decode_kernel, qk_values, config.qk),
-        (_caovan_sm75_fused_v_gdn_spec_decode_kernel, v_values, config.v_gdn),
-    ):
+    for fn, values, launch, launch_pdl in launches:
         t0 = time.perf_counter()
         compiled = triton.compile(
             _ast_source(fn, values),
             target=target,
-            options={"num_warps": launch.num_warps, "num_stages": launch.num_stages},
+            options={"num_warps": launch.num_warps, "num_stages": launch.num_stages, "launch_pdl": launch_pdl},
         )
         ptx = compiled.asm.get("ptx", "")
         if isinstance(ptx, bytes):

@@ -34,6 +34,10 @@ class VGdnLaunchConfig:
     BV: int
 
 
+#: Programmatic dependent launch (``griddepcontrol``) exists from sm_90 (Hopper) on.
+PDL_MIN_CAPABILITY = (9, 0)
+
+
 @dataclass(frozen=True)
 class ArchLaunchConfig:
     arch: str  # "sm75"
@@ -42,6 +46,9 @@ class ArchLaunchConfig:
     v_gdn: VGdnLaunchConfig
     tuned: bool
     note: str
+    #: Launch the V/GDN kernel as a programmatic dependent of the Q/K kernel, so its state load and V conv
+    #: overlap the Q/K launch (sm_90+ only; ignored on older GPUs and under the interpreter).
+    pdl: bool = False
 
 
 #: The data file: one entry per architecture. ``caovan bench tune --json`` measures candidates on a GPU and
@@ -49,19 +56,30 @@ class ArchLaunchConfig:
 DATA_FILE = Path(__file__).with_name("launch_configs.json")
 
 
+def _entry(arch: str, entry: dict) -> ArchLaunchConfig:
+    config = ArchLaunchConfig(
+        arch=arch,
+        capability=tuple(entry["capability"]),
+        qk=QKLaunchConfig(**entry["qk"]),
+        v_gdn=VGdnLaunchConfig(**entry["v_gdn"]),
+        tuned=bool(entry["tuned"]),
+        note=str(entry["note"]),
+        pdl=bool(entry.get("pdl", False)),
+    )
+    if config.pdl and config.capability < PDL_MIN_CAPABILITY:
+        raise ValueError(f"pdl: programmatic dependent launch needs sm90 or newer, not {arch}")
+    return config
+
+
 def _load(path: Path) -> dict[str, ArchLaunchConfig]:
     raw = json.loads(path.read_text(encoding="utf-8"))
-    return {
-        arch: ArchLaunchConfig(
-            arch=arch,
-            capability=tuple(entry["capability"]),
-            qk=QKLaunchConfig(**entry["qk"]),
-            v_gdn=VGdnLaunchConfig(**entry["v_gdn"]),
-            tuned=bool(entry["tuned"]),
-            note=str(entry["note"]),
-        )
-        for arch, entry in raw.items()
-    }
+    configs = {}
+    for arch, entry in raw.items():
+        try:
+            configs[arch] = _entry(arch, entry)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: entry {arch!r}: {exc}") from None
+    return configs
 
 
 LAUNCH_CONFIGS: dict[str, ArchLaunchConfig] = _load(DATA_FILE)

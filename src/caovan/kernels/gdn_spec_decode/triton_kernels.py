@@ -3,15 +3,17 @@
 Two launches replace vLLM's ``causal_conv1d_update`` + ``fused_sigmoid_gating_delta_rule_update``
 pair (plus the q/k/v split and copies between them):
 
-1. ``_caovan_sm75_prepare_qk_conv_spec_decode_kernel``, grid ``(N, H)``: the causal conv1d
-   update of the Q and K channels of one key head of one sequence (SiLU), the new conv window
-   for those channels, then per token L2-normalised q (times K**-0.5) and k, stored once in an
+1. ``_caovan_sm75_prepare_qk_conv_spec_decode_kernel``, grid ``(N, H, 2)``: the causal conv1d
+   update of the Q (axis 2 = 0) or K (= 1) channels of one key head of one sequence (SiLU), the new
+   conv window for those channels, then per token L2-normalised q (times K**-0.5) and k, stored once in an
    fp32 scratch ``(num_spec_tokens, 2, H, K)``. Each key head is shared by HV/H value heads, so
    doing this once per key head instead of once per value head saves the repeated work.
 2. ``_caovan_sm75_fused_v_gdn_spec_decode_kernel``, grid ``(cdiv(V, BV), N * HV)``: the conv of
    BV V channels of one value head, the gating, and the delta-rule recurrence over the tokens of
    the sequence with the (BV x K) state slab held in fp32 registers; every token's state is written
-   to its own cache block and the output goes straight into the caller's buffer.
+   to its own cache block and the output goes straight into the caller's buffer. On sm_90+ (launch
+   config ``pdl``) it is a programmatic dependent launch: the state slab, V conv and gating are loaded
+   while the Q/K kernel still runs, and ``gdc_wait()`` guards the read of its scratch.
 
 Conv window convention (identical to vLLM's ``_causal_conv1d_update_kernel`` with
 ``num_accepted_tokens``): for a sequence of L tokens whose block holds past inputs at positions
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -212,9 +215,15 @@ def _caovan_sm75_prepare_qk_conv_spec_decode_kernel(
     NULL_SLOT_MAX: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_TOKEN_INDEX: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:
+        # Let the V/GDN kernel start now: everything it does before its gdc_wait() is independent of
+        # this kernel (other conv channels, the SSM state), so it overlaps this launch.
+        gdc_launch_dependents()
     i_n = tl.program_id(0)
     i_h = tl.program_id(1)
+    half = tl.program_id(2)  # 0: q, 1: k (separate programs: two short dependency chains in parallel)
     bos = tl.load(query_start_loc_ptr + i_n).to(tl.int64)
     eos = tl.load(query_start_loc_ptr + i_n + 1).to(tl.int64)
     seq_len = eos - bos
@@ -229,41 +238,36 @@ def _caovan_sm75_prepare_qk_conv_spec_decode_kernel(
     channel_mask = k_offs < K
     rows = tl.arange(0, BU)
     store_mask = (rows < seq_len)[:, None] & channel_mask[None, :]
-    # q then k of this key head, one [BU, BK] tile at a time (a single [BU, 2 BK] tile spills
-    # on sm_75 with the dim-first conv cache).
-    for half in tl.static_range(2):
-        channels = half * (H * K) + i_h * K + k_offs
-        y = _conv_update_silu(
-            mixed_qkv_ptr,
-            conv_weight_ptr,
-            conv_bias_ptr,
-            conv_state_ptr,
-            token_index_ptr,
-            stride_x_token,
-            stride_w_dim,
-            stride_w_width,
-            conv_block * stride_cs_block,
-            stride_cs_dim,
-            stride_cs_pos,
-            channels,
-            channel_mask,
-            window_offset,
-            bos,
-            seq_len,
-            WIDTH,
-            BU,
-            HAS_BIAS,
-            HAS_TOKEN_INDEX,
-        )
-        # Per token L2 norm (as FLA: x * rsqrt(sum x^2 + 1e-6)); q also times K**-0.5.
-        y = y * tl.rsqrt(tl.sum(y * y, axis=1) + 1e-6)[:, None]
-        if half == 0:
-            y = y * scale
-        # scratch (num_spec_tokens, 2, H, K): row bos + t, slot `half`, head i_h
-        scratch_ptrs = (
-            qk_scratch_ptr + ((bos + rows.to(tl.int64)) * 2 + half)[:, None] * (H * K) + (i_h * K + k_offs)[None, :]
-        )
-        tl.store(scratch_ptrs, y, mask=store_mask)
+    channels = half * (H * K) + i_h * K + k_offs
+    y = _conv_update_silu(
+        mixed_qkv_ptr,
+        conv_weight_ptr,
+        conv_bias_ptr,
+        conv_state_ptr,
+        token_index_ptr,
+        stride_x_token,
+        stride_w_dim,
+        stride_w_width,
+        conv_block * stride_cs_block,
+        stride_cs_dim,
+        stride_cs_pos,
+        channels,
+        channel_mask,
+        window_offset,
+        bos,
+        seq_len,
+        WIDTH,
+        BU,
+        HAS_BIAS,
+        HAS_TOKEN_INDEX,
+    )
+    # Per token L2 norm (as FLA: x * rsqrt(sum x^2 + 1e-6)); q also times K**-0.5.
+    y = y * (tl.rsqrt(tl.sum(y * y, axis=1) + 1e-6) * tl.where(half == 0, scale, 1.0))[:, None]
+    # scratch (num_spec_tokens, 2, H, K): row bos + t, slot `half`, head i_h
+    scratch_ptrs = (
+        qk_scratch_ptr + ((bos + rows.to(tl.int64)) * 2 + half)[:, None] * (H * K) + (i_h * K + k_offs)[None, :]
+    )
+    tl.store(scratch_ptrs, y, mask=store_mask)
 
 
 @triton.jit
@@ -308,9 +312,11 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     BV: tl.constexpr,
     WIDTH: tl.constexpr,
     BU: tl.constexpr,
+    BT: tl.constexpr,
     NULL_SLOT_MAX: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_TOKEN_INDEX: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     i_vb = tl.program_id(0)
     i_nhv = tl.program_id(1)
@@ -321,6 +327,8 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     eos = tl.load(query_start_loc_ptr + i_n + 1).to(tl.int64)
     seq_len = eos - bos
     if seq_len <= 0:
+        if USE_PDL:
+            gdc_wait()  # every exit waits: work after this launch must find the Q/K kernel done too
         return  # CUDA-graph padding row
 
     v_offs = i_vb * BV + tl.arange(0, BV)
@@ -336,6 +344,8 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     if conv_block <= NULL_SLOT_MAX:
         # No conv slot (vLLM skips the conv and runs the recurrence on raw inputs): zeros instead.
         _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, HAS_TOKEN_INDEX)
+        if USE_PDL:
+            gdc_wait()
         return
     v_conv = _conv_update_silu(
         mixed_qkv_ptr,
@@ -362,6 +372,8 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     if initial_block <= NULL_SLOT_MAX:
         # No initial state (vLLM returns before writing its output rows): zeros, no state writes.
         _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, HAS_TOKEN_INDEX)
+        if USE_PDL:
+            gdc_wait()
         return
 
     slab_offs = v_offs.to(tl.int64)[:, None] * stride_ssm_v + k_offs.to(tl.int64)[None, :] * stride_ssm_k
@@ -371,32 +383,37 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
 
     neg_A = -tl.exp(tl.load(A_log_ptr + i_hv).to(tl.float32))
     dt_bias = tl.load(dt_bias_ptr + i_hv).to(tl.float32)
-    # Everything the token loop reads is loaded for all tokens up front, as [BU]-row tiles: the
-    # recurrence is serial in t, and loads issued inside the loop would each add a memory latency to
-    # every token step (the step count is at most BU, so these tiles stay small).
-    token_rows = tl.arange(0, BU)
+    # Everything the token loop reads is loaded for all tokens up front, as [BT]-row tiles (BT: tokens;
+    # the V conv tile has BU rows, one per conv position): the recurrence is serial in t, and loads issued
+    # inside the loop would each add a memory latency to every token step.
+    token_rows = tl.arange(0, BT)
     row_mask = token_rows < seq_len
     spec_tokens = bos + token_rows
     if HAS_TOKEN_INDEX:
         rows_all = tl.load(token_index_ptr + spec_tokens, mask=row_mask, other=0).to(tl.int64)
     else:
         rows_all = spec_tokens
-    qk_tile = qk_scratch_ptr + spec_tokens[:, None] * (2 * H * K) + i_h * K + k_offs[None, :]
-    qk_mask = row_mask[:, None] & k_mask[None, :]
-    q_all = tl.load(qk_tile, mask=qk_mask, other=0.0)
-    k_all = tl.load(qk_tile + H * K, mask=qk_mask, other=0.0)
     x_all = tl.load(a_ptr + rows_all * stride_a_token + i_hv * stride_a_head, mask=row_mask, other=0.0)
     x_all = x_all.to(tl.float32) + dt_bias
     decay_all = tl.exp(neg_A * tl.where(x_all <= 20.0, tl.log(1.0 + tl.exp(x_all)), x_all))
     b_all = tl.load(b_ptr + rows_all * stride_b_token + i_hv * stride_b_head, mask=row_mask, other=0.0)
     beta_all = tl.sigmoid(b_all.to(tl.float32))
     blocks_all = tl.load(si_row_ptr + token_rows, mask=row_mask, other=NULL_SLOT_MAX).to(tl.int64)
+    if USE_PDL:
+        # Launched as a programmatic dependent of the Q/K kernel: up to here nothing read what it writes
+        # (the state slab, the V conv and the gating are already loaded); its q/k scratch is read below.
+        gdc_wait()
+    qk_tile = qk_scratch_ptr + spec_tokens[:, None] * (2 * H * K) + i_h * K + k_offs[None, :]
+    qk_mask = row_mask[:, None] & k_mask[None, :]
+    q_all = tl.load(qk_tile, mask=qk_mask, other=0.0)
+    k_all = tl.load(qk_tile + H * K, mask=qk_mask, other=0.0)
+    conv_rows = tl.arange(0, BU)
     for t in range(0, seq_len):
         pick = token_rows == t
         row = tl.sum(tl.where(pick, rows_all, 0))
         q = tl.sum(tl.where(pick[:, None], q_all, 0.0), axis=0)
         k = tl.sum(tl.where(pick[:, None], k_all, 0.0), axis=0)
-        v = tl.sum(tl.where(pick[:, None], v_conv, 0.0), axis=0)
+        v = tl.sum(tl.where((conv_rows == t)[:, None], v_conv, 0.0), axis=0)
         decay = tl.sum(tl.where(pick, decay_all, 0.0))
         beta = tl.sum(tl.where(pick, beta_all, 0.0))
 
