@@ -8,6 +8,7 @@ started together on the one GPU (each with a fixed 1 GiB KV cache, so they do no
 * ``disabled``  ``{"caovan": false}`` (plugin loaded, option off: vLLM's own kernels)
 * ``require_mtp``  ``{"caovan_sm75_turbo3": true, "caovan_require_turbo3": true}`` (0.1.3 key + require)
 * ``require_no_spec``  require mode without speculative decoding: must refuse to start
+* ``require_no_gdn``  require mode on a tiny Qwen3 dense model (no GDN layer, no MTP): must refuse to start
 * ``bad_option_type``  ``{"caovan": "yes"}``: must refuse to start with caovan's one error
 
 What is asserted, and why
@@ -52,6 +53,8 @@ accepted > 1 state columns are the kernel tier's job); acceptance is printed, no
 
 Require mode: ``require_mtp`` starts, dispatches, and agrees with ``enabled`` under the same rules;
 ``require_no_spec`` fails at start-up with CaovanRequireError saying "speculative decoding is off";
+``require_no_gdn`` fails at start-up with CaovanRequireError saying the model "has no GDN layer caovan can take
+over" (raised from the model loader, after vLLM built the model and found no layer to hand to caovan);
 ``bad_option_type`` fails at start-up with the exact CaovanConfigError ``caovan.options`` gives for it.
 
 Environment knobs: ``CAOVAN_SERVE_DTYPE`` (float16 | bfloat16, default float16 as on SM75),
@@ -78,7 +81,7 @@ import serve_workload
 import token_agreement
 
 from caovan import PLUGIN_NAME
-from caovan.testing.tiny_models import write_tiny_qwen3_next
+from caovan.testing.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
 
 pytestmark = pytest.mark.serve
 
@@ -98,6 +101,7 @@ class Case:
     name: str
     additional_config: dict[str, Any]
     num_speculative_tokens: int
+    model: str = "qwen3-next"  # key of the fixture's model folders: "qwen3-next" (GDN + MTP) or "dense"
 
 
 CASES = (
@@ -109,6 +113,7 @@ CASES = (
         NUM_SPECULATIVE_TOKENS,
     ),
     Case("require_no_spec", {**PREFILL_BACKEND, "caovan": True, "caovan_require_turbo3": True}, 0),
+    Case("require_no_gdn", {"caovan": True, "caovan_require_turbo3": True}, 0, model="dense"),
     Case("bad_option_type", {**PREFILL_BACKEND, "caovan": "yes"}, NUM_SPECULATIVE_TOKENS),
 )
 
@@ -209,12 +214,12 @@ def _subprocess_env(case_dir: Path) -> dict[str, str]:
     return env
 
 
-def _command(case: Case, model_dir: Path, case_dir: Path) -> list[str]:
+def _command(case: Case, model_dirs: dict[str, Path], case_dir: Path) -> list[str]:
     return [
         sys.executable,
         str(RUNNER),
         "--model",
-        str(model_dir),
+        str(model_dirs[case.model]),
         "--out",
         str(case_dir / "result.json"),
         "--additional-config",
@@ -234,7 +239,7 @@ def _collect(case: Case, case_dir: Path, returncode: int | None, wall_s: float) 
     return EngineRun(case, returncode, wall_s, log, result, counters)
 
 
-def _run_all(model_dir: Path, work_dir: Path) -> dict[str, EngineRun]:
+def _run_all(model_dirs: dict[str, Path], work_dir: Path) -> dict[str, EngineRun]:
     pending, running, done = list(CASES), {}, {}
     while pending or running:
         while pending and len(running) < JOBS:
@@ -243,7 +248,7 @@ def _run_all(model_dir: Path, work_dir: Path) -> dict[str, EngineRun]:
             case_dir.mkdir(parents=True, exist_ok=True)
             log = open(case_dir / "engine.log", "w")  # noqa: SIM115  (closed when the process ends)
             proc = subprocess.Popen(
-                _command(case, model_dir, case_dir),
+                _command(case, model_dirs, case_dir),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=_subprocess_env(case_dir),
@@ -275,9 +280,12 @@ def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EngineRun
     artifacts = os.environ.get("CAOVAN_SERVE_ARTIFACTS")
     work_dir = Path(artifacts) if artifacts else tmp_path_factory.mktemp("serve")
     work_dir.mkdir(parents=True, exist_ok=True)
-    model_dir = write_tiny_qwen3_next(work_dir / "tiny-qwen3-next", torch_dtype=DTYPE)
-    print(f"[serve] model {model_dir}, artifacts {work_dir}, dtype {DTYPE}, {JOBS} engines at once", flush=True)
-    return _run_all(model_dir, work_dir)
+    model_dirs = {
+        "qwen3-next": write_tiny_qwen3_next(work_dir / "tiny-qwen3-next", torch_dtype=DTYPE),
+        "dense": write_tiny_qwen3_dense(work_dir / "tiny-qwen3-dense", torch_dtype=DTYPE),
+    }
+    print(f"[serve] models {model_dirs}, artifacts {work_dir}, dtype {DTYPE}, {JOBS} engines at once", flush=True)
+    return _run_all(model_dirs, work_dir)
 
 
 # --- helpers on one run ---------------------------------------------------------------------------------------
@@ -426,6 +434,15 @@ def test_require_mode_without_speculative_decoding_fails_at_start_up(engine_runs
     run = engine_runs["require_no_spec"]
     link = _error_in_chain(run, "CaovanRequireError")
     assert "speculative decoding is off" in link["message"], link
+    assert link["message"] in run.log, "the reason is not in the log"
+    assert "sequences" not in run.result, "the engine generated despite the refusal"
+    assert not _activation_lines(run.log)
+
+
+def test_require_mode_on_a_model_without_gdn_layers_fails_at_start_up(engine_runs):
+    run = engine_runs["require_no_gdn"]
+    link = _error_in_chain(run, "CaovanRequireError")
+    assert "has no GDN layer caovan can take over" in link["message"], link
     assert link["message"] in run.log, "the reason is not in the log"
     assert "sequences" not in run.result, "the engine generated despite the refusal"
     assert not _activation_lines(run.log)

@@ -24,6 +24,15 @@ def test_tiny_model_is_a_caovan_candidate(tmp_path, writer):
     assert failing == []
 
 
+def test_tiny_dense_model_is_not_a_candidate(tmp_path):
+    folder = tiny_models.write_tiny_qwen3_dense(tmp_path / "dense", torch_dtype="float16")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3ForCausalLM"]
+    assert serve_workload.TOKEN_ID_LIMIT <= config["vocab_size"]
+    report = check_model_dir(folder)
+    assert not report.is_candidate, report.to_dict()
+
+
 def test_tiny_qwen3_next_fields():
     config = tiny_models.tiny_qwen3_next_config(torch_dtype="float16")
     assert config["architectures"] == ["Qwen3NextForCausalLM"]
@@ -106,3 +115,14 @@ def test_vllm_reads_the_tiny_model_with_its_mtp_draft(tmp_path, writer, architec
     )
     assert spec.method == "mtp" and spec.num_speculative_tokens == 2
     assert spec.draft_model_config.architectures == [draft_architecture]
+
+
+@pytest.mark.discovery
+def test_vllm_reads_the_tiny_dense_model_as_a_plain_model(tmp_path):
+    """The serve tier's "no GDN layer" engine: vLLM must take it as an ordinary (non-hybrid) model."""
+    from vllm.config import ModelConfig
+
+    folder = tiny_models.write_tiny_qwen3_dense(tmp_path / "dense")
+    target = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float16", max_model_len=512, seed=0)
+    assert target.architectures == ["Qwen3ForCausalLM"]
+    assert not target.is_hybrid

@@ -16,6 +16,7 @@ Field names follow vLLM 0.21.0's config classes
   on with 4 small experts instead of being switched off.
 * Qwen3.5 (``Qwen3_5ForConditionalGeneration``): text fields under ``text_config`` plus a ``vision_config``
   (vLLM always builds the vision tower of this class); the MTP draft reads ``mtp_num_hidden_layers``.
+* Qwen3 dense (``Qwen3ForCausalLM``): no GDN layer at all, for require mode's "no GDN layer" refusal.
 
 Importable without vLLM or a GPU (standard library only).
 """
@@ -37,6 +38,11 @@ DTYPES = ("float16", "bfloat16", "float32")
 def _check_positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"tiny model: {name} must be a positive int, got {value!r}")
+
+
+def _check_dtype(torch_dtype: str) -> None:
+    if torch_dtype not in DTYPES:
+        raise ValueError(f"tiny model: torch_dtype must be one of {DTYPES}, got {torch_dtype!r}")
 
 
 def _check_gdn_shape(
@@ -65,8 +71,7 @@ def _check_gdn_shape(
             f"tiny model: linear_num_value_heads={linear_num_value_heads} must be a multiple of "
             f"linear_num_key_heads={linear_num_key_heads} (value head hv reads key head hv // (HV // H))"
         )
-    if torch_dtype not in DTYPES:
-        raise ValueError(f"tiny model: torch_dtype must be one of {DTYPES}, got {torch_dtype!r}")
+    _check_dtype(torch_dtype)
 
 
 def layer_types(num_hidden_layers: int) -> list[str]:
@@ -257,6 +262,42 @@ def tiny_qwen3_5_config(
     }
 
 
+def tiny_qwen3_dense_config(
+    *, num_hidden_layers: int = 2, hidden_size: int = 256, vocab_size: int = 2048, torch_dtype: str = "bfloat16"
+) -> dict[str, Any]:
+    """``config.json`` content of a tiny Qwen3 dense model: attention layers only, no GDN layer, no MTP."""
+    for name, value in (
+        ("num_hidden_layers", num_hidden_layers),
+        ("hidden_size", hidden_size),
+        ("vocab_size", vocab_size),
+    ):
+        _check_positive(name, value)
+    _check_dtype(torch_dtype)
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "head_dim": 128,  # as the GDN models' attention layers: FlashAttention and Triton attention take it
+        "hidden_act": "silu",
+        "hidden_size": hidden_size,
+        "initializer_range": 0.02,
+        "intermediate_size": 2 * hidden_size,
+        "max_position_embeddings": 4096,
+        "num_attention_heads": 4,
+        "num_hidden_layers": num_hidden_layers,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000,
+        "tie_word_embeddings": False,
+        "torch_dtype": torch_dtype,
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": vocab_size,
+    }
+
+
 def _write_config(directory: str | Path, config: dict[str, Any]) -> Path:
     folder = Path(directory)
     if folder.exists() and not folder.is_dir():
@@ -280,3 +321,11 @@ def write_tiny_qwen3_5(directory: str | Path, **overrides: Any) -> Path:
     ``overrides`` are the keyword arguments of :func:`tiny_qwen3_5_config`.
     """
     return _write_config(directory, tiny_qwen3_5_config(**overrides))
+
+
+def write_tiny_qwen3_dense(directory: str | Path, **overrides: Any) -> Path:
+    """Write ``config.json`` of a tiny Qwen3 dense model (no GDN layer) into ``directory``; returns the folder.
+
+    ``overrides`` are the keyword arguments of :func:`tiny_qwen3_dense_config`.
+    """
+    return _write_config(directory, tiny_qwen3_dense_config(**overrides))
