@@ -309,6 +309,11 @@ def ptx_has_bf16(ptx: str) -> bool:
     return re.search(r"\.bf16", ptx) is not None
 
 
+def _ptxas_arch(arch: int) -> str:
+    # Triton emits PTX for the architecture-specific target from sm_90 on ("sm_90a"), as its own compiler does.
+    return f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+
+
 def ptxas_resource_usage(ptx: str, capability: tuple[int, int]) -> tuple[int | None, int | None]:
     """(registers per thread, spill store+load bytes) from Triton's bundled ``ptxas -v``.
 
@@ -327,7 +332,7 @@ def ptxas_resource_usage(ptx: str, capability: tuple[int, int]) -> tuple[int | N
             with open(src, "w") as f:
                 f.write(ptx)
             run = subprocess.run(
-                [ptxas, "-v", f"--gpu-name=sm_{arch}", src, "-o", os.path.join(tmp, "k.cubin")],
+                [ptxas, "-v", f"--gpu-name={_ptxas_arch(arch)}", src, "-o", os.path.join(tmp, "k.cubin")],
                 capture_output=True,
                 text=True,
                 timeout=120,
