@@ -383,9 +383,9 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
 
     neg_A = -tl.exp(tl.load(A_log_ptr + i_hv).to(tl.float32))
     dt_bias = tl.load(dt_bias_ptr + i_hv).to(tl.float32)
-    # Everything the token loop reads is loaded for all tokens up front, as [BT]-row tiles (BT: tokens;
-    # the V conv tile has BU rows, one per conv position): the recurrence is serial in t, and loads issued
-    # inside the loop would each add a memory latency to every token step.
+    # The token loop's small inputs (rows, gating, state-slot indices) are loaded for all tokens up front, as
+    # [BT]-row tiles (BT: tokens; the V conv tile has BU rows, one per conv position): the recurrence is serial
+    # in t, and loads issued inside the loop would each add a memory latency to every token step.
     token_rows = tl.arange(0, BT)
     row_mask = token_rows < seq_len
     spec_tokens = bos + token_rows
@@ -403,16 +403,21 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
         # Launched as a programmatic dependent of the Q/K kernel: up to here nothing read what it writes
         # (the state slab, the V conv and the gating are already loaded); its q/k scratch is read below.
         gdc_wait()
-    qk_tile = qk_scratch_ptr + spec_tokens[:, None] * (2 * H * K) + i_h * K + k_offs[None, :]
-    qk_mask = row_mask[:, None] & k_mask[None, :]
-    q_all = tl.load(qk_tile, mask=qk_mask, other=0.0)
-    k_all = tl.load(qk_tile + H * K, mask=qk_mask, other=0.0)
+    # q and k are read one token ahead instead: picking a row out of [BT, K] tiles costs ~BT selects and adds
+    # per element and token, and the kernel is instruction-bound at large batches (profiled on an H200), while
+    # a load issued one step early has the whole step to arrive.
+    qk_row = qk_scratch_ptr + i_h * K + k_offs
+    q_next = tl.load(qk_row + bos * (2 * H * K), mask=k_mask, other=0.0)
+    k_next = tl.load(qk_row + bos * (2 * H * K) + H * K, mask=k_mask, other=0.0)
     conv_rows = tl.arange(0, BU)
     for t in range(0, seq_len):
         pick = token_rows == t
         row = tl.sum(tl.where(pick, rows_all, 0))
-        q = tl.sum(tl.where(pick[:, None], q_all, 0.0), axis=0)
-        k = tl.sum(tl.where(pick[:, None], k_all, 0.0), axis=0)
+        q = q_next
+        k = k_next
+        next_mask = k_mask & (t + 1 < seq_len)
+        q_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K), mask=next_mask, other=0.0)
+        k_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K) + H * K, mask=next_mask, other=0.0)
         v = tl.sum(tl.where((conv_rows == t)[:, None], v_conv, 0.0), axis=0)
         decay = tl.sum(tl.where(pick, decay_all, 0.0))
         beta = tl.sum(tl.where(pick, beta_all, 0.0))
