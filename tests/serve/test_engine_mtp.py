@@ -430,22 +430,20 @@ def test_require_mode_with_mtp_starts_and_dispatches(engine_runs):
     assert not agreement.problems(), "\n".join(agreement.problems() + [agreement.report()])
 
 
-def test_require_mode_without_speculative_decoding_fails_at_start_up(engine_runs):
-    run = engine_runs["require_no_spec"]
+def _assert_require_mode_refused(run: EngineRun, reason: str) -> None:
     link = _error_in_chain(run, "CaovanRequireError")
-    assert "speculative decoding is off" in link["message"], link
+    assert reason in link["message"], link
     assert link["message"] in run.log, "the reason is not in the log"
     assert "sequences" not in run.result, "the engine generated despite the refusal"
     assert not _activation_lines(run.log)
+
+
+def test_require_mode_without_speculative_decoding_fails_at_start_up(engine_runs):
+    _assert_require_mode_refused(engine_runs["require_no_spec"], "speculative decoding is off")
 
 
 def test_require_mode_on_a_model_without_gdn_layers_fails_at_start_up(engine_runs):
-    run = engine_runs["require_no_gdn"]
-    link = _error_in_chain(run, "CaovanRequireError")
-    assert "has no GDN layer caovan can take over" in link["message"], link
-    assert link["message"] in run.log, "the reason is not in the log"
-    assert "sequences" not in run.result, "the engine generated despite the refusal"
-    assert not _activation_lines(run.log)
+    _assert_require_mode_refused(engine_runs["require_no_gdn"], "has no GDN layer caovan can take over")
 
 
 def test_malformed_caovan_option_fails_with_one_clear_error(engine_runs):

@@ -263,6 +263,22 @@ KERNEL_TEST_GRID: dict[str, Sequence[Any]] = {
 }
 
 
+def busy_server_case(num_seqs: int, num_spec_tokens: int) -> SpecDecodeCase:
+    """Everything a busy server mixes into one batch, at the 27B shape: every accepted count, mixed lengths,
+    a null-slot sequence, CUDA-graph padded rows and tokens, and null per-token write slots."""
+    return SpecDecodeCase(
+        head="qwen3.6-27b-tp2",
+        num_seqs=num_seqs,
+        num_spec_tokens=num_spec_tokens,
+        accepted="sweep",
+        mixed_lengths=True,
+        null_seqs=1,
+        padded_seqs=2,
+        padded_tokens=3,
+        null_write_slots=True,
+    )
+
+
 def _edge_cases() -> list[SpecDecodeCase]:
     cases: list[SpecDecodeCase] = []
     for head in ("small", "qwen3.6-27b-tp2"):
@@ -281,19 +297,7 @@ def _edge_cases() -> list[SpecDecodeCase]:
             ]
     # Everything at once (what a busy server produces), every accepted count at MTP 1..4.
     for mtp in (1, 2, 4):
-        cases.append(
-            SpecDecodeCase(
-                head="qwen3.6-27b-tp2",
-                num_seqs=2 * (1 + mtp),
-                num_spec_tokens=mtp,
-                accepted="sweep",
-                mixed_lengths=True,
-                null_seqs=1,
-                padded_seqs=2,
-                padded_tokens=3,
-                null_write_slots=True,
-            )
-        )
+        cases.append(busy_server_case(num_seqs=2 * (1 + mtp), num_spec_tokens=mtp))
     cases += [
         SpecDecodeCase(head="small-ratio1", num_seqs=4, num_spec_tokens=2),
         SpecDecodeCase(head="small-ratio2", num_seqs=4, num_spec_tokens=2, ssm_dtype="float16"),
@@ -316,17 +320,7 @@ VERIFY_CASES: list[SpecDecodeCase] = [
             "ssm_dtype": ("float16", "float32"),
         }
     ),
-    SpecDecodeCase(
-        head="qwen3.6-27b-tp2",
-        num_seqs=6,
-        num_spec_tokens=3,
-        accepted="sweep",
-        mixed_lengths=True,
-        null_seqs=1,
-        padded_seqs=2,
-        padded_tokens=3,
-        null_write_slots=True,
-    ),
+    busy_server_case(num_seqs=6, num_spec_tokens=3),
     SpecDecodeCase(head="qwen3.6-27b-tp2", num_seqs=4, num_spec_tokens=3, mixed_batch_tokens=7),
 ]
 

@@ -110,48 +110,28 @@ def _conv_update_silu(
         acc = tl.zeros([BU, channels.shape[0]], dtype=tl.float32) + acc[None, :]
     else:
         acc = tl.zeros([BU, channels.shape[0]], dtype=tl.float32)
-    # u[r + 1] for r < W - 2 + L is the new window; keep it for the store below.
-    new_window = _load_conv_input_shifted(
-        mixed_qkv_ptr,
-        conv_state_ptr,
-        token_index_ptr,
-        stride_x_token,
-        conv_block_base,
-        stride_cs_dim,
-        stride_cs_pos,
-        channels,
-        channel_mask,
-        window_offset,
-        bos,
-        seq_len,
-        1,
-        WIDTH,
-        BU,
-        HAS_TOKEN_INDEX,
-    )
     for j in tl.static_range(WIDTH):
         w_j = tl.load(w_ptrs + j * stride_w_width, mask=channel_mask, other=0.0).to(tl.float32)
+        u_j = _load_conv_input_shifted(
+            mixed_qkv_ptr,
+            conv_state_ptr,
+            token_index_ptr,
+            stride_x_token,
+            conv_block_base,
+            stride_cs_dim,
+            stride_cs_pos,
+            channels,
+            channel_mask,
+            window_offset,
+            bos,
+            seq_len,
+            j,
+            WIDTH,
+            BU,
+            HAS_TOKEN_INDEX,
+        )
         if j == 1:
-            u_j = new_window
-        else:
-            u_j = _load_conv_input_shifted(
-                mixed_qkv_ptr,
-                conv_state_ptr,
-                token_index_ptr,
-                stride_x_token,
-                conv_block_base,
-                stride_cs_dim,
-                stride_cs_pos,
-                channels,
-                channel_mask,
-                window_offset,
-                bos,
-                seq_len,
-                j,
-                WIDTH,
-                BU,
-                HAS_TOKEN_INDEX,
-            )
+            new_window = u_j  # u[r + 1] for r < W - 2 + L is the new window; kept for the store below
         acc += w_j[None, :] * u_j
     # The window is read and rewritten in the same block: every thread's reads must be done
     # before any thread overwrites a position another thread still has to read.
