@@ -17,7 +17,7 @@ _MATRIX = aot.sm75_gate_matrix()
 
 def _case_id(case) -> str:
     config, combo, layout = case
-    return f"{config.arch}-{combo.name}-{layout.name}"
+    return f"{config.arch}-BV{config.v_gdn.BV}-{combo.name}-{layout.name}"
 
 
 @pytest.mark.parametrize("case", _MATRIX, ids=[_case_id(c) for c in _MATRIX])
@@ -36,9 +36,28 @@ def test_compiles_for_sm75_within_limits(case):
 def test_gate_covers_every_config_and_dtype_combo():
     from caovan.kernels.gdn_spec_decode.launch_configs import ALL_LAUNCH_CONFIGS
 
-    covered = {(c.arch, d) for c, d, _ in _MATRIX}
-    wanted = {(c.arch, d) for c in ALL_LAUNCH_CONFIGS for d in aot.SUPPORTED_DTYPE_COMBOS}
+    covered = {(c.arch, c.v_gdn, d) for c, d, _ in _MATRIX}
+    wanted = {(c.arch, c.v_gdn, d) for c in ALL_LAUNCH_CONFIGS for d in aot.SUPPORTED_DTYPE_COMBOS}
     assert wanted <= covered
+
+
+def test_gate_covers_the_value_blocks_the_one_wave_rule_can_switch_to():
+    # A launch may run an entry with a larger BV (occupancy.py): those kernels must pass the gate too, and
+    # the sm90 entry (BV=8, one warp) is one that can switch (to BV=16) at the model shape.
+    from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS
+    from caovan.kernels.gdn_spec_decode.occupancy import value_block_candidates
+
+    shape = aot.QWEN36_27B_TP2_MTP3
+    covered = {(c.arch, c.v_gdn.BV, c.v_gdn.num_warps, d) for c, d, _ in _MATRIX}
+    switchable = 0
+    for entry in LAUNCH_CONFIGS.values():
+        v = entry.v_gdn
+        candidates = value_block_candidates(v.BV, shape.head_k_dim, v.num_warps, shape.head_v_dim)
+        switchable += len(candidates) > 1
+        for bv in candidates:
+            for combo in aot.SUPPORTED_DTYPE_COMBOS:
+                assert (entry.arch, bv, v.num_warps, combo) in covered, (entry.arch, bv, combo.name)
+    assert switchable >= 1
 
 
 def test_gate_rules_catch_violations():

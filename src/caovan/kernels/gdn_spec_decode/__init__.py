@@ -14,6 +14,7 @@ fp32 scratch allocation, two launches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,7 @@ from triton import knobs
 from triton.runtime.jit import JITFunction
 
 from .launch_configs import PDL_MIN_CAPABILITY, ArchLaunchConfig, config_for
+from .occupancy import SMLimits, choose_value_block, resident_programs_per_sm, value_block_candidates
 from .triton_kernels import (
     _caovan_sm75_fused_v_gdn_spec_decode_kernel,
     _caovan_sm75_prepare_qk_conv_spec_decode_kernel,
@@ -95,6 +97,7 @@ class _Plan:
     scratch_shape: tuple[int, int, int, int]
     qk_grid: tuple[int, int, int]
     v_grid: tuple[int, int, int]
+    v_block: int  # BV the V/GDN kernel runs with (see occupancy.py)
     qk_tail: tuple  # scale, strides and constexprs of the QK kernel, in signature order
     v_tail: tuple
     qk_warps: int
@@ -465,52 +468,110 @@ def _validate_and_plan(
         has_token_index,
         use_pdl,
     )
-    v_tail = (
-        s_x_token,
-        a.stride(0),
-        a.stride(1),
-        b.stride(0),
-        b.stride(1),
-        s_w_dim,
-        s_w_width,
-        s_cs_block,
-        s_cs_dim,
-        s_cs_pos,
-        s_ssm_block,
-        s_ssm_head,
-        s_ssm_v,
-        s_ssm_k,
-        s_si_seq,
-        out.stride(0),
-        out.stride(1),
-        H,
-        HV,
-        K,
-        V,
-        BK,
-        BV,
-        width,
-        BU,
-        BT,
-        null_slot_max,
-        has_bias,
-        has_token_index,
-        use_pdl,
-    )
+
+    def v_tail(BV: int) -> tuple:
+        return (
+            s_x_token,
+            a.stride(0),
+            a.stride(1),
+            b.stride(0),
+            b.stride(1),
+            s_w_dim,
+            s_w_width,
+            s_cs_block,
+            s_cs_dim,
+            s_cs_pos,
+            s_ssm_block,
+            s_ssm_head,
+            s_ssm_v,
+            s_ssm_k,
+            s_si_seq,
+            out.stride(0),
+            out.stride(1),
+            H,
+            HV,
+            K,
+            V,
+            BK,
+            BV,
+            width,
+            BU,
+            BT,
+            null_slot_max,
+            has_bias,
+            has_token_index,
+            use_pdl,
+        )
+
+    if N > 0 and device.type == "cuda" and not _INTERPRETED:
+        v_args = (
+            mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
+            query_start_loc, state_indices, num_accepted_tokens, token_index, torch.float32, out,
+        )  # fmt: skip
+        BV = _fit_value_block(device, BV, BK, V, N * HV, v_config, use_pdl, lambda bv: (*v_args, *v_tail(bv)))
+        num_v_blocks = triton.cdiv(V, BV)
     return _Plan(
         N=N,
         num_spec_tokens=num_spec_tokens,
         scratch_shape=(num_spec_tokens, 2, H, K),
         qk_grid=(N, H, 2),  # axis 2: q, k
         v_grid=(num_v_blocks, N * HV, 1),
+        v_block=BV,
         qk_tail=qk_tail,
-        v_tail=v_tail,
+        v_tail=v_tail(BV),
         qk_warps=config.qk.num_warps,
         qk_stages=config.qk.num_stages,
         v_warps=v_config.num_warps,
         v_stages=v_config.num_stages,
         v_pdl=use_pdl,
     )
+
+
+def _fit_value_block(
+    device: torch.device,
+    preferred: int,
+    BK: int,
+    V: int,
+    programs_per_block_column: int,
+    v_config,
+    use_pdl: bool,
+    v_args_for: Callable[[int], tuple],
+) -> int:
+    """The launch configuration's BV, or a larger one when its grid would need more than one wave here.
+
+    Each candidate is compiled (Triton's ``warmup``: no launch, no synchronisation, cached for the real
+    launch) to read its register count; the scratch is passed as its dtype, which Triton specialises like
+    the 16-byte-aligned buffer the launch passes.
+    """
+    candidates = value_block_candidates(preferred, BK, v_config.num_warps, triton.next_power_of_2(V))
+    if len(candidates) == 1:
+        return preferred
+    limits = _sm_limits(device)
+
+    def resident(bv: int) -> int:
+        with _device_guard(device):
+            kernel = _caovan_sm75_fused_v_gdn_spec_decode_kernel.warmup(
+                *v_args_for(bv),
+                grid=(triton.cdiv(V, bv), programs_per_block_column, 1),
+                num_warps=v_config.num_warps,
+                num_stages=v_config.num_stages,
+                launch_pdl=use_pdl,
+            )
+            kernel.run  # noqa: B018 - loads the module: n_regs is read from the loaded function
+        per_sm = resident_programs_per_sm(kernel.n_regs, v_config.num_warps, kernel.metadata.shared, limits)
+        return per_sm * limits.multiprocessors
+
+    return choose_value_block(candidates, lambda bv: triton.cdiv(V, bv) * programs_per_block_column, resident)
+
+
+_sm_limits_by_device: dict[int, SMLimits] = {}
+
+
+def _sm_limits(device: torch.device) -> SMLimits:
+    limits = _sm_limits_by_device.get(device.index)
+    if limits is None:
+        limits = _sm_limits_by_device[device.index] = SMLimits.of_device(torch.cuda.get_device_properties(device))
+    return limits
 
 
 def _use_pdl(config: ArchLaunchConfig, device: torch.device) -> bool:

@@ -21,13 +21,14 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from .launch_configs import ALL_LAUNCH_CONFIGS, PDL_MIN_CAPABILITY, ArchLaunchConfig
+from .occupancy import value_block_candidates
 from .triton_kernels import (
     _caovan_sm75_fused_v_gdn_spec_decode_kernel,
     _caovan_sm75_prepare_qk_conv_spec_decode_kernel,
@@ -348,10 +349,22 @@ def ptxas_resource_usage(ptx: str, capability: tuple[int, int]) -> tuple[int | N
     )
 
 
+def runtime_launch_configs(shape: ModelShape = QWEN36_27B_TP2_MTP3) -> list[ArchLaunchConfig]:
+    """Every configuration a launch can run with: each entry as written, then each entry with a larger value
+    block that the one-wave rule (``occupancy.py``) may switch to at this shape."""
+    configs = list(ALL_LAUNCH_CONFIGS)
+    for cfg in ALL_LAUNCH_CONFIGS:
+        v = cfg.v_gdn
+        block_k, block_v_max = triton.next_power_of_2(shape.head_k_dim), triton.next_power_of_2(shape.head_v_dim)
+        for bv in value_block_candidates(v.BV, block_k, v.num_warps, block_v_max)[1:]:
+            configs.append(replace(cfg, v_gdn=replace(v, BV=bv), note=f"{cfg.arch} entry with BV={bv} (one-wave rule)"))
+    return configs
+
+
 def sm75_gate_matrix() -> list[tuple[ArchLaunchConfig, DtypeCombo, LayoutVariant]]:
-    """What the sm_75 gate compiles: every launch config x every supported dtype combination
-    (default layout), plus the other layouts once for the SM75 config in fp16."""
-    matrix = [(cfg, combo, DEFAULT_LAYOUT) for cfg in ALL_LAUNCH_CONFIGS for combo in SUPPORTED_DTYPE_COMBOS]
+    """What the sm_75 gate compiles: every configuration a launch can run with x every supported dtype
+    combination (default layout), plus the other layouts once for the SM75 config in fp16."""
+    matrix = [(cfg, combo, DEFAULT_LAYOUT) for cfg in runtime_launch_configs() for combo in SUPPORTED_DTYPE_COMBOS]
     sm75 = next(c for c in ALL_LAUNCH_CONFIGS if c.arch == "sm75")
     matrix += [(sm75, SUPPORTED_DTYPE_COMBOS[0], layout) for layout in EXTRA_LAYOUTS]
     return matrix

@@ -26,7 +26,8 @@ class VGdnLaunchConfig:
     """Launch options of ``_caovan_sm75_fused_v_gdn_spec_decode_kernel``.
 
     BV is the number of value channels per program (the state slab is BV x K in registers); it
-    is clamped to next_power_of_2(V) for small heads.
+    is clamped to next_power_of_2(V) for small heads. It is the preferred block: a batch whose grid would
+    need more than one wave of resident programs runs with a larger one (``occupancy.py``).
     """
 
     num_warps: int
