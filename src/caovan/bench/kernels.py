@@ -1,11 +1,13 @@
 """``caovan bench kernels``: our spec-decode kernels and vLLM's path, side by side, case by case.
 
 For every case, on copies of one random input set:
-  - eager host-inclusive time: wall clock around ``eager_iters`` back-to-back calls (after
-    ``warmup`` calls), one ``torch.cuda.synchronize()`` at the end, divided by the count - what a
-    PIECEWISE CUDA-graph server pays, Python and launch overhead included;
+  - eager host-inclusive time: ``eager_iters`` back-to-back calls (after ``warmup`` calls) in
+    ``eager_blocks`` blocks, wall clock around each block with one ``torch.cuda.synchronize()`` at its end,
+    divided by its count; the median block - what a PIECEWISE CUDA-graph server pays, Python and launch
+    overhead included (one host hiccup, a GC pause or a preempted thread, lands in one block only);
   - CUDA-graph replay time: ``graph_calls`` calls captured in one ``torch.cuda.CUDAGraph``, replayed
-    ``graph_replays`` times between two CUDA events, per call - the GPU time under full graphs;
+    ``graph_replays`` times between two CUDA events, per call; the median of ``graph_repeats`` such
+    timings - the GPU time under full graphs;
   - DRAM roofline: minimum bytes (``roofline.spec_decode_traffic``) over the device-to-device copy
     bandwidth measured in the same run, and each implementation's % of it (graph time);
   - max abs error against the float64 reference, for both.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import math
 import platform
 import shlex
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,13 +38,17 @@ JSON_SCHEMA = "caovan-bench-kernels/1"
 class BenchSettings:
     warmup: int = 10
     eager_iters: int = 200
+    eager_blocks: int = 5
     graph_calls: int = 20
     graph_replays: int = 20
+    graph_repeats: int = 3
     copy_bytes: int = 512 << 20  # far beyond any L2 (H200: 60 MiB, 2080 Ti: 5.5 MiB)
     copy_iters: int = 10
 
 
-QUICK_SETTINGS = BenchSettings(warmup=5, eager_iters=50, graph_calls=10, graph_replays=10, copy_iters=5)
+QUICK_SETTINGS = BenchSettings(
+    warmup=5, eager_iters=50, eager_blocks=5, graph_calls=10, graph_replays=10, graph_repeats=1, copy_iters=5
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -53,11 +60,15 @@ def time_eager_us(fn: Callable[[], None], settings: BenchSettings) -> float:
     for _ in range(settings.warmup):
         fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(settings.eager_iters):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / settings.eager_iters * 1e6
+    per_block = max(1, settings.eager_iters // max(1, settings.eager_blocks))
+    block_us = []
+    for _ in range(max(1, settings.eager_blocks)):
+        t0 = time.perf_counter()
+        for _ in range(per_block):
+            fn()
+        torch.cuda.synchronize()
+        block_us.append((time.perf_counter() - t0) / per_block * 1e6)
+    return statistics.median(block_us)
 
 
 def time_cuda_graph_us(fn: Callable[[], None], settings: BenchSettings) -> float:
@@ -159,7 +170,7 @@ def bench_case(
         call = _bound_call(fn, copy)
         times[name] = {
             "eager_us": eager_timer(call, settings),
-            "graph_us": graph_timer(call, settings),
+            "graph_us": statistics.median(graph_timer(call, settings) for _ in range(max(1, settings.graph_repeats))),
         }
 
     def impl_row(name: str, err: accuracy.ErrorReport) -> dict[str, Any]:
