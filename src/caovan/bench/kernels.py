@@ -127,6 +127,11 @@ def measure_copy_bandwidth(settings: BenchSettings, device: Any = "cuda") -> flo
 Timer = Callable[[Callable[[], None], BenchSettings], float]
 
 
+def median_graph_us(fn: Callable[[], None], settings: BenchSettings, graph_timer: Timer = time_cuda_graph_us) -> float:
+    """The median of ``settings.graph_repeats`` CUDA-graph timings of ``fn``."""
+    return statistics.median(graph_timer(fn, settings) for _ in range(max(1, settings.graph_repeats)))
+
+
 def _bound_call(fn: Callable[..., None], inputs: SpecDecodeInputs) -> Callable[[], None]:
     # Views and kwargs are made once: the timed call is exactly fn(*tensors, **kwargs).
     args, kwargs = inputs.kernel_args()
@@ -170,7 +175,7 @@ def bench_case(
         call = _bound_call(fn, copy)
         times[name] = {
             "eager_us": eager_timer(call, settings),
-            "graph_us": statistics.median(graph_timer(call, settings) for _ in range(max(1, settings.graph_repeats))),
+            "graph_us": median_graph_us(call, settings, graph_timer),
         }
 
     def impl_row(name: str, err: accuracy.ErrorReport) -> dict[str, Any]:

@@ -13,7 +13,6 @@ every number, so the entry in launch_configs.py can cite it.
 from __future__ import annotations
 
 import math
-import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
@@ -21,7 +20,7 @@ from typing import Any
 
 from . import accuracy
 from .cases import SpecDecodeCase, build_inputs, expand_grid
-from .kernels import BenchSettings, _bound_call, time_cuda_graph_us
+from .kernels import BenchSettings, _bound_call, median_graph_us
 
 JSON_SCHEMA = "caovan-bench-tune/1"
 
@@ -34,8 +33,8 @@ TUNE_GRID: dict[str, Sequence[Any]] = {
 QK_WARPS = (1, 2, 4)
 V_BV = (8, 16, 32)
 V_WARPS = (1, 2, 4)
-TUNE_SETTINGS = BenchSettings(warmup=3, eager_iters=0, graph_calls=20, graph_replays=20)
-REPEATS = 3
+# graph_repeats: the median of a few graph timings (one replay loop on a shared GPU can be off by 10-20 %).
+TUNE_SETTINGS = BenchSettings(warmup=3, eager_iters=0, graph_calls=20, graph_replays=20, graph_repeats=3)
 
 
 def candidate_configs(base: Any) -> list[Any]:
@@ -112,8 +111,7 @@ def run_tune(
                 row["problems"][case.id] = problems
                 continue
             call = _bound_call(fn, inputs[case.id].clone())
-            # Median of a few graph timings: one replay loop on a shared GPU can be off by 10-20 %.
-            row["graph_us"][case.id] = statistics.median(time_cuda_graph_us(call, settings) for _ in range(REPEATS))
+            row["graph_us"][case.id] = median_graph_us(call, settings)
         times = list(row["graph_us"].values())
         row["valid"] = not row["problems"] and len(times) == len(cases)
         row["geomean_graph_us"] = geomean(times) if row["valid"] else None

@@ -67,14 +67,14 @@ def _check_index(name: str, t: torch.Tensor, ndim: int) -> None:
         _fail(name, "stride 1 along its last dimension", f"stride {t.stride()}")
 
 
-def _block_sizes(K: int, V: int, width: int, t_max: int, bv: int) -> tuple[int, int, int, int, int]:
-    """(BK, BV, BU, BT, number of value blocks) for one shape; BU covers the W - 2 + T_max conv
-    positions, BT the T_max tokens."""
+def _block_sizes(K: int, V: int, width: int, t_max: int, bv: int) -> tuple[int, int, int, int]:
+    """(BK, BV, BU, BT) for one shape: BV as the launch entry asks (the one-wave rule may raise it),
+    BU covers the W - 2 + T_max conv positions, BT the T_max tokens."""
     BK = triton.next_power_of_2(K)
     BV = min(triton.next_power_of_2(bv), triton.next_power_of_2(V))
     BU = triton.next_power_of_2(width - 2 + t_max)
     BT = triton.next_power_of_2(t_max)
-    return BK, BV, BU, BT, triton.cdiv(V, BV)
+    return BK, BV, BU, BT
 
 
 def _launch_config(device: torch.device) -> ArchLaunchConfig:
@@ -438,7 +438,7 @@ def _validate_and_plan(
 
     config = launch_config if launch_config is not None else _launch_config(device)
     v_config = config.v_gdn
-    BK, BV, BU, BT, num_v_blocks = _block_sizes(K, V, width, t_max, v_config.BV)
+    BK, BV, BU, BT = _block_sizes(K, V, width, t_max, v_config.BV)
     use_pdl = _use_pdl(config, device)
     has_bias = conv_bias is not None
     has_token_index = token_index is not None
@@ -509,7 +509,7 @@ def _validate_and_plan(
             query_start_loc, state_indices, num_accepted_tokens, token_index, torch.float32, out,
         )  # fmt: skip
         BV = _fit_value_block(device, BV, BK, V, N * HV, v_config, use_pdl, lambda bv: (*v_args, *v_tail(bv)))
-        num_v_blocks = triton.cdiv(V, BV)
+    num_v_blocks = triton.cdiv(V, BV)
     return _Plan(
         N=N,
         num_spec_tokens=num_spec_tokens,

@@ -353,9 +353,9 @@ def runtime_launch_configs(shape: ModelShape = QWEN36_27B_TP2_MTP3) -> list[Arch
     """Every configuration a launch can run with: each entry as written, then each entry with a larger value
     block that the one-wave rule (``occupancy.py``) may switch to at this shape."""
     configs = list(ALL_LAUNCH_CONFIGS)
+    block_k, block_v_max = triton.next_power_of_2(shape.head_k_dim), triton.next_power_of_2(shape.head_v_dim)
     for cfg in ALL_LAUNCH_CONFIGS:
         v = cfg.v_gdn
-        block_k, block_v_max = triton.next_power_of_2(shape.head_k_dim), triton.next_power_of_2(shape.head_v_dim)
         for bv in value_block_candidates(v.BV, block_k, v.num_warps, block_v_max)[1:]:
             configs.append(replace(cfg, v_gdn=replace(v, BV=bv), note=f"{cfg.arch} entry with BV={bv} (one-wave rule)"))
     return configs

@@ -1,4 +1,4 @@
-"""The eager timer of ``caovan bench kernels``: median of blocks, so one host hiccup does not move it."""
+"""The timers of ``caovan bench kernels`` and ``caovan bench tune``: medians, so one hiccup does not move them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the bench timers synchronise through torch.cuda")
 
 from caovan.bench import kernels  # noqa: E402
-from caovan.bench.kernels import BenchSettings, time_eager_us  # noqa: E402
+from caovan.bench.kernels import BenchSettings, median_graph_us, time_eager_us  # noqa: E402
 
 
 def test_one_slow_call_lands_in_one_block_and_the_median_ignores_it(monkeypatch):
@@ -28,3 +28,18 @@ def test_one_slow_call_lands_in_one_block_and_the_median_ignores_it(monkeypatch)
     single = BenchSettings(warmup=2, eager_iters=100, eager_blocks=1)
     calls[0] = 0
     assert time_eager_us(call, single) == pytest.approx(70.0)
+
+
+def test_graph_time_is_the_median_of_its_repeats():
+    timings = iter([5.0, 100.0, 6.0])
+    seen = []
+
+    def timer(fn, settings):
+        seen.append(settings)
+        return next(timings)
+
+    settings = BenchSettings(graph_repeats=3)
+    assert median_graph_us(lambda: None, settings, timer) == 6.0
+    assert len(seen) == 3
+    # graph_repeats 0 still times once.
+    assert median_graph_us(lambda: None, BenchSettings(graph_repeats=0), lambda fn, s: 7.0) == 7.0
