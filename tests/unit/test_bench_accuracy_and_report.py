@@ -119,10 +119,19 @@ def _fake_timer(us):
     return timer
 
 
+def _fake_eager_timer(us):
+    def timer(fns, settings):
+        for fn in fns:
+            fn()
+        return [us] * len(fns)
+
+    return timer
+
+
 def _row(case, ours=reference, vllm=reference):
     return kb.bench_case(
         case, ours=ours, vllm=vllm, reference=reference, bandwidth=1e12, settings=kb.QUICK_SETTINGS,
-        device="cpu", eager_timer=_fake_timer(20.0), graph_timer=_fake_timer(5.0),
+        device="cpu", eager_timer=_fake_eager_timer(20.0), graph_timer=_fake_timer(5.0),
     )  # fmt: skip
 
 
@@ -141,7 +150,7 @@ def test_bench_row_and_strict_json_report():
     rows = kb.run_cases(
         [case, SpecDecodeCase("tiny", 1, 1)], ours=broken, vllm=reference, reference=reference,
         bandwidth=1e12, settings=kb.QUICK_SETTINGS, device="cpu",
-        eager_timer=_fake_timer(1.0), graph_timer=_fake_timer(1.0), progress=lambda line: None,
+        eager_timer=_fake_eager_timer(1.0), graph_timer=_fake_timer(1.0), progress=lambda line: None,
     )  # fmt: skip
     assert [r["error"] for r in rows] == ["RuntimeError: kernel exploded"] * 2
     rows = [row, *rows[:1]]

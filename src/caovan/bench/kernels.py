@@ -4,7 +4,8 @@ For every case, on copies of one random input set:
   - eager host-inclusive time: ``eager_iters`` back-to-back calls (after ``warmup`` calls) in
     ``eager_blocks`` blocks, wall clock around each block with one ``torch.cuda.synchronize()`` at its end,
     divided by its count; the median block - what a PIECEWISE CUDA-graph server pays, Python and launch
-    overhead included (one host hiccup, a GC pause or a preempted thread, lands in one block only);
+    overhead included (one host hiccup, a GC pause or a preempted thread, lands in one block only). The
+    blocks of ours and vLLM's alternate, so both see the same host;
   - CUDA-graph replay time: ``graph_calls`` calls captured in one ``torch.cuda.CUDAGraph``, replayed
     ``graph_replays`` times between two CUDA events, per call; the median of ``graph_repeats`` such
     timings - the GPU time under full graphs;
@@ -54,21 +55,30 @@ QUICK_SETTINGS = BenchSettings(
 # --------------------------------------------------------------------------------------------------
 # Timers (CUDA). Each takes a zero-argument callable that launches one call.
 # --------------------------------------------------------------------------------------------------
-def time_eager_us(fn: Callable[[], None], settings: BenchSettings) -> float:
+def time_eager_us(fns: Sequence[Callable[[], None]], settings: BenchSettings) -> list[float]:
+    """Eager host-inclusive time per call of each of ``fns``, measured side by side.
+
+    After ``warmup`` calls of each, ``eager_blocks`` rounds; in each round every fn runs one block of
+    ``eager_iters / eager_blocks`` calls, timed with a synchronize at its end. Per fn, the median of its blocks.
+    The blocks of the implementations alternate, so a stretch of slow host (seconds long: another process, a
+    CPU clock change) slows each of them alike instead of only the one being timed at that moment.
+    """
     import torch
 
-    for _ in range(settings.warmup):
-        fn()
+    for fn in fns:
+        for _ in range(settings.warmup):
+            fn()
     torch.cuda.synchronize()
     per_block = max(1, settings.eager_iters // max(1, settings.eager_blocks))
-    block_us = []
+    block_us: list[list[float]] = [[] for _ in fns]
     for _ in range(max(1, settings.eager_blocks)):
-        t0 = time.perf_counter()
-        for _ in range(per_block):
-            fn()
-        torch.cuda.synchronize()
-        block_us.append((time.perf_counter() - t0) / per_block * 1e6)
-    return statistics.median(block_us)
+        for fn, blocks in zip(fns, block_us, strict=True):
+            t0 = time.perf_counter()
+            for _ in range(per_block):
+                fn()
+            torch.cuda.synchronize()
+            blocks.append((time.perf_counter() - t0) / per_block * 1e6)
+    return [statistics.median(blocks) for blocks in block_us]
 
 
 def time_cuda_graph_us(fn: Callable[[], None], settings: BenchSettings) -> float:
@@ -125,6 +135,7 @@ def measure_copy_bandwidth(settings: BenchSettings, device: Any = "cuda") -> flo
 # One case
 # --------------------------------------------------------------------------------------------------
 Timer = Callable[[Callable[[], None], BenchSettings], float]
+EagerTimer = Callable[[Sequence[Callable[[], None]], BenchSettings], list[float]]
 
 
 def median_graph_us(fn: Callable[[], None], settings: BenchSettings, graph_timer: Timer = time_cuda_graph_us) -> float:
@@ -155,7 +166,7 @@ def bench_case(
     bandwidth: float,
     settings: BenchSettings,
     device: Any = "cuda",
-    eager_timer: Timer = time_eager_us,
+    eager_timer: EagerTimer = time_eager_us,
     graph_timer: Timer = time_cuda_graph_us,
 ) -> dict[str, Any]:
     """Errors, times, roofline and speedups of one case, as a JSON-able row."""
@@ -167,16 +178,15 @@ def bench_case(
     err_vllm = accuracy.measure_vllm(vllm, inputs, ref)
     del ref
 
-    times: dict[str, dict[str, float]] = {}
-    for name, fn, copy in (
-        ("ours", ours, inputs.clone()),
-        ("vllm", vllm, inputs.with_ssm_layout("vk")),
-    ):
-        call = _bound_call(fn, copy)
-        times[name] = {
-            "eager_us": eager_timer(call, settings),
-            "graph_us": median_graph_us(call, settings, graph_timer),
-        }
+    calls = {
+        "ours": _bound_call(ours, inputs.clone()),
+        "vllm": _bound_call(vllm, inputs.with_ssm_layout("vk")),
+    }
+    eager_us = eager_timer(list(calls.values()), settings)
+    times = {
+        name: {"eager_us": eager, "graph_us": median_graph_us(call, settings, graph_timer)}
+        for (name, call), eager in zip(calls.items(), eager_us, strict=True)
+    }
 
     def impl_row(name: str, err: accuracy.ErrorReport) -> dict[str, Any]:
         t = times[name]
