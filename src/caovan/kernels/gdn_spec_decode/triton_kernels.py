@@ -198,6 +198,10 @@ def _caovan_sm75_prepare_qk_conv_spec_decode_kernel(
     USE_PDL: tl.constexpr,
 ):
     if USE_PDL:
+        # This launch is itself a programmatic dependent of whatever kernel ran before it (its launch overlaps
+        # that kernel's tail): wait for that kernel to finish before touching memory, and only then let the V/GDN
+        # kernel start, whose early SSM-state loads must see that kernel's (or the previous call's) writes.
+        gdc_wait()
         # Let the V/GDN kernel start now: everything it does before its gdc_wait() is independent of
         # this kernel (other conv channels, the SSM state), so it overlaps this launch.
         gdc_launch_dependents()
