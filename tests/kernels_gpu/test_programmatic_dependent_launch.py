@@ -4,6 +4,11 @@ the plain, stream-ordered launch gives, eagerly and through CUDA-graph capture a
 With PDL the V/GDN kernel starts while the Q/K kernel still runs and waits (``gdc_wait``) only before it
 reads the Q/K scratch; a missing or misplaced wait would read stale scratch, so the two launch modes are
 compared bit for bit on cases with padded rows and null slots (the early exits must wait too).
+
+The Q/K kernel is itself a programmatic dependent of the kernel before it: it must wait for that kernel
+before reading anything, and release the V/GDN kernel (whose early loads read the SSM state) only after.
+The chained case checks that: a copy kernel writes the call's input right before it, and a second call reads
+the conv and SSM state the first one wrote.
 """
 
 from __future__ import annotations
@@ -33,12 +38,19 @@ CASES = [
 ]
 
 
-def _run(case, config, graph: bool):
+def _run(case, config, graph: bool, chained: bool = False):
     inputs = build_inputs(case, "cuda")
     args, kwargs = inputs.kernel_args()
+    x = inputs.mixed_qkv
+    x_src = x.clone()
 
     def call():
+        if chained:
+            x.fill_(float("nan"))  # what the call must not see: its input is written by the kernel just before
+            x.copy_(x_src)
         spec.gdn_spec_decode(*args, launch_config=config, **kwargs)
+        if chained:  # reads the conv window and the SSM state the first call wrote
+            spec.gdn_spec_decode(*args, launch_config=config, **kwargs)
 
     if not graph:
         call()
@@ -62,13 +74,14 @@ def _run(case, config, graph: bool):
     torch.cuda.is_available() and torch.cuda.get_device_capability() < PDL_MIN_CAPABILITY,
     reason="programmatic dependent launch needs sm_90+; older GPUs always launch plainly",
 )
+@pytest.mark.parametrize("chained", [False, True], ids=["one-call", "chained"])
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "cuda-graph"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_pdl_and_plain_launch_agree_bitwise(case, graph):
+def test_pdl_and_plain_launch_agree_bitwise(case, graph, chained):
     base = config_for(torch.cuda.get_device_capability())
-    with_pdl = _run(case, replace(base, pdl=True), graph)
-    plain = _run(case, replace(base, pdl=False), graph)
+    with_pdl = _run(case, replace(base, pdl=True), graph, chained)
+    plain = _run(case, replace(base, pdl=False), graph, chained)
     for name in ("out", "conv_state", "ssm_state"):
         assert torch.equal(getattr(with_pdl, name), getattr(plain, name)), f"{case.id}: {name} differs"
     # and the PDL plans really asked for it
-    assert any(p.v_pdl for p in spec._plans.values())
+    assert any(p.v_pdl and p.qk_pdl for p in spec._plans.values())
