@@ -23,7 +23,7 @@ import triton
 from triton import knobs
 from triton.runtime.jit import JITFunction
 
-from .launch_configs import PDL_MIN_CAPABILITY, ArchLaunchConfig, config_for
+from .launch_configs import ArchLaunchConfig, config_for
 from .occupancy import SMLimits, choose_value_block, resident_programs_per_sm, value_block_candidates
 from .triton_kernels import (
     _caovan_sm75_fused_v_gdn_spec_decode_kernel,
@@ -266,7 +266,8 @@ def gdn_spec_decode(
     )  # fmt: skip
     with _device_guard(device):
         fast = _direct.get(key)
-        if fast is not None and _all_aligned(qk_args, v_args) and not _launch_hooks_set():
+        # The Q/K kernel's tensors are a subset of the V/GDN kernel's: checking v_args covers both launches.
+        if fast is not None and _all_aligned(v_args) and not _launch_hooks_set():
             stream = _current_stream(device.index)
             qk_run, qk_fn, qk_meta, v_run, v_fn, v_meta = fast
             qk_run(*plan.qk_grid, stream, qk_fn, qk_meta, None, None, None, *qk_args)
@@ -278,7 +279,7 @@ def gdn_spec_decode(
         v_kernel = _caovan_sm75_fused_v_gdn_spec_decode_kernel[plan.v_grid](
             *v_args, num_warps=plan.v_warps, num_stages=plan.v_stages, launch_pdl=plan.v_pdl
         )
-        if not _INTERPRETED and _all_aligned(qk_args, v_args) and not _launch_hooks_set():
+        if not _INTERPRETED and _all_aligned(v_args) and not _launch_hooks_set():
             _direct[key] = (
                 qk_kernel.run, qk_kernel.function, qk_kernel.packed_metadata,
                 v_kernel.run, v_kernel.function, v_kernel.packed_metadata,
@@ -295,12 +296,11 @@ def gdn_spec_decode(
 _direct: dict[tuple, tuple] = {}
 
 
-def _all_aligned(*arg_groups: tuple) -> bool:
+def _all_aligned(args: tuple) -> bool:
     bits = 0
-    for args in arg_groups:
-        for t in args:
-            if isinstance(t, torch.Tensor):
-                bits |= t.data_ptr()
+    for t in args:
+        if isinstance(t, torch.Tensor):
+            bits |= t.data_ptr()
     return bits & 15 == 0
 
 
@@ -579,12 +579,7 @@ def _sm_limits(device: torch.device) -> SMLimits:
 
 def _use_pdl(config: ArchLaunchConfig, device: torch.device) -> bool:
     """Programmatic dependent launch where the entry asks for it and the GPU has it (never interpreted)."""
-    return (
-        config.pdl
-        and not _INTERPRETED
-        and device.type == "cuda"
-        and tuple(torch.cuda.get_device_capability(device)) >= PDL_MIN_CAPABILITY
-    )
+    return not _INTERPRETED and device.type == "cuda" and config.pdl_on(torch.cuda.get_device_capability(device))
 
 
 class _NoGuard:

@@ -27,7 +27,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from .launch_configs import ALL_LAUNCH_CONFIGS, PDL_MIN_CAPABILITY, ArchLaunchConfig
+from .launch_configs import ALL_LAUNCH_CONFIGS, ArchLaunchConfig
 from .occupancy import value_block_candidates
 from .triton_kernels import (
     _caovan_sm75_fused_v_gdn_spec_decode_kernel,
@@ -267,7 +267,7 @@ def compile_spec_decode_kernels(
     """Compile both kernels for one GPU target; raises whatever Triton raises on failure."""
     target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
     # As gdn_spec_decode does: programmatic dependent launch only where the target has it.
-    use_pdl = config.pdl and tuple(capability) >= PDL_MIN_CAPABILITY
+    use_pdl = config.pdl_on(capability)
     qk_values, v_values = _launch_values(shape, dtypes, layout, config.v_gdn.BV, use_pdl)
     launches = (
         (_caovan_sm75_prepare_qk_conv_spec_decode_kernel, qk_values, config.qk, False),

@@ -51,6 +51,10 @@ class ArchLaunchConfig:
     #: overlap the Q/K launch (sm_90+ only; ignored on older GPUs and under the interpreter).
     pdl: bool = False
 
+    def pdl_on(self, capability: tuple[int, int]) -> bool:
+        """Whether launches on a GPU of this compute capability use programmatic dependent launch."""
+        return self.pdl and tuple(capability) >= PDL_MIN_CAPABILITY
+
 
 #: The data file: one entry per architecture. ``caovan bench tune --json`` measures candidates on a GPU and
 #: ``tools/apply-tuned-launch-config.py`` writes the winner here, naming the JSON it came from in ``note``.
