@@ -14,7 +14,6 @@ fp32 scratch allocation, two launches.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -105,8 +104,8 @@ class _Plan:
     qk_stages: int
     v_warps: int
     v_stages: int
-    v_pdl: bool  # V/GDN kernel launched as a programmatic dependent of the Q/K kernel
-    qk_pdl: bool  # Q/K kernel launched as a programmatic dependent of the kernel before it
+    # Programmatic dependent launches: the Q/K kernel of the kernel before it, the V/GDN kernel of the Q/K kernel
+    pdl: bool
 
 
 _plans: dict[tuple, _Plan] = {}
@@ -274,10 +273,10 @@ def gdn_spec_decode(
             v_run(*plan.v_grid, stream, v_fn, v_meta, None, None, None, *v_args)
             return
         qk_kernel = _caovan_sm75_prepare_qk_conv_spec_decode_kernel[plan.qk_grid](
-            *qk_args, num_warps=plan.qk_warps, num_stages=plan.qk_stages, launch_pdl=plan.qk_pdl
+            *qk_args, num_warps=plan.qk_warps, num_stages=plan.qk_stages, launch_pdl=plan.pdl
         )
         v_kernel = _caovan_sm75_fused_v_gdn_spec_decode_kernel[plan.v_grid](
-            *v_args, num_warps=plan.v_warps, num_stages=plan.v_stages, launch_pdl=plan.v_pdl
+            *v_args, num_warps=plan.v_warps, num_stages=plan.v_stages, launch_pdl=plan.pdl
         )
         if not _INTERPRETED and _all_aligned(v_args) and not _launch_hooks_set():
             _direct[key] = (
@@ -525,8 +524,7 @@ def _validate_and_plan(
         qk_stages=config.qk.num_stages,
         v_warps=v_config.num_warps,
         v_stages=v_config.num_stages,
-        v_pdl=use_pdl,
-        qk_pdl=use_pdl and os.environ.get("CAOVAN_QK_PDL", "1") != "0",
+        pdl=use_pdl,
     )
 
 

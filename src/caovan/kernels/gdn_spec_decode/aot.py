@@ -270,16 +270,16 @@ def compile_spec_decode_kernels(
     use_pdl = config.pdl_on(capability)
     qk_values, v_values = _launch_values(shape, dtypes, layout, config.v_gdn.BV, use_pdl)
     launches = (
-        (_caovan_sm75_prepare_qk_conv_spec_decode_kernel, qk_values, config.qk, False),
-        (_caovan_sm75_fused_v_gdn_spec_decode_kernel, v_values, config.v_gdn, use_pdl),
+        (_caovan_sm75_prepare_qk_conv_spec_decode_kernel, qk_values, config.qk),
+        (_caovan_sm75_fused_v_gdn_spec_decode_kernel, v_values, config.v_gdn),
     )
     infos = []
-    for fn, values, launch, launch_pdl in launches:
+    for fn, values, launch in launches:
         t0 = time.perf_counter()
         compiled = triton.compile(
             _ast_source(fn, values),
             target=target,
-            options={"num_warps": launch.num_warps, "num_stages": launch.num_stages, "launch_pdl": launch_pdl},
+            options={"num_warps": launch.num_warps, "num_stages": launch.num_stages, "launch_pdl": use_pdl},
         )
         ptx = compiled.asm.get("ptx", "")
         if isinstance(ptx, bytes):

@@ -47,8 +47,10 @@ class ArchLaunchConfig:
     v_gdn: VGdnLaunchConfig
     tuned: bool
     note: str
-    #: Launch the V/GDN kernel as a programmatic dependent of the Q/K kernel, so its state load and V conv
-    #: overlap the Q/K launch (sm_90+ only; ignored on older GPUs and under the interpreter).
+    #: Programmatic dependent launches (sm_90+ only; ignored on older GPUs and under the interpreter): the V/GDN
+    #: kernel is a dependent of the Q/K kernel, so its state load and V conv overlap the Q/K kernel, and the Q/K
+    #: kernel a dependent of whatever kernel ran before it, so its launch overlaps that kernel's tail
+    #: (docs/bench/experiments/qk-programmatic-launch).
     pdl: bool = False
 
     def pdl_on(self, capability: tuple[int, int]) -> bool:

@@ -13,7 +13,9 @@ pair (plus the q/k/v split and copies between them):
    the sequence with the (BV x K) state slab held in fp32 registers; every token's state is written
    to its own cache block and the output goes straight into the caller's buffer. On sm_90+ (launch
    config ``pdl``) it is a programmatic dependent launch: the state slab, V conv and gating are loaded
-   while the Q/K kernel still runs, and ``gdc_wait()`` guards the read of its scratch.
+   while the Q/K kernel still runs, and ``gdc_wait()`` guards the read of its scratch. The Q/K kernel is
+   then itself a programmatic dependent of the kernel before it: it waits for that kernel first thing and
+   only then releases the V/GDN kernel.
 
 Conv window convention (identical to vLLM's ``_causal_conv1d_update_kernel`` with
 ``num_accepted_tokens``): for a sequence of L tokens whose block holds past inputs at positions
