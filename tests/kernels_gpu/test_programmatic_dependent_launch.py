@@ -9,6 +9,9 @@ The Q/K kernel is itself a programmatic dependent of the kernel before it: it mu
 before reading anything, and release the V/GDN kernel (whose early loads read the SSM state) only after.
 The chained case checks that: a copy kernel writes the call's input right before it, and a second call reads
 the conv and SSM state the first one wrote.
+
+With a full grid, half of the V/GDN programs also wait before loading their state (the staggered start); the
+8-sequence cases run staggered, the 1-sequence case not, and all must match the plain launch bit for bit.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ CASES = [
     SpecDecodeCase(
         "qwen3-next-80b-tp2", num_seqs=6, num_spec_tokens=3, null_seqs=1, padded_seqs=2, ssm_dtype="float16"
     ),
+    SpecDecodeCase("qwen3.6-27b-tp2", num_seqs=1, num_spec_tokens=3, accepted="sweep", ssm_dtype="float32"),
 ]
 
 
@@ -83,5 +87,9 @@ def test_pdl_and_plain_launch_agree_bitwise(case, graph, chained):
     plain = _run(case, replace(base, pdl=False), graph, chained)
     for name in ("out", "conv_state", "ssm_state"):
         assert torch.equal(getattr(with_pdl, name), getattr(plain, name)), f"{case.id}: {name} differs"
-    # and the PDL plans really asked for it
-    assert any(p.pdl for p in spec._plans.values())
+    # and the PDL plans really asked for it, staggered exactly when the grid is full enough
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    pdl_plans = [p for p in spec._plans.values() if p.pdl]
+    assert pdl_plans
+    for p in pdl_plans:
+        assert p.stagger == spec.stagger_value_programs(p.v_grid[0] * p.v_grid[1], sms)
