@@ -10,7 +10,6 @@ from caovan.kernels.gdn_spec_decode.occupancy import (
     SMLimits,
     choose_value_block,
     resident_programs_per_sm,
-    stagger_value_programs,
     value_block_candidates,
 )
 
@@ -84,17 +83,3 @@ def test_no_candidate_fits_fewest_waves_first_then_the_preferred():
     assert _choose([8, 16], 16 * 24, {8: 2112, 16: 1584}) == (16, [8, 16])  # 3 waves at BV=8, 2 at BV=16
     assert _choose([8, 16], 16 * 24, {8: 2112, 16: 1000}) == (8, [8, 16])  # 3 waves at BV=8, 4 at BV=16
     assert _choose([8, 16], 8 * 24, {8: 0, 16: 0}) == (8, [8, 16])  # nothing can be resident: keep the preferred
-
-
-@pytest.mark.parametrize(
-    "num_programs,expected",
-    [
-        (0, False),
-        (384, False),  # Qwen3.6-27B TP=2, 1 sequence, BV 8: 2.9 programs per SM (staggering measured slower)
-        (527, False),
-        (528, True),  # 4 per SM
-        (1536, True),  # 27B, 8 sequences, BV 16: 11.6 per SM (measured faster)
-    ],
-)
-def test_stagger_only_full_grids(num_programs, expected):
-    assert stagger_value_programs(num_programs, multiprocessors=132) is expected

@@ -23,13 +23,7 @@ from triton import knobs
 from triton.runtime.jit import JITFunction
 
 from .launch_configs import ArchLaunchConfig, config_for
-from .occupancy import (
-    SMLimits,
-    choose_value_block,
-    resident_programs_per_sm,
-    stagger_value_programs,
-    value_block_candidates,
-)
+from .occupancy import SMLimits, choose_value_block, resident_programs_per_sm, value_block_candidates
 from .triton_kernels import (
     _caovan_sm75_fused_v_gdn_spec_decode_kernel,
     _caovan_sm75_prepare_qk_conv_spec_decode_kernel,
@@ -112,7 +106,7 @@ class _Plan:
     v_stages: int
     # Programmatic dependent launches: the Q/K kernel of the kernel before it, the V/GDN kernel of the Q/K kernel
     pdl: bool
-    stagger: bool  # half of the V/GDN programs start behind the Q/K kernel (full grids, PDL only)
+    stagger: bool  # half of the V/GDN programs start behind the Q/K kernel (large state writes, PDL only)
 
 
 _plans: dict[tuple, _Plan] = {}
@@ -520,7 +514,7 @@ def _validate_and_plan(
         BV = _fit_value_block(device, BV, BK, V, N * HV, v_config, use_pdl, lambda bv: (*v_args, *v_tail(bv)))
     num_v_blocks = triton.cdiv(V, BV)
     # Only a programmatic dependent launch has a wait to start half of the programs behind (see the kernel).
-    stagger = use_pdl and stagger_value_programs(num_v_blocks * N * HV, _sm_limits(device).multiprocessors)
+    stagger = use_pdl and config.stagger_on(num_spec_tokens * HV * V * K * ssm_state.element_size())
     return _Plan(
         N=N,
         num_spec_tokens=num_spec_tokens,

@@ -72,18 +72,6 @@ def value_block_candidates(preferred: int, block_k: int, num_warps: int, block_v
     return candidates
 
 
-#: Programs per SM from which the V/GDN kernel staggers its start (half of the value heads load their state
-#: after the Q/K kernel is done, see the kernel). Measured on an H200 (docs/bench/experiments/qk-programmatic-launch):
-#: faster with 8 sequences (12-16 programs per SM), slower with 1 sequence (2-3 per SM), where nothing competes
-#: for DRAM at the same moment and the stagger only delays half of the programs.
-STAGGER_MIN_PROGRAMS_PER_SM = 4
-
-
-def stagger_value_programs(num_programs: int, multiprocessors: int) -> bool:
-    """Whether a V/GDN grid of this many programs is full enough for the staggered start to pay off."""
-    return num_programs >= STAGGER_MIN_PROGRAMS_PER_SM * multiprocessors
-
-
 def choose_value_block(
     candidates: Sequence[int],
     num_programs: Callable[[int], int],
