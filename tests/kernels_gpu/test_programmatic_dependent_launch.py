@@ -32,7 +32,7 @@ pytestmark = [
 
 import caovan.kernels.gdn_spec_decode as spec  # noqa: E402
 from caovan.bench.cases import SpecDecodeCase, build_inputs  # noqa: E402
-from caovan.kernels.gdn_spec_decode.launch_configs import PDL_MIN_CAPABILITY, config_for  # noqa: E402
+from caovan.kernels.gdn_spec_decode.launch_configs import config_for, has_pdl  # noqa: E402
 
 CASES = [
     SpecDecodeCase("qwen3.6-27b-tp2", num_seqs=8, num_spec_tokens=4, accepted="sweep", ssm_dtype="float32"),
@@ -76,7 +76,7 @@ def _run(case, config, graph: bool, chained: bool = False):
 
 
 @pytest.mark.skipif(
-    torch.cuda.is_available() and torch.cuda.get_device_capability() < PDL_MIN_CAPABILITY,
+    torch.cuda.is_available() and not has_pdl(torch.cuda.get_device_capability()),
     reason="programmatic dependent launch needs sm_90+; older GPUs always launch plainly",
 )
 @pytest.mark.parametrize("chained", [False, True], ids=["one-call", "chained"])

@@ -39,6 +39,11 @@ class VGdnLaunchConfig:
 PDL_MIN_CAPABILITY = (9, 0)
 
 
+def has_pdl(capability: tuple[int, int]) -> bool:
+    """Whether a GPU of this compute capability has programmatic dependent launch."""
+    return tuple(capability) >= PDL_MIN_CAPABILITY
+
+
 @dataclass(frozen=True)
 class ArchLaunchConfig:
     arch: str  # "sm75"
@@ -58,7 +63,7 @@ class ArchLaunchConfig:
 
     def pdl_on(self, capability: tuple[int, int]) -> bool:
         """Whether launches on a GPU of this compute capability use programmatic dependent launch."""
-        return self.pdl and tuple(capability) >= PDL_MIN_CAPABILITY
+        return self.pdl and has_pdl(capability)
 
     def stagger_on(self, state_write_bytes: int) -> bool:
         """Whether a PDL launch writing this many bytes of SSM state starts half of its V/GDN programs late."""
@@ -87,7 +92,7 @@ def _entry(arch: str, entry: dict) -> ArchLaunchConfig:
         raise ValueError(f"stagger_min_state_write_bytes: expected a byte count >= 0 or null, got {threshold!r}")
     if threshold is not None and not config.pdl:
         raise ValueError("stagger_min_state_write_bytes: the staggered start needs pdl (it waits for the Q/K kernel)")
-    if config.pdl and config.capability < PDL_MIN_CAPABILITY:
+    if config.pdl and not has_pdl(config.capability):
         raise ValueError(f"pdl: programmatic dependent launch needs sm90 or newer, not {arch}")
     return config
 
