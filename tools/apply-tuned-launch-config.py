@@ -29,12 +29,15 @@ def main() -> int:
     major, minor = (int(x) for x in record["gpu"]["capability"].split("."))
     arch = args.arch or f"sm{major}{minor}"
     config = best["config"]
+    # carried over as measured with (bench tune does not sweep it; see launch_configs.py)
+    stagger = config.get("stagger_min_state_write_bytes")
     entries = json.loads(DATA.read_text(encoding="utf-8"))
     entries[arch] = {
         "capability": [major, minor],
         "qk": config["qk"],
         "v_gdn": config["v_gdn"],
         "pdl": bool(config.get("pdl", False)),
+        **({"stagger_min_state_write_bytes": stagger} if stagger is not None else {}),
         "tuned": True,
         "note": (
             f"tuned on {record['gpu']['name']} by `caovan bench tune` ({args.tune_json.as_posix()}): "

@@ -135,3 +135,39 @@ def test_pdl_is_used_only_where_the_gpu_has_it(monkeypatch, pdl, device, capabil
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     config = replace(LAUNCH_CONFIGS["sm75"], pdl=pdl)
     assert spec._use_pdl(config, torch.device(device)) is expected
+
+
+def test_stagger_threshold_is_read_from_the_data(tmp_path):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    entries = {"sm75": _entry((7, 5)), "sm90": _entry((9, 0), pdl=True, stagger_min_state_write_bytes=1000)}
+    configs = _load(_write(tmp_path, entries))
+    assert configs["sm75"].stagger_min_state_write_bytes is None
+    assert not configs["sm75"].stagger_on(10**12)  # no threshold: never
+    assert not configs["sm90"].stagger_on(999)
+    assert configs["sm90"].stagger_on(1000)
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ({"pdl": True, "stagger_min_state_write_bytes": -1}, "expected a byte count >= 0 or null, got -1"),
+        ({"pdl": True, "stagger_min_state_write_bytes": "24MB"}, "expected a byte count >= 0 or null, got '24MB'"),
+        ({"stagger_min_state_write_bytes": 0}, "needs pdl"),
+    ],
+)
+def test_a_bad_stagger_threshold_is_one_clear_error(tmp_path, extra, message):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    path = _write(tmp_path, {"sm90": _entry((9, 0), **extra)})
+    with pytest.raises(ValueError, match=r"launch_configs\.json: entry 'sm90': stagger_min_state_write_bytes: "):
+        _load(path)
+    with pytest.raises(ValueError, match=message):
+        _load(path)
+
+
+def test_the_sm90_entry_staggers_only_large_state_writes():
+    # 27B at TP=2, 8 sequences x 5 tokens, fp32 state: 63 MB (measured faster); 2 sequences x 5 tokens, fp16: 8 MB.
+    per_token_head = 128 * 128
+    assert LAUNCH_CONFIGS["sm90"].stagger_on(40 * 24 * per_token_head * 4)
+    assert not LAUNCH_CONFIGS["sm90"].stagger_on(10 * 24 * per_token_head * 2)

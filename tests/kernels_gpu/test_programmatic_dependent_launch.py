@@ -9,6 +9,10 @@ The Q/K kernel is itself a programmatic dependent of the kernel before it: it mu
 before reading anything, and release the V/GDN kernel (whose early loads read the SSM state) only after.
 The chained case checks that: a copy kernel writes the call's input right before it, and a second call reads
 the conv and SSM state the first one wrote.
+
+Where a call writes much SSM state, half of the V/GDN programs also wait before loading their state (the
+staggered start, from a launch-entry threshold); each case runs with it forced on and off, and both must
+match the plain launch bit for bit.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ pytestmark = [
 
 import caovan.kernels.gdn_spec_decode as spec  # noqa: E402
 from caovan.bench.cases import SpecDecodeCase, build_inputs  # noqa: E402
-from caovan.kernels.gdn_spec_decode.launch_configs import PDL_MIN_CAPABILITY, config_for  # noqa: E402
+from caovan.kernels.gdn_spec_decode.launch_configs import config_for, has_pdl  # noqa: E402
 
 CASES = [
     SpecDecodeCase("qwen3.6-27b-tp2", num_seqs=8, num_spec_tokens=4, accepted="sweep", ssm_dtype="float32"),
     SpecDecodeCase(
         "qwen3-next-80b-tp2", num_seqs=6, num_spec_tokens=3, null_seqs=1, padded_seqs=2, ssm_dtype="float16"
     ),
+    SpecDecodeCase("qwen3.6-27b-tp2", num_seqs=1, num_spec_tokens=3, accepted="sweep", ssm_dtype="float32"),
 ]
 
 
@@ -71,17 +76,22 @@ def _run(case, config, graph: bool, chained: bool = False):
 
 
 @pytest.mark.skipif(
-    torch.cuda.is_available() and torch.cuda.get_device_capability() < PDL_MIN_CAPABILITY,
+    torch.cuda.is_available() and not has_pdl(torch.cuda.get_device_capability()),
     reason="programmatic dependent launch needs sm_90+; older GPUs always launch plainly",
 )
 @pytest.mark.parametrize("chained", [False, True], ids=["one-call", "chained"])
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "cuda-graph"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_pdl_and_plain_launch_agree_bitwise(case, graph, chained):
+@pytest.mark.parametrize("stagger_from", [0, None], ids=["staggered", "not-staggered"])
+def test_pdl_and_plain_launch_agree_bitwise(case, graph, chained, stagger_from):
+    spec._plans.clear()  # the plan checks below look at this test's plans only
+    spec._direct.clear()
     base = config_for(torch.cuda.get_device_capability())
-    with_pdl = _run(case, replace(base, pdl=True), graph, chained)
-    plain = _run(case, replace(base, pdl=False), graph, chained)
+    with_pdl = _run(case, replace(base, pdl=True, stagger_min_state_write_bytes=stagger_from), graph, chained)
+    plain = _run(case, replace(base, pdl=False, stagger_min_state_write_bytes=None), graph, chained)
     for name in ("out", "conv_state", "ssm_state"):
         assert torch.equal(getattr(with_pdl, name), getattr(plain, name)), f"{case.id}: {name} differs"
-    # and the PDL plans really asked for it
-    assert any(p.pdl for p in spec._plans.values())
+    # and the PDL plans really asked for it (and for the staggered start when it was forced on)
+    pdl_plans = [p for p in spec._plans.values() if p.pdl]
+    assert pdl_plans
+    assert all(p.stagger == (stagger_from is not None) for p in pdl_plans)

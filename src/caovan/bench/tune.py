@@ -40,7 +40,7 @@ TUNE_SETTINGS = BenchSettings(warmup=3, eager_iters=0, graph_calls=20, graph_rep
 def candidate_configs(base: Any) -> list[Any]:
     """The base entry, then its QK variants, its V/GDN variants and its PDL toggle (one aspect varied at a time;
     PDL only where the architecture has it)."""
-    from caovan.kernels.gdn_spec_decode.launch_configs import PDL_MIN_CAPABILITY, QKLaunchConfig, VGdnLaunchConfig
+    from caovan.kernels.gdn_spec_decode.launch_configs import QKLaunchConfig, VGdnLaunchConfig, has_pdl
 
     out = [base]
     for w in QK_WARPS:
@@ -52,7 +52,7 @@ def candidate_configs(base: Any) -> list[Any]:
             v = VGdnLaunchConfig(num_warps=w, num_stages=1, BV=bv)
             if v != base.v_gdn:
                 out.append(replace(base, v_gdn=v, tuned=False, note="tune candidate"))
-    if tuple(base.capability) >= PDL_MIN_CAPABILITY:
+    if has_pdl(base.capability):
         out.append(replace(base, pdl=not base.pdl, tuned=False, note="tune candidate"))
     return out
 

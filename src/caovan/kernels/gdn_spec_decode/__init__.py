@@ -106,6 +106,7 @@ class _Plan:
     v_stages: int
     # Programmatic dependent launches: the Q/K kernel of the kernel before it, the V/GDN kernel of the Q/K kernel
     pdl: bool
+    stagger: bool  # half of the V/GDN programs start behind the Q/K kernel (large state writes, PDL only)
 
 
 _plans: dict[tuple, _Plan] = {}
@@ -470,7 +471,7 @@ def _validate_and_plan(
         use_pdl,
     )
 
-    def v_tail(BV: int) -> tuple:
+    def v_tail(BV: int, stagger: bool = False) -> tuple:
         return (
             s_x_token,
             a.stride(0),
@@ -502,6 +503,7 @@ def _validate_and_plan(
             has_bias,
             has_token_index,
             use_pdl,
+            stagger,
         )
 
     if N > 0 and device.type == "cuda" and not _INTERPRETED:
@@ -511,6 +513,8 @@ def _validate_and_plan(
         )  # fmt: skip
         BV = _fit_value_block(device, BV, BK, V, N * HV, v_config, use_pdl, lambda bv: (*v_args, *v_tail(bv)))
     num_v_blocks = triton.cdiv(V, BV)
+    # Only a programmatic dependent launch has a wait to start half of the programs behind (see the kernel).
+    stagger = use_pdl and config.stagger_on(num_spec_tokens * HV * V * K * ssm_state.element_size())
     return _Plan(
         N=N,
         num_spec_tokens=num_spec_tokens,
@@ -519,12 +523,13 @@ def _validate_and_plan(
         v_grid=(num_v_blocks, N * HV, 1),
         v_block=BV,
         qk_tail=qk_tail,
-        v_tail=v_tail(BV),
+        v_tail=v_tail(BV, stagger),
         qk_warps=config.qk.num_warps,
         qk_stages=config.qk.num_stages,
         v_warps=v_config.num_warps,
         v_stages=v_config.num_stages,
         pdl=use_pdl,
+        stagger=stagger,
     )
 
 

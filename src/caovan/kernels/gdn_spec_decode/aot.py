@@ -220,6 +220,7 @@ def _launch_values(
         V=V,
         BV=BV,
         BT=BT,
+        STAGGER=use_pdl,  # a full batch's launch staggers wherever it is a programmatic dependent (the superset)
     )
     return qk, v_gdn
 

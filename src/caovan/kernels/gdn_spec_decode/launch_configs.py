@@ -39,6 +39,11 @@ class VGdnLaunchConfig:
 PDL_MIN_CAPABILITY = (9, 0)
 
 
+def has_pdl(capability: tuple[int, int]) -> bool:
+    """Whether a GPU of this compute capability has programmatic dependent launch."""
+    return tuple(capability) >= PDL_MIN_CAPABILITY
+
+
 @dataclass(frozen=True)
 class ArchLaunchConfig:
     arch: str  # "sm75"
@@ -52,10 +57,18 @@ class ArchLaunchConfig:
     #: kernel a dependent of whatever kernel ran before it, so its launch overlaps that kernel's tail
     #: (docs/bench/experiments/qk-programmatic-launch).
     pdl: bool = False
+    #: Staggered V/GDN start (PDL launches only; see the V/GDN kernel): on for calls that write at least this many
+    #: bytes of SSM state, where the programs compete for DRAM; None: never. Measured per GPU, like the rest.
+    stagger_min_state_write_bytes: int | None = None
 
     def pdl_on(self, capability: tuple[int, int]) -> bool:
         """Whether launches on a GPU of this compute capability use programmatic dependent launch."""
-        return self.pdl and tuple(capability) >= PDL_MIN_CAPABILITY
+        return self.pdl and has_pdl(capability)
+
+    def stagger_on(self, state_write_bytes: int) -> bool:
+        """Whether a PDL launch writing this many bytes of SSM state starts half of its V/GDN programs late."""
+        threshold = self.stagger_min_state_write_bytes
+        return threshold is not None and state_write_bytes >= threshold
 
 
 #: The data file: one entry per architecture. ``caovan bench tune --json`` measures candidates on a GPU and
@@ -72,8 +85,14 @@ def _entry(arch: str, entry: dict) -> ArchLaunchConfig:
         tuned=bool(entry["tuned"]),
         note=str(entry["note"]),
         pdl=bool(entry.get("pdl", False)),
+        stagger_min_state_write_bytes=entry.get("stagger_min_state_write_bytes"),
     )
-    if config.pdl and config.capability < PDL_MIN_CAPABILITY:
+    threshold = config.stagger_min_state_write_bytes
+    if threshold is not None and (type(threshold) is not int or threshold < 0):
+        raise ValueError(f"stagger_min_state_write_bytes: expected a byte count >= 0 or null, got {threshold!r}")
+    if threshold is not None and not config.pdl:
+        raise ValueError("stagger_min_state_write_bytes: the staggered start needs pdl (it waits for the Q/K kernel)")
+    if config.pdl and not has_pdl(config.capability):
         raise ValueError(f"pdl: programmatic dependent launch needs sm90 or newer, not {arch}")
     return config
 
