@@ -1,0 +1,100 @@
+"""How the cached direct launch calls a compiled kernel: Triton's C launch function or its launcher object.
+
+The GPU tier (tests/kernels_gpu/test_direct_launch.py) checks the direct path bit for bit against Triton's own
+dispatch; these tests check the choice itself on fakes, and that the installed Triton still calls its C
+launch function with the argument layout the shortcut assumes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+
+import caovan.kernels.gdn_spec_decode as spec
+
+
+class _Launcher:
+    """Stands in for triton.backends.nvidia.driver.CudaLauncher (attributes only)."""
+
+    def __init__(self, **overrides):
+        self.launch = lambda *args: ("c-launch", args)
+        self.global_scratch_size = 0
+        self.profile_scratch_size = 0
+        self.num_ctas = 1
+        self.launch_cooperative_grid = False
+        self.launch_pdl = True
+        self.__dict__.update(overrides)
+
+    def __call__(self, *args):
+        return ("launcher-object", args)
+
+
+class _Compiled:
+    def __init__(self, run):
+        self.run = run
+        self.function = 1234
+        self.packed_metadata = (4, 1, 0)
+
+
+def _launch(launcher, monkeypatch, version="3.6.0"):
+    monkeypatch.setattr(spec.triton, "__version__", version)
+    launch, grid, head = spec._direct_launch(_Compiled(launcher), [8, 24, 1])
+    return launch(*grid, "stream", *head, "arg0", "arg1")
+
+
+def test_c_launch_with_triton_launcher_layout(monkeypatch):
+    via, args = _launch(_Launcher(), monkeypatch)
+    assert via == "c-launch"
+    # gridX, gridY, gridZ, stream, function, cooperative, pdl, global/profile scratch, metadata, launch
+    # metadata, enter/exit hooks, kernel arguments
+    assert args == (8, 24, 1, "stream", 1234, False, True, None, None, (4, 1, 0), None, None, None, "arg0", "arg1")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"global_scratch_size": 256},
+        {"profile_scratch_size": 64},
+        {"num_ctas": 2},
+        {"launch_pdl": None},
+        {"launch": None},
+    ],
+    ids=["global-scratch", "profile-scratch", "clusters", "no-pdl-flag", "no-c-launch"],
+)
+def test_launcher_object_when_the_shortcut_would_skip_work(overrides, monkeypatch):
+    via, args = _launch(_Launcher(**overrides), monkeypatch)
+    assert via == "launcher-object"
+    assert args == (8, 24, 1, "stream", 1234, (4, 1, 0), None, None, None, "arg0", "arg1")
+
+
+def test_launcher_object_on_a_triton_whose_launcher_was_not_read(monkeypatch):
+    via, _ = _launch(_Launcher(), monkeypatch, version="3.7.0")
+    assert via == "launcher-object"
+
+
+def test_installed_triton_launcher_matches_the_layout_read():
+    """Fails when a Triton release in _LAUNCHER_LAYOUT_READ calls its C launch function differently."""
+    import triton
+
+    if not triton.__version__.startswith(spec._LAUNCHER_LAYOUT_READ):
+        pytest.skip(
+            f"Triton {triton.__version__} is not in _LAUNCHER_LAYOUT_READ {spec._LAUNCHER_LAYOUT_READ}: the direct "
+            "path uses its launcher object; read its CudaLauncher.__call__ before adding it"
+        )
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    body = re.sub(r"\s+", " ", inspect.getsource(CudaLauncher.__call__))
+    assert (
+        "self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl, "
+        "global_scratch, profile_scratch, *args)" in body
+    )
+    assert "def __call__(self, gridX, gridY, gridZ, stream, function, *args):" in body
+
+
+def test_alignment_check_reads_tensors_and_skips_none():
+    torch = pytest.importorskip("torch")
+    base = torch.empty(64, dtype=torch.float16)
+    assert spec._all_aligned((base, None, base[8:]))
+    assert not spec._all_aligned((base, None, base[1:]))
