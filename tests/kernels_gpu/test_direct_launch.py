@@ -66,5 +66,6 @@ def test_direct_and_triton_dispatch_agree_bitwise():
 
 
 def test_misaligned_pointer_takes_triton_dispatch():
-    assert not spec._all_aligned((torch.empty(9, dtype=torch.float16, device="cuda")[1:],))
-    assert spec._all_aligned((torch.empty(16, device="cuda"), None))
+    assert spec._aligned_pointers((torch.empty(9, dtype=torch.float16, device="cuda")[1:],)) is None
+    base = torch.empty(16, device="cuda")
+    assert spec._aligned_pointers((base, None)) == (base.data_ptr(), None)
