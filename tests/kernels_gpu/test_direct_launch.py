@@ -66,5 +66,37 @@ def test_direct_and_triton_dispatch_agree_bitwise():
 
 
 def test_misaligned_pointer_takes_triton_dispatch():
-    assert not spec._all_aligned((torch.empty(9, dtype=torch.float16, device="cuda")[1:],))
-    assert spec._all_aligned((torch.empty(16, device="cuda"), None))
+    assert spec._aligned_pointers((torch.empty(9, dtype=torch.float16, device="cuda")[1:],)) is None
+    base = torch.empty(16, device="cuda")
+    assert spec._aligned_pointers((base, None)) == (base.data_ptr(), None)
+
+
+def test_eager_calls_reuse_one_scratch_per_stream_and_graphs_get_their_own():
+    """The q/k scratch is kept per plan and stream for eager calls; concurrent streams and captures get their own."""
+    case = CASES[0]
+    sources = [build_inputs(case, "cuda", value_seed=case.seed + i) for i in (0, 3)]
+    refs = [accuracy.run_reference(gdn_spec_decode_reference, x) for x in sources]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    spec._plans.clear()
+    spec._direct.clear()
+    for _ in range(2):  # the second round goes through the cached direct launch
+        runs = [x.clone() for x in sources]
+        torch.cuda.synchronize()
+        for run, stream in zip(runs, streams, strict=True):  # both in flight at once, same plan
+            with torch.cuda.stream(stream):
+                accuracy.call(spec.gdn_spec_decode, run)
+        torch.cuda.synchronize()
+        for run, ref in zip(runs, refs, strict=True):
+            report = accuracy.compare(run, ref)
+            assert not accuracy.check_standalone(case, report), report
+    (plan,) = spec._plans.values()
+    assert set(plan.scratch_by_stream) == {s.cuda_stream for s in streams}
+
+    before = dict(plan.scratch_by_stream)
+    args, kwargs = sources[0].clone().kernel_args()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
+        spec.gdn_spec_decode(*args, **kwargs)
+    assert plan.scratch_by_stream == before, "a capture must neither take nor add an eager scratch"
+    graph.replay()
+    torch.cuda.synchronize()

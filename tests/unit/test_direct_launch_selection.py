@@ -93,8 +93,28 @@ def test_installed_triton_launcher_matches_the_layout_read():
     assert "def __call__(self, gridX, gridY, gridZ, stream, function, *args):" in body
 
 
-def test_alignment_check_reads_tensors_and_skips_none():
+def test_pointers_are_passed_as_ints_when_all_aligned():
     torch = pytest.importorskip("torch")
     base = torch.empty(64, dtype=torch.float16)
-    assert spec._all_aligned((base, None, base[8:]))
-    assert not spec._all_aligned((base, None, base[1:]))
+    assert spec._aligned_pointers((base, None, base[8:])) == (base.data_ptr(), None, base.data_ptr() + 16)
+    assert spec._aligned_pointers((base, None, base[1:])) is None
+
+
+def test_qk_kernel_tensor_positions_follow_both_signatures():
+    """_QK_TENSORS picks the Q/K kernel's pointer arguments out of the V/GDN kernel's, by name."""
+    qk = [p.name for p in spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel.params]
+    v = [p.name for p in spec._caovan_sm75_fused_v_gdn_spec_decode_kernel.params]
+    picked = [v[i] for i in spec._QK_TENSORS]
+    assert picked == qk[: len(spec._QK_TENSORS)]
+
+
+def test_interpreted_calls_take_a_fresh_scratch():
+    torch = pytest.importorskip("torch")
+    plan = spec._Plan(
+        N=1, num_spec_tokens=2, scratch_shape=(2, 2, 1, 4), qk_grid=(1, 1, 2), v_grid=(1, 1, 1), v_block=4,
+        qk_tail=(), v_tail=(), qk_warps=1, qk_stages=1, v_warps=1, v_stages=1, pdl=False, stagger=False,
+    )  # fmt: skip
+    a = spec._qk_scratch(plan, torch.device("cpu"), None)
+    b = spec._qk_scratch(plan, torch.device("cpu"), None)
+    assert a.shape == (2, 2, 1, 4) and a.dtype == torch.float32
+    assert a.data_ptr() != b.data_ptr() and plan.scratch_by_stream == {}

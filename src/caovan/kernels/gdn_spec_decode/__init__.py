@@ -15,7 +15,7 @@ fp32 scratch allocation, two launches.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import triton
@@ -107,6 +107,8 @@ class _Plan:
     # Programmatic dependent launches: the Q/K kernel of the kernel before it, the V/GDN kernel of the Q/K kernel
     pdl: bool
     stagger: bool  # half of the V/GDN programs start behind the Q/K kernel (large state writes, PDL only)
+    # q/k scratch reused by eager calls, one per CUDA stream (see _qk_scratch)
+    scratch_by_stream: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 _plans: dict[tuple, _Plan] = {}
@@ -254,33 +256,50 @@ def gdn_spec_decode(
         return
 
     device = mixed_qkv.device
-    # Normalised q/k, computed once per key head and read by its HV/H value heads.
-    qk_scratch = torch.empty(plan.scratch_shape, dtype=torch.float32, device=device)
-    qk_args = (
-        mixed_qkv, conv_weight, conv_bias, conv_state, query_start_loc, state_indices,
-        num_accepted_tokens, token_index, qk_scratch, *plan.qk_tail,
-    )  # fmt: skip
-    v_args = (
-        mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
-        query_start_loc, state_indices, num_accepted_tokens, token_index, qk_scratch, out, *plan.v_tail,
-    )  # fmt: skip
     with _device_guard(device):
+        stream = None if _INTERPRETED else _current_stream(device.index)
+        # Normalised q/k, computed once per key head and read by its HV/H value heads.
+        qk_scratch = _qk_scratch(plan, device, stream)
+        # The V/GDN kernel's tensor arguments in signature order; the Q/K kernel's are a subset (_QK_TENSORS).
+        tensors = (
+            mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
+            query_start_loc, state_indices, num_accepted_tokens, token_index, qk_scratch, out,
+        )  # fmt: skip
         fast = _direct.get(key)
-        # The Q/K kernel's tensors are a subset of the V/GDN kernel's: checking v_args covers both launches.
-        if fast is not None and _all_aligned(v_args[:_V_TENSOR_ARGS]) and not _launch_hooks_set():
-            stream = _current_stream(device.index)
-            (qk_launch, qk_grid, qk_head), (v_launch, v_grid, v_head) = fast
-            qk_launch(*qk_grid, stream, *qk_head, *qk_args)
-            v_launch(*v_grid, stream, *v_head, *v_args)
-            return
+        if fast is not None and not _launch_hooks_set():
+            ptrs = _aligned_pointers(tensors)
+            if ptrs is not None:
+                (qk_launch, qk_grid, qk_head), (v_launch, v_grid, v_head) = fast
+                qk_launch(*qk_grid, stream, *qk_head, *[ptrs[i] for i in _QK_TENSORS], *plan.qk_tail)
+                v_launch(*v_grid, stream, *v_head, *ptrs, *plan.v_tail)
+                return
         qk_kernel = _caovan_sm75_prepare_qk_conv_spec_decode_kernel[plan.qk_grid](
-            *qk_args, num_warps=plan.qk_warps, num_stages=plan.qk_stages, launch_pdl=plan.pdl
-        )
+            *[tensors[i] for i in _QK_TENSORS], *plan.qk_tail,
+            num_warps=plan.qk_warps, num_stages=plan.qk_stages, launch_pdl=plan.pdl,
+        )  # fmt: skip
         v_kernel = _caovan_sm75_fused_v_gdn_spec_decode_kernel[plan.v_grid](
-            *v_args, num_warps=plan.v_warps, num_stages=plan.v_stages, launch_pdl=plan.pdl
+            *tensors, *plan.v_tail, num_warps=plan.v_warps, num_stages=plan.v_stages, launch_pdl=plan.pdl
         )
-        if not _INTERPRETED and _all_aligned(v_args[:_V_TENSOR_ARGS]) and not _launch_hooks_set():
+        if not _INTERPRETED and _aligned_pointers(tensors) is not None and not _launch_hooks_set():
             _direct[key] = (_direct_launch(qk_kernel, plan.qk_grid), _direct_launch(v_kernel, plan.v_grid))
+
+
+def _qk_scratch(plan: _Plan, device: torch.device, stream: int | None) -> torch.Tensor:
+    """The q/k scratch of one call: reused by the eager calls of a plan on one stream, fresh otherwise.
+
+    Allocating it (``torch.empty``) was ~3 us of a ~24 us eager call on an H200 host, paid for every GDN layer
+    of every decode step under PIECEWISE graphs. Reuse is safe on one stream: the Q/K kernel of the next call
+    writes it only after the V/GDN kernel that read it is done (stream order; with programmatic dependent
+    launch the Q/K kernel's ``gdc_wait()`` waits for the kernel before it). A call on another stream gets its
+    own buffer. Under CUDA-graph capture a fresh buffer is taken from the graph's pool, so that a replay never
+    shares memory with eager calls or other graphs. Interpreted (CPU) calls have no stream: fresh each time.
+    """
+    if stream is None or torch.cuda.is_current_stream_capturing():
+        return torch.empty(plan.scratch_shape, dtype=torch.float32, device=device)
+    scratch = plan.scratch_by_stream.get(stream)
+    if scratch is None:
+        scratch = plan.scratch_by_stream[stream] = torch.empty(plan.scratch_shape, dtype=torch.float32, device=device)
+    return scratch
 
 
 # Direct launches: Triton's ``kernel[grid](...)`` re-binds and re-specialises every argument in Python on
@@ -289,25 +308,31 @@ def gdn_spec_decode(
 # the same arguments. That is only sound while Triton would pick the same compiled kernel: the plan key fixes
 # dtypes, shapes, strides and options, and Triton also specialises pointers on 16-byte alignment, so the
 # direct path is taken only when every pointer is 16-byte aligned (the case the cached kernel was compiled
-# for; anything else goes through Triton's own dispatch). Launch hooks (profilers) also disable it.
+# for; anything else goes through Triton's own dispatch). Launch hooks (profilers) also disable it. It passes
+# the data pointers as ints (see _aligned_pointers).
 _direct: dict[tuple, tuple] = {}
 
 
-#: v_args starts with the V/GDN kernel's tensor arguments (tensors or None), then its scalars and constexprs.
-_V_TENSOR_ARGS = 15
+#: Positions in the V/GDN kernel's tensor arguments of the Q/K kernel's, in its signature order: mixed_qkv,
+#: conv_weight, conv_bias, conv_state, query_start_loc, state_indices, num_accepted_tokens, token_index, scratch.
+_QK_TENSORS = (0, 5, 6, 7, 9, 10, 11, 12, 13)
 
 
-def _all_aligned(tensors: tuple) -> bool:
-    """Every tensor's data pointer is 16-byte aligned (``tensors``: tensors or None).
+def _aligned_pointers(tensors: tuple) -> tuple | None:
+    """The tensors' data pointers as ints (None stays None), or None when one is not 16-byte aligned.
 
-    The callers pass the tensor positions only: ``isinstance(x, torch.Tensor)`` goes through torch's Python
-    ``__instancecheck__`` and cost ~5 us per call over the ~45 arguments of a launch (measured on an H200 host).
+    The direct launch passes these ints in place of the tensors. For a tensor argument Triton's launcher calls
+    ``data_ptr()`` and then ``cuPointerGetAttribute`` to check that the pointer is device memory, a driver call
+    per pointer (24 per call here); the plan key fixes every tensor's device, validated once per key as the
+    plan's CUDA device, so that check cannot fail on this path. (``isinstance(x, torch.Tensor)`` is avoided:
+    it goes through torch's Python ``__instancecheck__``.)
     """
+    ptrs = tuple(None if t is None else t.data_ptr() for t in tensors)
     bits = 0
-    for t in tensors:
-        if t is not None:
-            bits |= t.data_ptr()
-    return bits & 15 == 0
+    for p in ptrs:
+        if p is not None:
+            bits |= p
+    return ptrs if bits & 15 == 0 else None
 
 
 # Triton releases whose CudaLauncher.__call__ was read for _direct_launch (triton/backends/nvidia/driver.py:
@@ -321,7 +346,8 @@ def _direct_launch(kernel, grid: tuple) -> tuple[Callable, tuple, tuple]:
 
     Triton's launcher object adds a Python frame that only allocates scratch buffers; for kernels that need
     none (ours, on the releases whose launcher was read) its C launch function is called directly, which
-    saves ~1 us per launch on an H200 host. Anything else keeps the launcher object, with the same effect.
+    saved ~0.7 us per launch on an H200 host (docs/bench/experiments/host-launch-path). Anything else keeps
+    the launcher object, with the same effect.
     """
     run = kernel.run
     launch = getattr(run, "launch", None)
@@ -634,8 +660,7 @@ _NO_GUARD = _NoGuard()
 def _device_guard(device: torch.device):
     # Triton launches on the *current* CUDA device; switch only when the tensors live elsewhere
     # (vLLM workers own one device, so the common path costs one comparison).
-    # torch.cuda.current_device() minus its lazy-init check (~0.5 us per call on an H200 host): CUDA is
-    # initialised once tensors live on it.
+    # torch.cuda.current_device() minus its lazy-init check: CUDA is initialised once tensors live on it.
     if device.type == "cuda" and device.index != torch._C._cuda_getDevice():
         return torch.cuda.device(device)
     return _NO_GUARD
