@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 NAME = "bench"
-HELP = "time caovan's GDN spec-decode kernels against vLLM's own path (needs a CUDA GPU)"
+HELP = "time caovan's GDN spec-decode kernels against vLLM's own path (needs a CUDA GPU), or summarise a record"
 ALIAS = None
 
 
@@ -50,6 +50,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     t.add_argument("--json", metavar="FILE", type=Path, help="write the full record (JSON) to FILE")
+    m = targets.add_parser(
+        "summary",
+        help="the figures docs quote from a `bench kernels --json` record (no GPU needed)",
+        description=(
+            "From a record of `caovan bench kernels --json`: time and speedup ranges with geometric means and "
+            "threshold counts over the model cases and over all cases, the cases under the targets (2x vLLM's "
+            "CUDA-graph time, 3x its eager time) with their DRAM roofline, and with --against how each "
+            "implementation's times moved against an older record."
+        ),
+    )
+    m.add_argument("record", type=Path, help="a JSON file written by `caovan bench kernels --json`")
+    m.add_argument("--against", metavar="OLD", type=Path, help="an older record of the same cases to compare with")
 
 
 def _error(message: str) -> int:
@@ -62,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         return run_kernels(args)
     if args.bench_target == "tune":
         return run_tune(args)
+    if args.bench_target == "summary":
+        return run_summary(args)
     return _error(f"unknown bench target {args.bench_target!r}")  # argparse already refuses these
 
 
@@ -164,3 +178,15 @@ def run_kernels(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
     return 1 if s["errors"] or s["accuracy_rule_failures"] else 0
+
+
+def run_summary(args: argparse.Namespace) -> int:
+    from caovan.bench.record_summary import RecordError, format_report, load_record
+
+    try:
+        record = load_record(args.record)
+        old = load_record(args.against) if args.against is not None else None
+    except RecordError as exc:
+        return _error(str(exc))
+    print(format_report(record, old))
+    return 0
