@@ -129,7 +129,24 @@ def test_cli_prints_the_report_with_the_older_record(tmp_path, capsys):
     assert rc == 0
     assert "model cases: 3 cases, 0 failed to run" in out
     assert "qwen3.6-27b-tp2/B8/mtp4/ssm-fp32 graph_us: 1.900x, 20.00 us against 19.00 us" in out
-    assert "ours: eager 1.000-1.000x (geomean 1.000x)" in out
+    assert "ours: eager host-inclusive 1.000-1.000x (geomean 1.000x), CUDA graph 1.000-1.000x" in out
+
+
+def test_layers_times_are_summarised_when_every_row_has_them():
+    with_layers = [
+        {
+            **r,
+            "ours": {**r["ours"], "graph_layers_us": r["ours"]["graph_us"]},
+            "vllm": {**r["vllm"], "graph_layers_us": 2 * r["vllm"]["graph_us"]},
+        }
+        for r in ROWS[1:]
+    ]
+    s = summarize(with_layers)
+    assert s["graph_layers_us"]["speedup"].low == pytest.approx(3.8)
+    assert not any(m["time"] == "graph_layers_us" for m in misses(with_layers))  # 3.8x and up
+    assert "graph_layers_us" not in summarize([*with_layers[:1], ROWS[2]])  # one row without: not summarised
+    c = compare(with_layers, ROWS)  # the older record has no layers times
+    assert set(c["ours"]) == {"eager_us", "graph_us"}
 
 
 def _numbers(pattern: str, text: str) -> tuple[float, ...]:

@@ -1,9 +1,9 @@
 """The figures quoted from a ``caovan bench kernels --json`` record, computed from the record alone.
 
 Docs quote ranges, geometric means and threshold counts over the model-shape cases, the cases under the
-issue's targets (2x vLLM's CUDA-graph time, 3x its eager time) and, when a record replaces another, how each
-implementation's times moved. ``caovan bench summary RECORD [--against OLD]`` prints them, so every such number
-in the docs has a command behind it.
+issue's targets (2x vLLM's CUDA-graph time, also on "layers" where recorded, 3x its eager time) and, when a
+record replaces another, how each implementation's times moved. ``caovan bench summary RECORD [--against OLD]``
+prints them, so every such number in the docs has a command behind it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ GRAPH_TARGET = 2.0
 EAGER_TARGET = 3.0
 THRESHOLDS = (2.0, 3.0, 5.0)
 TIMES = ("eager_us", "graph_us")
+#: Recorded since the "layers" graph timing was added (older records lack it): summarised when present.
+LAYERS = "graph_layers_us"
+NAMES = {"eager_us": "eager host-inclusive", "graph_us": "CUDA graph", LAYERS: "CUDA graph, layers (cold L2)"}
+TARGETS = {"eager_us": EAGER_TARGET, "graph_us": GRAPH_TARGET, LAYERS: GRAPH_TARGET}
 
 
 @dataclass(frozen=True)
@@ -76,13 +80,22 @@ def _speedup(row: dict[str, Any], key: str) -> float:
     return row["vllm"][key] / row["ours"][key]
 
 
+def times_in(rows: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """The time kinds every row that ran has (eager and graph always; layers in newer records)."""
+    ran = [r for r in rows if not r.get("error")]
+    has_layers = bool(ran) and all(
+        isinstance(r[impl].get(LAYERS), (int, float)) and r[impl][LAYERS] > 0 for r in ran for impl in ("ours", "vllm")
+    )
+    return (*TIMES, LAYERS) if has_layers else TIMES
+
+
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per time kind: our and vLLM's time spread, the speedup spread and how many cases reach each threshold."""
     ran = [r for r in rows if not r.get("error")]
     out: dict[str, Any] = {"cases": len(rows), "failed_to_run": len(rows) - len(ran)}
     if not ran:
         return out
-    for key in TIMES:
+    for key in times_in(ran):
         speedups = [_speedup(r, key) for r in ran]
         out[key] = {
             "ours": Spread.of(r["ours"][key] for r in ran),
@@ -97,10 +110,12 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def misses(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Cases under a target, with what meeting it would take (and the DRAM roofline where recorded)."""
     found = []
+    kinds = times_in(rows)
     for r in rows:
         if r.get("error"):
             continue
-        for key, target in (("graph_us", GRAPH_TARGET), ("eager_us", EAGER_TARGET)):
+        for key in kinds:
+            target = TARGETS[key]
             if _speedup(r, key) < target:
                 roof = r.get("roofline_us")
                 found.append(
@@ -125,8 +140,9 @@ def compare(new_rows: Sequence[dict[str, Any]], old_rows: Sequence[dict[str, Any
     both = [r for r in new_rows if not r.get("error") and r["id"] in old]
     out: dict[str, Any] = {"common_cases": len(both)}
     if both:
+        kinds = [k for k in times_in(both) if k in times_in([old[r["id"]] for r in both])]
         for impl in ("ours", "vllm"):
-            out[impl] = {key: Spread.of(r[impl][key] / old[r["id"]][impl][key] for r in both) for key in TIMES}
+            out[impl] = {key: Spread.of(r[impl][key] / old[r["id"]][impl][key] for r in both) for key in kinds}
     return out
 
 
@@ -136,7 +152,7 @@ def _spread(s: Spread, unit: str = "", digits: int = 2) -> str:
 
 def format_summary(label: str, summary: dict[str, Any]) -> list[str]:
     lines = [f"{label}: {summary['cases']} cases, {summary['failed_to_run']} failed to run"]
-    for key, name in (("eager_us", "eager host-inclusive"), ("graph_us", "CUDA graph")):
+    for key, name in NAMES.items():
         if key not in summary:
             continue
         s = summary[key]
@@ -156,7 +172,7 @@ def format_report(record: dict[str, Any], old: dict[str, Any] | None = None) -> 
     model = [r for r in rows if is_model_case(r)]
     lines = format_summary("model cases", summarize(model)) + format_summary("all cases", summarize(rows))
     under = misses(rows)
-    lines.append(f"under the targets (graph >= {GRAPH_TARGET:g}x, eager >= {EAGER_TARGET:g}x): {len(under)}")
+    lines.append(f"under the targets (graph and layers >= {GRAPH_TARGET:g}x, eager >= {EAGER_TARGET:g}x): {len(under)}")
     for m in under:
         roof = (
             f"; roofline {m['roofline_us']:.2f} us: the target needs {m['target_pct_roofline']:.0f} % of it, "
@@ -171,7 +187,6 @@ def format_report(record: dict[str, Any], old: dict[str, Any] | None = None) -> 
         c = compare(model, [r for r in old["cases"] if is_model_case(r)])
         lines.append(f"against the older record, model cases in both: {c['common_cases']} (new / old time)")
         for impl in ("ours", "vllm") if c["common_cases"] else ():
-            lines.append(
-                f"  {impl}: eager {_spread(c[impl]['eager_us'], 'x', 3)}, graph {_spread(c[impl]['graph_us'], 'x', 3)}"
-            )
+            moved = ", ".join(f"{NAMES[key]} {_spread(spread, 'x', 3)}" for key, spread in c[impl].items())
+            lines.append(f"  {impl}: {moved}")
     return "\n".join(lines)
