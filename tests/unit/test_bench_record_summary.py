@@ -91,7 +91,7 @@ def test_failed_cases_are_counted_not_summarised():
     ("content", "message"),
     [
         (None, "cannot read"),
-        ("{not json", "not JSON"),
+        ("{not json", "malformed JSON"),
         (json.dumps({"cases": []}), "non-empty 'cases' list"),
         (json.dumps({"cases": [{"id": 3}]}), "cases[0]: expected an object with a string 'id'"),
         (json.dumps({"cases": [{**ROWS[1], "ours": {"eager_us": 0, "graph_us": 1}}]}), "ours.eager_us should be"),

@@ -8,7 +8,6 @@ prints them, so every such number in the docs has a command behind it.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from caovan.bench.cases import MODEL_HEADS
+from caovan.jsonfile import read_json
 
 #: Speedup targets of issue 3 (ours vs vLLM's spec path): CUDA-graph time and eager host-inclusive time.
 GRAPH_TARGET = 2.0
@@ -49,12 +49,7 @@ class RecordError(ValueError):
 
 def load_record(path: Path) -> dict[str, Any]:
     """Read and check a record: every row has an id and positive eager/graph times for ours and vLLM."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RecordError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    record = read_json(path, RecordError)
     rows = record.get("cases") if isinstance(record, dict) else None
     if not isinstance(rows, list) or not rows:
         raise RecordError(f"{path}: expected an object with a non-empty 'cases' list (caovan bench kernels --json)")
