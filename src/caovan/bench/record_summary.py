@@ -135,7 +135,8 @@ def compare(new_rows: Sequence[dict[str, Any]], old_rows: Sequence[dict[str, Any
     both = [r for r in new_rows if not r.get("error") and r["id"] in old]
     out: dict[str, Any] = {"common_cases": len(both)}
     if both:
-        kinds = [k for k in times_in(both) if k in times_in([old[r["id"]] for r in both])]
+        in_old = times_in([old[r["id"]] for r in both])
+        kinds = [k for k in times_in(both) if k in in_old]
         for impl in ("ours", "vllm"):
             out[impl] = {key: Spread.of(r[impl][key] / old[r["id"]][impl][key] for r in both) for key in kinds}
     return out
