@@ -143,6 +143,8 @@ def test_bench_row_and_strict_json_report():
     assert row["roofline_us"] == pytest.approx(row["traffic_bytes"]["total"] / 1e12 * 1e6)
     assert row["ours"]["pct_roofline_graph"] == pytest.approx(100 * row["roofline_us"] / 5.0)
     assert row["num_tokens"] == 4
+    assert row["ours"]["graph_layers_us"] == 5.0 and row["speedup_graph_layers"] == 1.0
+    assert row["layers"] == {"copies": 2, "l2_bytes": 0, "footprint_vs_l2": None}  # CPU: no L2 known
 
     def broken(*args, **kwargs):
         raise RuntimeError("kernel exploded")
@@ -168,7 +170,7 @@ def test_bench_row_and_strict_json_report():
     assert back["settings"]["quick"] is True and back["settings"]["cases"] == "small"
     assert back["summary"] == {
         "cases": 2, "errors": 1, "accuracy_rule_failures": 0,
-        "geomean_speedup_eager": 1.0, "geomean_speedup_graph": 1.0,
+        "geomean_speedup_eager": 1.0, "geomean_speedup_graph": 1.0, "geomean_speedup_graph_layers": 1.0,
     }  # fmt: skip
     assert {"id", "case", "traffic_bytes", "roofline_us", "ours", "vllm"} <= set(back["cases"][0])
     assert set(back["cases"][0]["ours"]["errors"]) >= {"out", "ssm_state", "conv_state"}
@@ -190,3 +192,40 @@ def test_environment_records_versions():
     assert set(env["versions"]) >= {"python", "torch", "triton", "vllm", "caovan"}
     if not torch.cuda.is_available():
         assert env["gpu"] == {}
+
+
+def test_layers_graph_time_cycles_through_distinct_copies():
+    """Each captured call of the "layers" timing works on another copy of the caches."""
+    case = SpecDecodeCase("tiny", num_seqs=2, num_spec_tokens=1)
+    seen: list[int] = []
+
+    def ours(*args, **kwargs):
+        seen.append(args[8].data_ptr())  # ssm_state
+        reference(*args, **kwargs)
+
+    def graph_timer(fn, settings):
+        for _ in range(settings.graph_calls):
+            fn()
+        return 1.0
+
+    settings = kb.BenchSettings(warmup=1, eager_iters=1, eager_blocks=1, graph_calls=3, graph_repeats=1)
+    kb.bench_case(
+        case, ours=ours, vllm=reference, reference=reference, bandwidth=1e12, settings=settings,
+        device="cpu", eager_timer=_fake_eager_timer(1.0), graph_timer=graph_timer,
+    )  # fmt: skip
+    layers_calls = seen[-3:]  # the layers timing runs last: 3 captured calls over 2 copies
+    assert layers_calls[0] != layers_calls[1] and layers_calls[2] == layers_calls[0]
+
+
+@pytest.mark.parametrize(
+    ("footprint", "copy_bytes", "l2", "expected"),
+    [
+        (77 << 20, 100 << 20, 60 << 20, 2),  # a large call: two copies already pass 2x L2
+        (10 << 20, 20 << 20, 60 << 20, 12),  # ceil(2 * 60 / 10)
+        (1 << 10, 4 << 10, 60 << 20, 64),  # tiny calls: capped at max_layers
+        (10 << 20, 2 << 30, 60 << 20, 2),  # huge copies: the memory cap, but never fewer than 2
+        (10 << 20, 20 << 20, 0, 2),  # unknown L2
+    ],
+)
+def test_layer_copies(footprint, copy_bytes, l2, expected):
+    assert kb.layer_copies(footprint, copy_bytes, l2, kb.BenchSettings()) == expected

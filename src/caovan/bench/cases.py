@@ -489,6 +489,10 @@ class SpecDecodeInputs:
         """Deep copy with identical strides and offsets (clone the backing buffers, re-view)."""
         return replace(self, backing={k: v.clone() for k, v in self.backing.items()})
 
+    def nbytes(self) -> int:
+        """Memory of the backing buffers (what one clone allocates)."""
+        return sum(v.numel() * v.element_size() for v in self.backing.values())
+
     def copy_from(self, other: SpecDecodeInputs) -> None:
         """Overwrite this copy's buffers in place with ``other``'s values (CUDA-graph inputs)."""
         for k, v in self.backing.items():

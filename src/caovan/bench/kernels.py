@@ -8,7 +8,12 @@ For every case, on copies of one random input set:
     blocks of ours and vLLM's alternate, so both see the same host;
   - CUDA-graph replay time: ``graph_calls`` calls captured in one ``torch.cuda.CUDAGraph``, replayed
     ``graph_replays`` times between two CUDA events, per call; the median of ``graph_repeats`` such
-    timings - the GPU time under full graphs;
+    timings - the GPU time under full graphs. Every call works on the same buffers, so a call may find
+    what the previous one read or wrote in L2;
+  - the same on "layers": the captured calls cycle through copies of the inputs (each copy one GDN layer's
+    caches and activations), enough copies that one cycle touches at least ``layers_l2_multiple`` times
+    the GPU's L2. In a model every other layer runs between two calls of one layer, so a call finds its
+    state in DRAM; this is the GPU time per layer call there;
   - DRAM roofline: minimum bytes (``roofline.spec_decode_traffic``) over the device-to-device copy
     bandwidth measured in the same run, and each implementation's % of it (graph time);
   - max abs error against the float64 reference, for both.
@@ -24,7 +29,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -45,6 +50,11 @@ class BenchSettings:
     graph_repeats: int = 3
     copy_bytes: int = 512 << 20  # far beyond any L2 (H200: 60 MiB, 2080 Ti: 5.5 MiB)
     copy_iters: int = 10
+    # "layers" graph time: copies of the inputs, cycled, so that one cycle touches this many times the L2;
+    # at least 2 copies, at most max_layers, and no more than layers_memory_bytes of copies per implementation
+    layers_l2_multiple: float = 2.0
+    max_layers: int = 64
+    layers_memory_bytes: int = 4 << 30
 
 
 QUICK_SETTINGS = BenchSettings(
@@ -143,6 +153,45 @@ def median_graph_us(fn: Callable[[], None], settings: BenchSettings, graph_timer
     return statistics.median(graph_timer(fn, settings) for _ in range(max(1, settings.graph_repeats)))
 
 
+def layer_copies(footprint_bytes: int, copy_bytes: int, l2_bytes: int, settings: BenchSettings) -> int:
+    """How many input copies the "layers" graph time cycles through (see the module docstring).
+
+    ``footprint_bytes``: what one call touches (its roofline traffic); ``copy_bytes``: the memory one copy
+    takes (whole caches); ``l2_bytes``: the GPU's L2 (0 when unknown: the minimum of 2 copies).
+    """
+    wanted = math.ceil(settings.layers_l2_multiple * l2_bytes / max(footprint_bytes, 1))
+    by_memory = settings.layers_memory_bytes // max(copy_bytes, 1)
+    return max(2, min(wanted, settings.max_layers, by_memory))
+
+
+def _cycling_call(calls: Sequence[Callable[[], None]]) -> Callable[[], None]:
+    """One call per invocation, each the next of ``calls`` in turn (captured calls cycle through them)."""
+    state = {"next": 0}
+
+    def call() -> None:
+        i = state["next"]
+        state["next"] = (i + 1) % len(calls)
+        calls[i]()
+
+    return call
+
+
+def _layers_graph_us(
+    fn: Callable[..., None], copies: Sequence[SpecDecodeInputs], settings: BenchSettings, graph_timer: Timer
+) -> float:
+    calls = [_bound_call(fn, c) for c in copies]
+    cycled = replace(settings, graph_calls=max(settings.graph_calls, len(calls)))
+    return median_graph_us(_cycling_call(calls), cycled, graph_timer)
+
+
+def _l2_bytes(device: Any) -> int:
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0) or 0)
+
+
 def _bound_call(fn: Callable[..., None], inputs: SpecDecodeInputs) -> Callable[[], None]:
     # Views and kwargs are made once: the timed call is exactly fn(*tensors, **kwargs).
     args, kwargs = inputs.kernel_args()
@@ -187,12 +236,20 @@ def bench_case(
         name: {"eager_us": eager, "graph_us": median_graph_us(call, settings, graph_timer)}
         for (name, call), eager in zip(calls.items(), eager_us, strict=True)
     }
+    del calls
+    l2 = _l2_bytes(device)
+    n_layers = layer_copies(traffic.total, inputs.nbytes(), l2, settings)
+    for name, fn, layout in (("ours", ours, None), ("vllm", vllm, "vk")):
+        copies = [inputs.clone() if layout is None else inputs.with_ssm_layout(layout) for _ in range(n_layers)]
+        times[name]["graph_layers_us"] = _layers_graph_us(fn, copies, settings, graph_timer)
+        del copies
 
     def impl_row(name: str, err: accuracy.ErrorReport) -> dict[str, Any]:
         t = times[name]
         return {
             **t,
             "pct_roofline_graph": _pct(roof, t["graph_us"]),
+            "pct_roofline_graph_layers": _pct(roof, t["graph_layers_us"]),
             "pct_roofline_eager": _pct(roof, t["eager_us"]),
             "errors": err.as_dict(),
         }
@@ -208,6 +265,13 @@ def bench_case(
         "vllm": impl_row("vllm", err_vllm),
         "speedup_eager": _ratio(times["vllm"]["eager_us"], times["ours"]["eager_us"]),
         "speedup_graph": _ratio(times["vllm"]["graph_us"], times["ours"]["graph_us"]),
+        "speedup_graph_layers": _ratio(times["vllm"]["graph_layers_us"], times["ours"]["graph_layers_us"]),
+        "layers": {
+            "copies": n_layers,
+            "l2_bytes": l2,
+            # one cycle's footprint over L2 (None without a known L2)
+            "footprint_vs_l2": n_layers * traffic.total / l2 if l2 else None,
+        },
         "accuracy_rule": {"passed": not problems, "problems": problems},
         "error": None,
     }
@@ -252,6 +316,9 @@ TABLE_HEADERS = (
     "graph ours",
     "graph vLLM",
     "x graph",
+    "layers ours",
+    "layers vLLM",
+    "x layers",
     "%roof ours",
     "%roof vLLM",
     "err out ours",
@@ -280,6 +347,9 @@ def table_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
                 _fmt(o["graph_us"], ".1f"),
                 _fmt(v["graph_us"], ".1f"),
                 _fmt(r["speedup_graph"], ".2f"),
+                _fmt(o.get("graph_layers_us"), ".1f"),
+                _fmt(v.get("graph_layers_us"), ".1f"),
+                _fmt(r.get("speedup_graph_layers"), ".2f"),
                 _fmt(o["pct_roofline_graph"], ".0f"),
                 _fmt(v["pct_roofline_graph"], ".0f"),
                 _fmt(o["errors"]["out"], ".1e"),
@@ -394,4 +464,5 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "accuracy_rule_failures": sum(not r["accuracy_rule"]["passed"] for r in ok),
         "geomean_speedup_eager": geomean("speedup_eager"),
         "geomean_speedup_graph": geomean("speedup_graph"),
+        "geomean_speedup_graph_layers": geomean("speedup_graph_layers"),
     }

@@ -7,13 +7,18 @@ server's OpenAI API); this one times the GDN spec-decode core alone, on syntheti
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 NAME = "bench"
-HELP = "time caovan's GDN spec-decode kernels against vLLM's own path (needs a CUDA GPU)"
+HELP = "time caovan's GDN spec-decode kernels against vLLM's own path (needs a CUDA GPU), or summarise a record"
 ALIAS = None
+
+
+def _json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", metavar="FILE", type=Path, help="write the full record (JSON) to FILE")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "vLLM's by more than the documented floor."
         ),
     )
-    k.add_argument("--json", metavar="FILE", type=Path, help="write the full record (JSON) to FILE")
+    _json_option(k)
     k.add_argument(
         "--cases",
         choices=BENCH_CASE_SETS,
@@ -49,7 +54,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "configuration; --json records every number (the source of an entry in launch_configs.py)."
         ),
     )
-    t.add_argument("--json", metavar="FILE", type=Path, help="write the full record (JSON) to FILE")
+    _json_option(t)
+    ly = targets.add_parser(
+        "layer",
+        help="vLLM's GDN layer core vs caovan's override, as a decode step calls them (eager, host-inclusive)",
+        description=(
+            "Two real GatedDeltaNetAttention layers built by vLLM (in-tree and caovan's, same weights and caches) "
+            "at the per-GPU head shapes of Qwen3.6-27B and Qwen3-Next-80B at TP=2; for pure speculative-decode "
+            "steps made by vLLM's metadata builder, the eager host-inclusive time of each layer's _forward_core. "
+            "--json writes the record. Exit 1 when a case fails or caovan's layer does not take the step."
+        ),
+    )
+    _json_option(ly)
+    ly.add_argument("--quick", action="store_true", help="one case, fewer iterations (a smoke run)")
+    m = targets.add_parser(
+        "summary",
+        help="the figures docs quote from a `bench kernels --json` record (no GPU needed)",
+        description=(
+            "From a record of `caovan bench kernels --json`: time and speedup ranges with geometric means and "
+            "threshold counts over the model cases and over all cases, the cases under the targets (2x vLLM's "
+            "CUDA-graph time, 3x its eager time) with their DRAM roofline, and with --against how each "
+            "implementation's times moved against an older record."
+        ),
+    )
+    m.add_argument("record", type=Path, help="a JSON file written by `caovan bench kernels --json`")
+    m.add_argument("--against", metavar="OLD", type=Path, help="an older record of the same cases to compare with")
 
 
 def _error(message: str) -> int:
@@ -62,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
         return run_kernels(args)
     if args.bench_target == "tune":
         return run_tune(args)
+    if args.bench_target == "summary":
+        return run_summary(args)
+    if args.bench_target == "layer":
+        return run_layer(args)
     return _error(f"unknown bench target {args.bench_target!r}")  # argparse already refuses these
 
 
@@ -164,3 +197,51 @@ def run_kernels(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
     return 1 if s["errors"] or s["accuracy_rule_failures"] else 0
+
+
+def run_summary(args: argparse.Namespace) -> int:
+    from caovan.bench.record_summary import RecordError, format_report, load_record
+
+    try:
+        record = load_record(args.record)
+        old = load_record(args.against) if args.against is not None else None
+    except RecordError as exc:
+        return _error(str(exc))
+    print(format_report(record, old))
+    return 0
+
+
+def run_layer(args: argparse.Namespace) -> int:
+    problem = _gpu_problem(args)
+    if problem:
+        return _error(problem)
+    try:
+        from caovan.bench.vllm_spec_path import load_vllm_gdn_module
+
+        load_vllm_gdn_module()
+    except ImportError as exc:
+        return _error(f"vLLM is needed for the layer bench: {exc}")
+    import shlex
+
+    from caovan.bench import kernels as kb
+    from caovan.bench import layer as lb
+
+    settings = kb.QUICK_SETTINGS if args.quick else kb.BenchSettings()
+    cases = lb.layer_cases(quick=args.quick)
+    rows = lb.run_layer_cases(cases, settings, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    summary = lb.summarize(rows)
+    print(lb.format_rows(rows))
+    geo = summary["geomean_speedup_eager"]
+    print(f"{summary['cases']} cases, {summary['errors']} failed; geomean speedup x{geo or float('nan'):.2f}")
+    if args.json is not None:
+        report = {
+            "schema": lb.JSON_SCHEMA,
+            "command": shlex.join(sys.argv),
+            **kb.environment(),
+            "settings": {**dataclasses.asdict(settings), "quick": args.quick, "act_dtype": lb.ACT_DTYPE},
+            "summary": summary,
+            "cases": rows,
+        }
+        args.json.write_text(json.dumps(kb._json_safe(report), indent=2) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 1 if summary["errors"] else 0

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..jsonfile import read_json
 from . import RESULT_SCHEMA_VERSION, TIERS, MatrixError
 from .schema import MatrixRow
 from .tiers import FINAL_TIER_OUTCOMES, TIER_OUTCOMES
@@ -149,12 +150,7 @@ def validate_result(data: Any, shown: str) -> list[str]:
 def load_result(path: Path, *, shown: str | None = None) -> dict[str, Any]:
     """A validated result document; :class:`MatrixError` names the file and the field otherwise."""
     shown = shown or str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise MatrixError(f"{shown}: cannot read: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise MatrixError(f"{shown}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from exc
+    data = read_json(path, MatrixError, shown=shown)
     errors = validate_result(data, shown)
     if errors:
         raise MatrixError(errors)

@@ -1,0 +1,188 @@
+"""The figures quoted from a ``caovan bench kernels --json`` record, computed from the record alone.
+
+Docs quote ranges, geometric means and threshold counts over the model-shape cases, the cases under the
+issue's targets (2x vLLM's CUDA-graph time, also on "layers" where recorded, 3x its eager time) and, when a
+record replaces another, how each implementation's times moved. ``caovan bench summary RECORD [--against OLD]``
+prints them, so every such number in the docs has a command behind it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from caovan.bench.cases import MODEL_HEADS
+from caovan.jsonfile import read_json
+
+#: Speedup targets of issue 3 (ours vs vLLM's spec path): CUDA-graph time and eager host-inclusive time.
+GRAPH_TARGET = 2.0
+EAGER_TARGET = 3.0
+THRESHOLDS = (2.0, 3.0, 5.0)
+TIMES = ("eager_us", "graph_us")
+#: Recorded since the "layers" graph timing was added (older records lack it): summarised when present.
+LAYERS = "graph_layers_us"
+NAMES = {"eager_us": "eager host-inclusive", "graph_us": "CUDA graph", LAYERS: "CUDA graph, layers (cold L2)"}
+TARGETS = {"eager_us": EAGER_TARGET, "graph_us": GRAPH_TARGET, LAYERS: GRAPH_TARGET}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """min, max and geometric mean of positive values."""
+
+    low: float
+    high: float
+    geomean: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Spread:
+        vals = list(values)
+        return cls(min(vals), max(vals), math.exp(sum(map(math.log, vals)) / len(vals)), len(vals))
+
+
+class RecordError(ValueError):
+    """A file that is not a usable ``bench kernels`` record; the message names the file and what is wrong."""
+
+
+def load_record(path: Path) -> dict[str, Any]:
+    """Read and check a record: every row has an id and positive eager/graph times for ours and vLLM."""
+    record = read_json(path, RecordError)
+    rows = record.get("cases") if isinstance(record, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise RecordError(f"{path}: expected an object with a non-empty 'cases' list (caovan bench kernels --json)")
+    for i, row in enumerate(rows):
+        where = f"{path}: cases[{i}]"
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+            raise RecordError(f"{where}: expected an object with a string 'id'")
+        if row.get("error"):
+            continue  # a case that failed to run is reported, not summarised
+        for impl in ("ours", "vllm"):
+            for key in TIMES:
+                value = (row.get(impl) or {}).get(key)
+                if not isinstance(value, (int, float)) or not value > 0:
+                    raise RecordError(f"{where} ({row['id']}): {impl}.{key} should be a positive number, got {value!r}")
+    return record
+
+
+def is_model_case(row: dict[str, Any]) -> bool:
+    return row["id"].split("/", 1)[0] in MODEL_HEADS
+
+
+def _speedup(row: dict[str, Any], key: str) -> float:
+    return row["vllm"][key] / row["ours"][key]
+
+
+def times_in(rows: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """The time kinds every row that ran has (eager and graph always; layers in newer records)."""
+    ran = [r for r in rows if not r.get("error")]
+    has_layers = bool(ran) and all(
+        isinstance(r[impl].get(LAYERS), (int, float)) and r[impl][LAYERS] > 0 for r in ran for impl in ("ours", "vllm")
+    )
+    return (*TIMES, LAYERS) if has_layers else TIMES
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per time kind: our and vLLM's time spread, the speedup spread and how many cases reach each threshold."""
+    ran = [r for r in rows if not r.get("error")]
+    out: dict[str, Any] = {"cases": len(rows), "failed_to_run": len(rows) - len(ran)}
+    if not ran:
+        return out
+    for key in times_in(ran):
+        speedups = [_speedup(r, key) for r in ran]
+        out[key] = {
+            "ours": Spread.of(r["ours"][key] for r in ran),
+            "vllm": Spread.of(r["vllm"][key] for r in ran),
+            "speedup": Spread.of(speedups),
+            "at_least": {t: sum(s >= t for s in speedups) for t in THRESHOLDS},
+        }
+    out["accuracy_rule_failures"] = [r["id"] for r in ran if not (r.get("accuracy_rule") or {}).get("passed", False)]
+    return out
+
+
+def misses(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Cases under a target, with what meeting it would take (and the DRAM roofline where recorded)."""
+    found = []
+    kinds = times_in(rows)
+    for r in rows:
+        if r.get("error"):
+            continue
+        for key in kinds:
+            target = TARGETS[key]
+            if _speedup(r, key) < target:
+                roof = r.get("roofline_us")
+                found.append(
+                    {
+                        "id": r["id"],
+                        "time": key,
+                        "speedup": _speedup(r, key),
+                        "ours_us": r["ours"][key],
+                        "target_us": r["vllm"][key] / target,
+                        "roofline_us": roof,
+                        # the share of the roofline's bandwidth meeting the target would take, and ours
+                        "target_pct_roofline": 100 * roof * target / r["vllm"][key] if roof else None,
+                        "ours_pct_roofline": 100 * roof / r["ours"][key] if roof else None,
+                    }
+                )
+    return found
+
+
+def compare(new_rows: Sequence[dict[str, Any]], old_rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """new/old time ratios of the cases both records ran, per implementation and time kind."""
+    old = {r["id"]: r for r in old_rows if not r.get("error")}
+    both = [r for r in new_rows if not r.get("error") and r["id"] in old]
+    out: dict[str, Any] = {"common_cases": len(both)}
+    if both:
+        in_old = times_in([old[r["id"]] for r in both])
+        kinds = [k for k in times_in(both) if k in in_old]
+        for impl in ("ours", "vllm"):
+            out[impl] = {key: Spread.of(r[impl][key] / old[r["id"]][impl][key] for r in both) for key in kinds}
+    return out
+
+
+def _spread(s: Spread, unit: str = "", digits: int = 2) -> str:
+    return f"{s.low:.{digits}f}-{s.high:.{digits}f}{unit} (geomean {s.geomean:.{digits}f}{unit})"
+
+
+def format_summary(label: str, summary: dict[str, Any]) -> list[str]:
+    lines = [f"{label}: {summary['cases']} cases, {summary['failed_to_run']} failed to run"]
+    for key, name in NAMES.items():
+        if key not in summary:
+            continue
+        s = summary[key]
+        counts = ", ".join(f">= {t:g}x in {n}" for t, n in s["at_least"].items())
+        lines += [
+            f"  {name}: caovan {_spread(s['ours'], ' us', 1)}, vLLM {_spread(s['vllm'], ' us', 1)}",
+            f"    speedup {_spread(s['speedup'], 'x')}; {counts} of {s['speedup'].n}",
+        ]
+    if "accuracy_rule_failures" in summary:
+        failures = summary["accuracy_rule_failures"]
+        lines.append(f"  accuracy: {len(failures)} over vLLM's error{': ' + ', '.join(failures) if failures else ''}")
+    return lines
+
+
+def format_report(record: dict[str, Any], old: dict[str, Any] | None = None) -> str:
+    rows = record["cases"]
+    model = [r for r in rows if is_model_case(r)]
+    lines = format_summary("model cases", summarize(model)) + format_summary("all cases", summarize(rows))
+    under = misses(rows)
+    lines.append(f"under the targets (graph and layers >= {GRAPH_TARGET:g}x, eager >= {EAGER_TARGET:g}x): {len(under)}")
+    for m in under:
+        roof = (
+            f"; roofline {m['roofline_us']:.2f} us: the target needs {m['target_pct_roofline']:.0f} % of it, "
+            f"ours {m['ours_pct_roofline']:.0f} %"
+            if m["roofline_us"]
+            else ""
+        )
+        lines.append(
+            f"  {m['id']} {m['time']}: {m['speedup']:.3f}x, {m['ours_us']:.2f} us against {m['target_us']:.2f} us{roof}"
+        )
+    if old is not None:
+        c = compare(model, [r for r in old["cases"] if is_model_case(r)])
+        lines.append(f"against the older record, model cases in both: {c['common_cases']} (new / old time)")
+        for impl in ("ours", "vllm") if c["common_cases"] else ():
+            moved = ", ".join(f"{NAMES[key]} {_spread(spread, 'x', 3)}" for key, spread in c[impl].items())
+            lines.append(f"  {impl}: {moved}")
+    return "\n".join(lines)

@@ -1,0 +1,193 @@
+"""``caovan bench summary``: the figures docs quote, computed from a ``bench kernels --json`` record."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from caovan.bench.record_summary import (
+    RecordError,
+    compare,
+    is_model_case,
+    load_record,
+    misses,
+    summarize,
+)
+from caovan.cli import bench as bench_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+H200_RECORD = ROOT / "docs" / "bench" / "bench-kernels-h200.json"
+
+
+def _row(case_id, ours, vllm, roofline=None, passed=True):
+    """ours / vllm: (eager_us, graph_us)."""
+    return {
+        "id": case_id,
+        "ours": {"eager_us": ours[0], "graph_us": ours[1]},
+        "vllm": {"eager_us": vllm[0], "graph_us": vllm[1]},
+        "roofline_us": roofline,
+        "accuracy_rule": {"passed": passed, "problems": []},
+        "error": None,
+    }
+
+
+ROWS = [
+    _row("small/B1/mtp1/ssm-fp16", (20.0, 2.0), (100.0, 10.0)),
+    _row("qwen3.6-27b-tp2/B1/mtp1/ssm-fp16", (30.0, 4.0), (180.0, 16.0)),
+    _row("qwen3.6-27b-tp2/B8/mtp4/ssm-fp32", (40.0, 20.0), (200.0, 38.0), roofline=18.0),
+    _row("qwen3-next-80b-tp2/B8/mtp4/ssm-fp32", (50.0, 14.0), (140.0, 32.0), passed=False),
+]
+
+
+def test_model_cases_are_the_model_heads():
+    assert [is_model_case(r) for r in ROWS] == [False, True, True, True]
+
+
+def test_summary_spreads_counts_and_accuracy():
+    s = summarize(ROWS[1:])
+    graph = s["graph_us"]
+    assert (graph["speedup"].low, graph["speedup"].high) == pytest.approx((1.9, 4.0))
+    assert graph["speedup"].geomean == pytest.approx(math.prod([4.0, 1.9, 32 / 14]) ** (1 / 3))
+    assert graph["at_least"] == {2.0: 2, 3.0: 1, 5.0: 0}
+    assert s["eager_us"]["at_least"] == {2.0: 3, 3.0: 2, 5.0: 2}
+    assert (s["eager_us"]["vllm"].low, s["eager_us"]["vllm"].high) == (140.0, 200.0)
+    assert s["accuracy_rule_failures"] == ["qwen3-next-80b-tp2/B8/mtp4/ssm-fp32"]
+
+
+def test_misses_name_the_time_target_and_roofline_share():
+    found = {(m["id"], m["time"]): m for m in misses(ROWS)}
+    assert set(found) == {
+        ("qwen3.6-27b-tp2/B8/mtp4/ssm-fp32", "graph_us"),  # 1.9x < 2x
+        ("qwen3-next-80b-tp2/B8/mtp4/ssm-fp32", "eager_us"),  # 2.8x < 3x
+    }
+    m = found[("qwen3.6-27b-tp2/B8/mtp4/ssm-fp32", "graph_us")]
+    assert m["target_us"] == pytest.approx(19.0)
+    assert m["target_pct_roofline"] == pytest.approx(100 * 18 / 19)
+    assert m["ours_pct_roofline"] == pytest.approx(90.0)
+    assert found[("qwen3-next-80b-tp2/B8/mtp4/ssm-fp32", "eager_us")]["roofline_us"] is None
+
+
+def test_compare_uses_the_cases_both_records_ran():
+    old = [_row("qwen3.6-27b-tp2/B1/mtp1/ssm-fp16", (60.0, 4.0), (200.0, 16.0)), _row("gone", (1, 1), (1, 1))]
+    c = compare(ROWS, old)
+    assert c["common_cases"] == 1
+    assert c["ours"]["eager_us"].geomean == pytest.approx(0.5)
+    assert c["vllm"]["graph_us"].geomean == pytest.approx(1.0)
+
+
+def test_failed_cases_are_counted_not_summarised():
+    rows = [*ROWS[1:], {"id": "qwen3.6-27b-tp2/B2/mtp1/ssm-fp16", "error": "RuntimeError: boom"}]
+    s = summarize(rows)
+    assert (s["cases"], s["failed_to_run"], s["graph_us"]["speedup"].n) == (4, 1, 3)
+    assert not any(m["id"].endswith("B2/mtp1/ssm-fp16") for m in misses(rows))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read"),
+        ("{not json", "malformed JSON"),
+        (json.dumps({"cases": []}), "non-empty 'cases' list"),
+        (json.dumps({"cases": [{"id": 3}]}), "cases[0]: expected an object with a string 'id'"),
+        (json.dumps({"cases": [{**ROWS[1], "ours": {"eager_us": 0, "graph_us": 1}}]}), "ours.eager_us should be"),
+    ],
+    ids=["missing", "not-json", "no-cases", "bad-id", "zero-time"],
+)
+def test_bad_records_raise_one_clear_error(tmp_path, content, message):
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(RecordError, match=re.escape(message)) as info:
+        load_record(path)
+    assert str(path) in str(info.value)
+
+
+def _run(argv, capsys):
+    parser = argparse.ArgumentParser(prog="caovan bench")
+    bench_cli.add_arguments(parser)
+    rc = bench_cli.run(parser.parse_args(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_bad_record_exits_2_with_one_line(tmp_path, capsys):
+    rc, out, err = _run(["summary", str(tmp_path / "missing.json")], capsys)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("caovan bench: error: ")
+
+
+def test_cli_prints_the_report_with_the_older_record(tmp_path, capsys):
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    new.write_text(json.dumps({"cases": ROWS}))
+    old.write_text(json.dumps({"cases": ROWS}))
+    rc, out, _ = _run(["summary", str(new), "--against", str(old)], capsys)
+    assert rc == 0
+    assert "model cases: 3 cases, 0 failed to run" in out
+    assert "qwen3.6-27b-tp2/B8/mtp4/ssm-fp32 graph_us: 1.900x, 20.00 us against 19.00 us" in out
+    assert "ours: eager host-inclusive 1.000-1.000x (geomean 1.000x), CUDA graph 1.000-1.000x" in out
+
+
+def test_layers_times_are_summarised_when_every_row_has_them():
+    with_layers = [
+        {
+            **r,
+            "ours": {**r["ours"], "graph_layers_us": r["ours"]["graph_us"]},
+            "vllm": {**r["vllm"], "graph_layers_us": 2 * r["vllm"]["graph_us"]},
+        }
+        for r in ROWS[1:]
+    ]
+    s = summarize(with_layers)
+    assert s["graph_layers_us"]["speedup"].low == pytest.approx(3.8)
+    assert not any(m["time"] == "graph_layers_us" for m in misses(with_layers))  # 3.8x and up
+    assert "graph_layers_us" not in summarize([*with_layers[:1], ROWS[2]])  # one row without: not summarised
+    c = compare(with_layers, ROWS)  # the older record has no layers times
+    assert set(c["ours"]) == {"eager_us", "graph_us"}
+
+
+def _numbers(pattern: str, text: str) -> tuple[float, ...]:
+    match = re.search(pattern, text, re.S)
+    assert match, f"pattern not found in the docs: {pattern}"
+    return tuple(float(g) for g in match.groups())
+
+
+def test_docs_quote_the_committed_h200_record():
+    """README and docs/bench/README.md quote `caovan bench summary docs/bench/bench-kernels-h200.json`.
+
+    Fails when the record is replaced and the quoted model-case figures are not updated with it.
+    """
+    rows = [r for r in load_record(H200_RECORD)["cases"] if is_model_case(r)]
+    s = summarize(rows)
+    eager, graph = s["eager_us"]["speedup"], s["graph_us"]["speedup"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert _numbers(r"≥ ([\d.]+)× in every case, ([\d.]+)× geometric mean", readme) == (
+        round(eager.low, 2),
+        round(eager.geomean, 2),
+    )
+    assert _numbers(r"\(([\d.]+)×–([\d.]+)×, ([\d.]+)× geometric mean", readme) == (
+        round(graph.low, 2),
+        round(graph.high, 2),
+        round(graph.geomean, 2),
+    )
+    bench_doc = (ROOT / "docs" / "bench" / "README.md").read_text(encoding="utf-8")
+    assert _numbers(
+        r"eager host-inclusive: .*?speedup ([\d.]+)×–([\d.]+)× in every case\s+\(geometric mean ([\d.]+)×", bench_doc
+    ) == (
+        round(eager.low, 2),
+        round(eager.high, 2),
+        round(eager.geomean, 2),
+    )
+    assert _numbers(
+        r"\* CUDA graph: .*?speedup ([\d.]+)×–([\d.]+)× \(geometric mean ([\d.]+)×\), ≥ 2× in\s+(\d+) of (\d+)",
+        bench_doc,
+    ) == (
+        round(graph.low, 2),
+        round(graph.high, 2),
+        round(graph.geomean, 2),
+        s["graph_us"]["at_least"][2.0],
+        graph.n,
+    )
