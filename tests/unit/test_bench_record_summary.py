@@ -22,6 +22,7 @@ from caovan.cli import bench as bench_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 H200_RECORD = ROOT / "docs" / "bench" / "bench-kernels-h200.json"
+H200_LAYER_RECORD = ROOT / "docs" / "bench" / "bench-layer-h200.json"
 
 
 def _row(case_id, ours, vllm, roofline=None, passed=True):
@@ -190,4 +191,44 @@ def test_docs_quote_the_committed_h200_record():
         round(graph.geomean, 2),
         s["graph_us"]["at_least"][2.0],
         graph.n,
+    )
+    layers = s["graph_layers_us"]["speedup"]
+    assert _numbers(r"with a cold L2, .*?([\d.]+)×–([\d.]+)×,\s+([\d.]+)× geometric mean", readme) == (
+        round(layers.low, 2),
+        round(layers.high, 2),
+        round(layers.geomean, 2),
+    )
+    assert _numbers(
+        r"\* CUDA graph, layers \(cold L2\): .*?speedup ([\d.]+)×–([\d.]+)× \(geometric mean\s+([\d.]+)×\), "
+        r"≥ 2× in (\d+) of (\d+)",
+        bench_doc,
+    ) == (
+        round(layers.low, 2),
+        round(layers.high, 2),
+        round(layers.geomean, 2),
+        s["graph_layers_us"]["at_least"][2.0],
+        layers.n,
+    )
+
+
+def test_docs_quote_the_committed_h200_layer_record():
+    """README and docs/bench/README.md quote `caovan bench layer`'s record (docs/bench/bench-layer-h200.json)."""
+    record = json.loads(H200_LAYER_RECORD.read_text(encoding="utf-8"))
+    speedups = [c["speedup_eager"] for c in record["cases"]]
+    assert record["summary"]["errors"] == 0 and all(c["caovan_took_the_step"] for c in record["cases"])
+    expected = (
+        round(min(speedups), 2),
+        round(max(speedups), 2),
+        round(math.exp(sum(map(math.log, speedups)) / len(speedups)), 2),
+        len(speedups),
+    )
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert (
+        _numbers(r"eager\): ([\d.]+)×–([\d.]+)×\s+faster than vLLM's \(([\d.]+)× geometric mean, (\d+) cases", readme)
+        == expected
+    )
+    bench_doc = (ROOT / "docs" / "bench" / "README.md").read_text(encoding="utf-8")
+    assert (
+        _numbers(r"caovan [\d.]+–[\d.]+ µs; speedup ([\d.]+)×–([\d.]+)× \(geometric mean ([\d.]+)×\)", bench_doc)
+        == (expected[:3])
     )
