@@ -1,0 +1,101 @@
+"""``kernel_tensors``: the layer tensors caovan's spec step passes, derived once and re-derived when a source changes.
+
+A stand-in layer built from ``torch.nn`` (the attributes vLLM 0.21's ``GatedDeltaNetAttention`` has: ``A_log``,
+``dt_bias``, ``conv1d`` with its weight unsqueezed to (dim, 1, width), ``kv_cache`` = (conv, ssm)); the real
+layer runs this path in tests/layer_gpu.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+from caovan.adapters.gdn_linear_attn_v020_layer import kernel_tensors  # noqa: E402
+
+DIM, WIDTH, HV = 12, 4, 3
+
+
+class StandInLayer(nn.Module):
+    def __init__(self, bias: bool = False) -> None:
+        super().__init__()
+        self.conv1d = nn.Linear(WIDTH, DIM, bias=bias)
+        self.conv1d.weight.data = self.conv1d.weight.data.unsqueeze(1)  # as vLLM does: (dim, 1, width)
+        self.A_log = nn.Parameter(torch.randn(HV))
+        self.dt_bias = nn.Parameter(torch.randn(HV))
+        self.kv_cache = self.new_cache()
+
+    @staticmethod
+    def new_cache() -> tuple:
+        return torch.randn(5, WIDTH + 2, DIM), torch.randn(5, HV, 8, 8)  # conv state (blocks, state_len, dim)
+
+
+def _check(layer: StandInLayer, got: tuple, conv_dim_first: bool) -> None:
+    a_log, dt_bias, weight, bias, conv_state, ssm_state = got
+    assert a_log is layer.A_log and dt_bias is layer.dt_bias and bias is layer.conv1d.bias
+    assert weight.shape == (DIM, WIDTH) and weight.data_ptr() == layer.conv1d.weight.data_ptr()
+    assert torch.equal(weight, layer.conv1d.weight[:, 0, :])
+    expected_conv = layer.kv_cache[0] if conv_dim_first else layer.kv_cache[0].transpose(-1, -2)
+    assert conv_state.shape == expected_conv.shape and conv_state.stride() == expected_conv.stride()
+    assert conv_state.data_ptr() == layer.kv_cache[0].data_ptr()
+    assert ssm_state is layer.kv_cache[1]
+
+
+@pytest.mark.parametrize("conv_dim_first", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_derived_once_then_reused(conv_dim_first, bias):
+    layer = StandInLayer(bias=bias)
+    first = kernel_tensors(layer, conv_dim_first)
+    _check(layer, first, conv_dim_first)
+    assert kernel_tensors(layer, conv_dim_first) is first  # cache hit: the very same views
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda layer: setattr(layer, "kv_cache", layer.new_cache()), id="kv_cache rebound"),
+        pytest.param(lambda layer: setattr(layer, "A_log", nn.Parameter(torch.randn(HV))), id="A_log replaced"),
+        pytest.param(lambda layer: setattr(layer, "dt_bias", nn.Parameter(torch.randn(HV))), id="dt_bias replaced"),
+        pytest.param(
+            lambda layer: setattr(layer.conv1d.weight, "data", torch.randn(DIM, 1, WIDTH)), id="weight .data assigned"
+        ),
+        pytest.param(
+            lambda layer: setattr(layer.conv1d, "weight", nn.Parameter(torch.randn(DIM, 1, WIDTH))),
+            id="weight replaced",
+        ),
+        pytest.param(
+            lambda layer: setattr(layer.kv_cache[0], "data", torch.randn(5, WIDTH + 2, DIM)),
+            id="conv cache .data assigned",
+        ),
+    ],
+)
+def test_a_changed_source_is_seen(change):
+    layer = StandInLayer()
+    before = kernel_tensors(layer, False)
+    change(layer)
+    after = kernel_tensors(layer, False)
+    assert after is not before
+    _check(layer, after, False)
+
+
+def test_parameters_kept_elsewhere_take_the_attribute_path():
+    """A conv module exposing ``weight`` as a property (not in ``_parameters``) still gets the right tensors."""
+
+    class PropertyConv(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("packed", torch.randn(DIM, 1, WIDTH))
+            self.bias = None
+
+        @property
+        def weight(self) -> torch.Tensor:
+            return self.packed
+
+    layer = StandInLayer()
+    layer.conv1d = PropertyConv()
+    got = kernel_tensors(layer, False)
+    assert got[2].shape == (DIM, WIDTH) and got[2].data_ptr() == layer.conv1d.packed.data_ptr()
+    assert got[3] is None and got[0] is layer.A_log
+    assert "_caovan_kernel_tensors" not in layer.__dict__
