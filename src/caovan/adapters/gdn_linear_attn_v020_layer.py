@@ -68,13 +68,16 @@ def kernel_tensors(layer: Any, conv_dim_first: bool) -> tuple:
     the kernels take them, derived once and re-derived only when a source changes.
 
     Why cached: read through ``nn.Module.__getattr__`` (parameters, the ``conv1d`` submodule) and viewed on every
-    call, they cost ~8 us of Python per GDN layer per decode step (micro-benchmark on the development CPU: each
-    attribute 0.6-1.3 us, the two views 1-2 us), under PIECEWISE graphs on the critical path; the dict reads and identity checks here cost
-    well under 1 us. What can change while serving, and is checked: vLLM rebinding ``kv_cache`` (cache
-    reallocation), a weight reload replacing a Parameter or assigning its ``.data`` (the data pointers of the two
-    viewed tensors are compared; the others are passed as they are, so their current storage is what the kernels
-    read). Object ids are safe keys: the cache holds those objects, so their ids cannot be reused. A layer whose
-    parameters do not live where ``nn.Module`` keeps them takes the attribute path, uncached.
+    call, they cost ~8 us of Python per GDN layer per decode step (development CPU: each attribute 0.6-1.3 us, the
+    two views 1-2 us; the dict reads and identity checks here well under 1 us), on the critical path under PIECEWISE
+    graphs. On the H200 host ``caovan bench layer`` went from ~41 to ~35 us per call with this cache
+    (docs/bench/experiments/host-pinning).
+
+    What can change while serving, and is checked: vLLM rebinding ``kv_cache`` (cache reallocation), a weight
+    reload replacing a Parameter or assigning its ``.data`` (the data pointers of the two viewed tensors are
+    compared; the others are passed as they are, so their current storage is what the kernels read). Object ids
+    are safe keys: the cache holds those objects, so their ids cannot be reused. A layer whose parameters do not
+    live where ``nn.Module`` keeps them takes the attribute path, uncached.
     """
     params = layer._parameters
     conv_params = layer._modules["conv1d"]._parameters
