@@ -130,7 +130,7 @@ for case in bench_cases("all"):
         right = True if label == "caovan" else fanout_is_right(fn, inp)  # caovan: checked by the kernel tier
         rows[label] = {"warm_us": warm, "cold_us": cold, "right": right}
     rec = recorded[case.id]
-    state_bytes = traffic.ssm_read + traffic.ssm_write
+    state_bytes = traffic.ssm_state_read + traffic.ssm_state_write
     res["cases"][case.id] = {
         "traffic_bytes": traffic.total,
         "state_bytes": state_bytes,
