@@ -112,7 +112,9 @@ def bench_layer_case(case: LayerCase, workdir: Path, settings: BenchSettings, de
     def core(layer: Any) -> Any:
         mine = inputs.clone()  # vLLM's conv writes its output over mixed_qkv: each layer its own copy
         out = rig.new_core_output(model, batch.num_tokens, device)
-        return lambda: layer._forward_core(mine.mixed_qkv, mine.b, mine.a, out)
+        # Views made here, not in the timed call: in a model they come out of the projections before the core.
+        mixed_qkv, b, a = mine.mixed_qkv, mine.b, mine.a
+        return lambda: layer._forward_core(mixed_qkv, b, a, out)
 
     calls = {"vllm": core(in_tree), "ours": core(ours)}
     with torch.no_grad(), set_forward_context({in_tree.prefix: metadata, ours.prefix: metadata}, config):
