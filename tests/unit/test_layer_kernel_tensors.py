@@ -124,3 +124,13 @@ def test_vllm_style_parameter_weight_is_read_without_dispatch_and_changes_are_se
     after = kernel_tensors(layer, False)
     assert after is not first
     _check(layer, after, False)
+
+
+def test_conv_kept_outside_the_submodules_takes_the_attribute_path():
+    layer = StandInLayer()
+    conv = layer.conv1d
+    del layer._modules["conv1d"]
+    object.__setattr__(layer, "conv1d", conv)  # a plain attribute, not a registered submodule
+    got = kernel_tensors(layer, False)
+    assert got[2].shape == (DIM, WIDTH) and got[2].data_ptr() == conv.weight.data_ptr()
+    assert "_caovan_kernel_tensors" not in layer.__dict__

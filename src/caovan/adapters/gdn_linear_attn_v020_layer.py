@@ -99,7 +99,8 @@ def kernel_tensors(layer: Any, conv_dim_first: bool) -> tuple:
     live where ``nn.Module`` keeps them takes the attribute path, uncached.
     """
     params = layer._parameters
-    conv_params = layer._modules["conv1d"]._parameters
+    conv = layer._modules.get("conv1d")
+    conv_params = conv._parameters if conv is not None else {}
     a_log, dt_bias, weight = params.get("A_log"), params.get("dt_bias"), conv_params.get("weight")
     kv = layer.kv_cache
     conv_state, ssm_state = kv[0], kv[1]
