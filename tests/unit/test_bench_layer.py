@@ -59,3 +59,20 @@ def test_layer_bench_without_gpu_exits_2_with_one_line(monkeypatch, capsys, tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("caovan bench: error: no CUDA GPU visible")
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_case_that_raises_becomes_an_error_row_and_the_others_run(monkeypatch):
+    cases = lb.layer_cases()[:3]
+
+    def bench_one(case, workdir, settings, device):
+        if case is cases[1]:
+            raise RuntimeError("boom")
+        return {"id": case.id, "error": None}
+
+    monkeypatch.setattr(lb, "bench_layer_case", bench_one)
+    lines = []
+    rows = lb.run_layer_cases(cases, lb.BenchSettings(), progress=lines.append)
+    assert [r["id"] for r in rows] == [c.id for c in cases]
+    assert rows[1]["error"] == "RuntimeError: boom" and rows[1]["case"]["num_seqs"] == cases[1].num_seqs
+    assert rows[0]["error"] is None and rows[2]["error"] is None
+    assert lines[0] == f"[1/3] {cases[0].id}" and "  error: RuntimeError: boom" in lines

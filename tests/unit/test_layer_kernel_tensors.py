@@ -99,3 +99,38 @@ def test_parameters_kept_elsewhere_take_the_attribute_path():
     assert got[2].shape == (DIM, WIDTH) and got[2].data_ptr() == layer.conv1d.packed.data_ptr()
     assert got[3] is None and got[0] is layer.A_log
     assert "_caovan_kernel_tensors" not in layer.__dict__
+
+
+class DispatchingParameter(nn.Parameter):
+    """Shaped like vLLM's ``BasevLLMParameter``: a ``__torch_function__`` override on a Parameter subclass."""
+
+    calls = 0
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls += 1
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_vllm_style_parameter_weight_is_read_without_dispatch_and_changes_are_seen():
+    layer = StandInLayer()
+    layer.conv1d.weight = DispatchingParameter(torch.randn(DIM, 1, WIDTH))
+    first = kernel_tensors(layer, False)
+    _check(layer, first, False)
+    DispatchingParameter.calls = 0
+    assert kernel_tensors(layer, False) is first
+    assert DispatchingParameter.calls == 0  # the cache key read the weight's pointer with the dispatch off
+    layer.conv1d.weight.data = torch.randn(DIM, 1, WIDTH)
+    after = kernel_tensors(layer, False)
+    assert after is not first
+    _check(layer, after, False)
+
+
+def test_conv_kept_outside_the_submodules_takes_the_attribute_path():
+    layer = StandInLayer()
+    conv = layer.conv1d
+    del layer._modules["conv1d"]
+    object.__setattr__(layer, "conv1d", conv)  # a plain attribute, not a registered submodule
+    got = kernel_tensors(layer, False)
+    assert got[2].shape == (DIM, WIDTH) and got[2].data_ptr() == conv.weight.data_ptr()
+    assert "_caovan_kernel_tensors" not in layer.__dict__

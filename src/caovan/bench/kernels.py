@@ -281,6 +281,22 @@ def failed_row(case: SpecDecodeCase, exc: BaseException) -> dict[str, Any]:
     return {"id": case.id, "case": case.as_dict(), "error": f"{type(exc).__name__}: {exc}"}
 
 
+def run_each(
+    cases: Sequence[Any], bench_one: Callable[[Any], dict[str, Any]], progress: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    """``bench_one(case)`` for every case (each has ``id`` and ``as_dict()``); a case that raises becomes a row
+    with ``error`` set."""
+    rows = []
+    for i, case in enumerate(cases, 1):
+        progress(f"[{i}/{len(cases)}] {case.id}")
+        try:
+            rows.append(bench_one(case))
+        except Exception as exc:  # one broken case must not hide the others' numbers
+            rows.append(failed_row(case, exc))
+            progress(f"  error: {rows[-1]['error']}")
+    return rows
+
+
 def run_cases(
     cases: Sequence[SpecDecodeCase],
     *,
@@ -288,15 +304,7 @@ def run_cases(
     **kwargs: Any,
 ) -> list[dict[str, Any]]:
     """``bench_case`` for every case; a case that raises becomes a row with ``error`` set."""
-    rows = []
-    for i, case in enumerate(cases, 1):
-        progress(f"[{i}/{len(cases)}] {case.id}")
-        try:
-            rows.append(bench_case(case, **kwargs))
-        except Exception as exc:  # one broken case must not hide the others' numbers
-            rows.append(failed_row(case, exc))
-            progress(f"  error: {rows[-1]['error']}")
-    return rows
+    return run_each(cases, lambda case: bench_case(case, **kwargs), progress)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -456,7 +464,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
     def geomean(key: str) -> float | None:
         vals = [r[key] for r in ok if r.get(key)]
-        return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+        return statistics.geometric_mean(vals) if vals else None
 
     return {
         "cases": len(rows),

@@ -15,14 +15,14 @@ with the per-GPU head counts of Qwen3.6-27B and Qwen3-Next-80B at TP=2. Correctn
 
 from __future__ import annotations
 
-import math
+import statistics
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from caovan.bench.kernels import BenchSettings, time_eager_us
+from caovan.bench.kernels import BenchSettings, run_each, time_eager_us
 
 JSON_SCHEMA = "caovan-bench-layer/1"
 
@@ -48,6 +48,9 @@ class LayerCase:
             raise ValueError(f"LayerCase.head: expected one of {sorted(LAYER_HEADS)}, got {self.head!r}")
         if not 1 <= self.num_spec <= 4 or self.num_seqs < 1:
             raise ValueError(f"LayerCase: num_seqs >= 1 and num_spec in 1..4, got {self.num_seqs}, {self.num_spec}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     @property
     def id(self) -> str:
@@ -112,7 +115,9 @@ def bench_layer_case(case: LayerCase, workdir: Path, settings: BenchSettings, de
     def core(layer: Any) -> Any:
         mine = inputs.clone()  # vLLM's conv writes its output over mixed_qkv: each layer its own copy
         out = rig.new_core_output(model, batch.num_tokens, device)
-        return lambda: layer._forward_core(mine.mixed_qkv, mine.b, mine.a, out)
+        # Views made here, not in the timed call: in a model they come out of the projections before the core.
+        mixed_qkv, b, a = mine.mixed_qkv, mine.b, mine.a
+        return lambda: layer._forward_core(mixed_qkv, b, a, out)
 
     calls = {"vllm": core(in_tree), "ours": core(ours)}
     with torch.no_grad(), set_forward_context({in_tree.prefix: metadata, ours.prefix: metadata}, config):
@@ -123,7 +128,7 @@ def bench_layer_case(case: LayerCase, workdir: Path, settings: BenchSettings, de
     took_step = dispatched["dispatched"] == {"spec": 1} and not dispatched["fallbacks"]
     return {
         "id": case.id,
-        "case": {**case.__dict__, "num_tokens": batch.num_tokens, "act_dtype": ACT_DTYPE},
+        "case": {**case.as_dict(), "num_tokens": batch.num_tokens, "act_dtype": ACT_DTYPE},
         "vllm": {"eager_us": eager[0]},
         "ours": {"eager_us": eager[1]},
         "speedup_eager": eager[0] / eager[1] if eager[1] > 0 else None,
@@ -136,16 +141,8 @@ def bench_layer_case(case: LayerCase, workdir: Path, settings: BenchSettings, de
 def run_layer_cases(
     cases: Sequence[LayerCase], settings: BenchSettings, progress: Any = print, device: Any = "cuda"
 ) -> list[dict[str, Any]]:
-    rows = []
     with tempfile.TemporaryDirectory(prefix="caovan-bench-layer-") as tmp:
-        for i, case in enumerate(cases, 1):
-            progress(f"[{i}/{len(cases)}] {case.id}")
-            try:
-                rows.append(bench_layer_case(case, Path(tmp), settings, device))
-            except Exception as exc:  # one broken case must not hide the others' numbers
-                rows.append({"id": case.id, "case": case.__dict__, "error": f"{type(exc).__name__}: {exc}"})
-                progress(f"  error: {rows[-1]['error']}")
-    return rows
+        return run_each(cases, lambda case: bench_layer_case(case, Path(tmp), settings, device), progress)
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -153,7 +150,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "cases": len(rows),
         "errors": sum(bool(r.get("error")) for r in rows),
-        "geomean_speedup_eager": math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None,
+        "geomean_speedup_eager": statistics.geometric_mean(speedups) if speedups else None,
         "min_speedup_eager": min(speedups) if speedups else None,
     }
 

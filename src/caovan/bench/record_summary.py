@@ -8,7 +8,7 @@ prints them, so every such number in the docs has a command behind it.
 
 from __future__ import annotations
 
-import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +40,7 @@ class Spread:
     @classmethod
     def of(cls, values: Iterable[float]) -> Spread:
         vals = list(values)
-        return cls(min(vals), max(vals), math.exp(sum(map(math.log, vals)) / len(vals)), len(vals))
+        return cls(min(vals), max(vals), statistics.geometric_mean(vals), len(vals))
 
 
 class RecordError(ValueError):

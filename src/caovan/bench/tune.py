@@ -12,7 +12,7 @@ every number, so the entry in launch_configs.py can cite it.
 
 from __future__ import annotations
 
-import math
+import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
@@ -83,7 +83,7 @@ def _label(cfg: Any) -> str:
 
 
 def geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+    return statistics.geometric_mean(values)
 
 
 def run_tune(

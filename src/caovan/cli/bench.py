@@ -81,6 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--against", metavar="OLD", type=Path, help="an older record of the same cases to compare with")
 
 
+def _write_record(path: Path, report: dict) -> None:
+    """A bench record as strict JSON (NaN/inf as strings), and where it went."""
+    from caovan.bench.kernels import _json_safe
+
+    path.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
+    print(f"wrote {path}", file=sys.stderr)
+
+
 def _error(message: str) -> int:
     print(f"caovan {NAME}: error: {message}", file=sys.stderr)
     return 2
@@ -137,8 +145,7 @@ def run_tune(args: argparse.Namespace) -> int:
     if best is not None:
         print(f"best: {best['label']} ({best['geomean_graph_us']:.2f} us geomean, x{best['vs_base'] or 0:.2f} vs base)")
     if args.json is not None:
-        args.json.write_text(json.dumps(kb._json_safe(report), indent=2) + "\n")
-        print(f"wrote {args.json}", file=sys.stderr)
+        _write_record(args.json, report)
     return 0 if best is not None else 1
 
 
@@ -194,8 +201,7 @@ def run_kernels(args: argparse.Namespace) -> int:
         f"graph x{s['geomean_speedup_graph'] or float('nan'):.2f}"
     )
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}", file=sys.stderr)
+        _write_record(args.json, report)
     return 1 if s["errors"] or s["accuracy_rule_failures"] else 0
 
 
@@ -242,6 +248,5 @@ def run_layer(args: argparse.Namespace) -> int:
             "summary": summary,
             "cases": rows,
         }
-        args.json.write_text(json.dumps(kb._json_safe(report), indent=2) + "\n")
-        print(f"wrote {args.json}", file=sys.stderr)
+        _write_record(args.json, report)
     return 1 if summary["errors"] else 0
