@@ -34,6 +34,8 @@ from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
 
 CURRENT = spec._caovan_sm75_fused_v_gdn_spec_decode_kernel
 FIT = spec._fit_value_block
+HOOKS_SET = spec._launch_hooks_set
+NO_DIRECT = set()  # variants whose module sets NO_DIRECT_LAUNCH (their launch is not main's grid and arguments)
 
 
 def kernel(name):
@@ -42,6 +44,8 @@ def kernel(name):
     s = importlib.util.spec_from_file_location(f"variant_{name}", f".exp/variants2/k_{name}.py")
     m = importlib.util.module_from_spec(s)
     s.loader.exec_module(m)
+    if getattr(m, "NO_DIRECT_LAUNCH", False):
+        NO_DIRECT.add(name)
     return m._caovan_sm75_fused_v_gdn_spec_decode_kernel
 
 
@@ -67,6 +71,7 @@ for case in bench_cases("all"):
     row = {}
     for vname, options in RUNS.items():
         spec._caovan_sm75_fused_v_gdn_spec_decode_kernel = kernels[vname]
+        spec._launch_hooks_set = (lambda: True) if vname in NO_DIRECT else HOOKS_SET
         for option in options:
             bv, w, stagger, fit = parse(option)
             config = replace(
@@ -95,5 +100,6 @@ for case in bench_cases("all"):
         print(f"    {k:24s} warm {v['warm']:6.2f} cold {v['cold']:6.2f} bv {v['bv']}", flush=True)
     del copies
 spec._fit_value_block = FIT
+spec._launch_hooks_set = HOOKS_SET
 print("problems:", len(res["problems"]), list(res["problems"].items())[:3])
 json.dump(res, open(os.path.join(sys.argv[1], sys.argv[4] if len(sys.argv) > 4 else "cold-h200.json"), "w"), indent=1)
