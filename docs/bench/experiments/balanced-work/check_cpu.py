@@ -1,7 +1,9 @@
-"""CPU check of the persistent variants under the Triton interpreter (no GPU): small bench cases and verify's
-edge cases (null and padded slots, varlen, every accepted count) against the float64 reference.
+"""CPU check of a V/GDN kernel variant (.exp/variants2/k_NAME.py) under the Triton interpreter (no GPU): the
+small bench cases and the small kernel-tier edge cases (null and padded slots, varlen, every accepted count)
+against the float64 reference, two calls each.
 
-Usage (repository root, after make_persistent_variant.py): TRITON_INTERPRET=1 PYTHONPATH=src check_cpu.py [NAME]
+Usage (repository root, after the make_*_variant.py that writes the variant):
+TRITON_INTERPRET=1 PYTHONPATH=src check_cpu.py [NAME]
 """
 
 import importlib.util
@@ -32,7 +34,7 @@ for case in cases:
         problems = accuracy.check_standalone(case, accuracy.measure(gdn_spec_decode, inp, ref))
         failed += bool(problems)
         print(f"{case.id} call {call}: {'ok' if not problems else problems}", flush=True)
-counters = list(m._counters.values())
+counters = list(getattr(m, "_counters", {}).values())  # persistent variants: their work counters
 print("counters after the calls:", [c.tolist() for c in counters])
 print(f"{len(cases)} cases x 2 calls, {failed} failed")
 sys.exit(1 if failed or any(c.tolist() != [0, 0] for c in counters) else 0)

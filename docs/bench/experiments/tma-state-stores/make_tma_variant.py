@@ -1,0 +1,84 @@
+"""Writes .exp/variants2/k_tma.py: the V/GDN kernel with its per-token SSM state stores as TMA (bulk tensor) stores.
+
+Experiment (repository root; prepared, to be timed on an H200). ``../issue-profile/`` shows the token loop
+spending its stall samples on dependency chains, the 16 state stores per token (store back-pressure and the
+register reuse behind them) and the 64-bit address arithmetic of those stores. Here the state slab of each token
+goes to shared memory and one thread hands it to the tensor memory accelerator (``cp.async.bulk.tensor``), which
+writes it to the cache block while the warp goes on with the next token. The descriptor covers the whole SSM cache
+``(blocks, HV, V, K)``, so the store's coordinates are just (slot, value head, first value row, 0). Differences
+from main, besides the store: no streaming (evict-first) hint, which Triton's descriptor store does not take; only
+the ``vk`` state layout (K innermost, as TMA needs), the wrapper sends other layouts to main's kernel.
+The module exposes the kernel under main's name as a launcher object, for ``../cold-l2/variants_cold.py``
+(``NO_DIRECT_LAUNCH``: its launch takes one argument more than main's).
+"""
+
+src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
+start = src.index("@triton.jit\ndef _caovan_sm75_fused_v_gdn_spec_decode_kernel(")
+kernel = src[start:]
+
+
+def sub(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old[:80]
+    return text.replace(old, new)
+
+
+kernel = sub(kernel, "def _caovan_sm75_fused_v_gdn_spec_decode_kernel(", "def _tma_v_gdn_kernel(")
+kernel = sub(kernel, "    STAGGER: tl.constexpr,\n):\n", "    STAGGER: tl.constexpr,\n    ssm_desc,\n):\n")
+kernel = sub(
+    kernel,
+    """            tl.store(
+                head_base + block_t * stride_ssm_block + slab_offs,
+                state.to(ssm_state_ptr.dtype.element_ty),
+                mask=slab_mask,
+                cache_modifier=".cs",
+            )
+""",
+    """            ssm_desc.store(
+                [block_t.to(tl.int32), i_hv, i_vb * BV, 0],
+                state.to(ssm_state_ptr.dtype.element_ty).reshape(1, 1, BV, BK),
+            )
+""",
+)
+
+wrapper = '''
+
+NO_DIRECT_LAUNCH = True  # for variants_cold.py: this launch takes one argument more than main's
+_MAIN = _caovan_sm75_fused_v_gdn_spec_decode_kernel
+_NAMES = _tma_v_gdn_kernel.arg_names
+_SSM, _BV, _BK = _NAMES.index("ssm_state_ptr"), _NAMES.index("BV"), _NAMES.index("BK")
+_SV, _SK = _NAMES.index("stride_ssm_v"), _NAMES.index("stride_ssm_k")
+
+
+def _vk(args):
+    """The state as (blocks, HV, V, K), K innermost: the layout TMA can take (``kv`` comes as (.., K, V))."""
+    ssm = args[_SSM]
+    return args[_SK] == 1 and ssm.stride(-1) == 1 and ssm.stride(-2) == args[_SV]
+
+
+def _descriptor(args):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    ssm = args[_SSM]
+    return TensorDescriptor(ssm, list(ssm.shape), list(ssm.stride()), [1, 1, args[_BV], args[_BK]])
+
+
+class _TmaStores:
+    """``kernel[grid](*args, ...)`` as for main's kernel; ``vk`` states through the TMA variant, others main's."""
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            if not _vk(args):
+                return _MAIN[grid](*args, **kw)
+            return _tma_v_gdn_kernel[grid](*args, _descriptor(args), **kw)
+
+        return launch
+
+    def warmup(self, *args, **kw):
+        if not _vk(args):
+            return _MAIN.warmup(*args, **kw)
+        return _tma_v_gdn_kernel.warmup(*args, _descriptor(args), **kw)
+
+
+_caovan_sm75_fused_v_gdn_spec_decode_kernel = _TmaStores()
+'''
+open(".exp/variants2/k_tma.py", "w").write(src + "\n\n" + kernel + wrapper)
