@@ -1,4 +1,4 @@
-"""Writes .exp/variants2/k_tma.py: the V/GDN kernel with its per-token SSM state stores as TMA (bulk tensor) stores.
+"""Writes .exp/variants2/k_tma.py, k_tma2.py, k_tma2r168.py: V/GDN kernels whose state stores are TMA stores.
 
 Experiment (repository root; prepared, to be timed on an H200). ``../issue-profile/`` shows the token loop
 spending its stall samples on dependency chains, the 16 state stores per token (store back-pressure and the
@@ -43,6 +43,7 @@ kernel = sub(
 wrapper = '''
 
 NO_DIRECT_LAUNCH = True  # for variants_cold.py: this launch takes one argument more than main's
+MAXNREG = None  # k_tma2r168: 168, so that BV 16 keeps 12 programs per SM (no spills on sm_90)
 _MAIN = _caovan_sm75_fused_v_gdn_spec_decode_kernel
 _NAMES = _tma_v_gdn_kernel.arg_names
 _SSM, _BV, _BK = _NAMES.index("ssm_state_ptr"), _NAMES.index("BV"), _NAMES.index("BK")
@@ -62,6 +63,10 @@ def _descriptor(args):
     return TensorDescriptor(ssm, list(ssm.shape), list(ssm.stride()), [1, 1, args[_BV], args[_BK]])
 
 
+def _cap(kw):
+    return kw if MAXNREG is None else {**kw, "maxnreg": MAXNREG}
+
+
 class _TmaStores:
     """``kernel[grid](*args, ...)`` as for main's kernel; ``vk`` states through the TMA variant, others main's."""
 
@@ -69,16 +74,30 @@ class _TmaStores:
         def launch(*args, **kw):
             if not _vk(args):
                 return _MAIN[grid](*args, **kw)
-            return _tma_v_gdn_kernel[grid](*args, _descriptor(args), **kw)
+            return _tma_v_gdn_kernel[grid](*args, _descriptor(args), **_cap(kw))
 
         return launch
 
     def warmup(self, *args, **kw):
         if not _vk(args):
             return _MAIN.warmup(*args, **kw)
-        return _tma_v_gdn_kernel.warmup(*args, _descriptor(args), **kw)
+        return _tma_v_gdn_kernel.warmup(*args, _descriptor(args), **_cap(kw))
 
 
 _caovan_sm75_fused_v_gdn_spec_decode_kernel = _TmaStores()
 '''
 open(".exp/variants2/k_tma.py", "w").write(src + "\n\n" + kernel + wrapper)
+
+# k_tma2: the initial state slab loaded through the same descriptor too (one bulk load instead of 16 vector loads
+# and their 64-bit addresses, in the prologue that holds ~13 % of the stall samples).
+load = (
+    "    state = tl.load(head_base + initial_block * stride_ssm_block + slab_offs, mask=slab_mask, other=0.0)"
+    ".to(tl.float32)\n"
+)
+tma_load = (
+    "    state = ssm_desc.load([initial_block.to(tl.int32), i_hv, i_vb * BV, 0]).reshape(BV, BK).to(tl.float32)\n"
+)
+open(".exp/variants2/k_tma2.py", "w").write(src + "\n\n" + sub(kernel, load, tma_load) + wrapper)
+# k_tma2r168: k_tma2 needs 189 registers at BV 16 (10 programs per SM); capped at 168 it keeps main's 12.
+capped = sub(wrapper, "MAXNREG = None", "MAXNREG = 168")
+open(".exp/variants2/k_tma2r168.py", "w").write(src + "\n\n" + sub(kernel, load, tma_load) + capped)
