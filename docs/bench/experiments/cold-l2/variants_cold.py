@@ -36,6 +36,15 @@ CURRENT = spec._caovan_sm75_fused_v_gdn_spec_decode_kernel
 FIT = spec._fit_value_block
 HOOKS_SET = spec._launch_hooks_set
 NO_DIRECT = set()  # variants whose module sets NO_DIRECT_LAUNCH (their launch is not main's grid and arguments)
+NO_QK = set()  # variants whose module sets NO_QK_KERNEL (one kernel does the whole call: main's Q/K kernel stays off)
+QK_KERNEL = spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel
+
+
+class _NotLaunched:
+    """Stands in for main's Q/K kernel while a NO_QK_KERNEL variant runs: ``kernel[grid](...)`` launches nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
 
 
 def kernel(name):
@@ -46,6 +55,8 @@ def kernel(name):
     s.loader.exec_module(m)
     if getattr(m, "NO_DIRECT_LAUNCH", False):
         NO_DIRECT.add(name)
+    if getattr(m, "NO_QK_KERNEL", False):
+        NO_QK.add(name)
     return m._caovan_sm75_fused_v_gdn_spec_decode_kernel
 
 
@@ -72,6 +83,7 @@ for case in bench_cases("all"):
     for vname, options in RUNS.items():
         spec._caovan_sm75_fused_v_gdn_spec_decode_kernel = kernels[vname]
         spec._launch_hooks_set = (lambda: True) if vname in NO_DIRECT else HOOKS_SET
+        spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel = _NotLaunched() if vname in NO_QK else QK_KERNEL
         for option in options:
             bv, w, stagger, fit = parse(option)
             config = replace(
@@ -101,5 +113,6 @@ for case in bench_cases("all"):
     del copies
 spec._fit_value_block = FIT
 spec._launch_hooks_set = HOOKS_SET
+spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel = QK_KERNEL
 print("problems:", len(res["problems"]), list(res["problems"].items())[:3])
 json.dump(res, open(os.path.join(sys.argv[1], sys.argv[4] if len(sys.argv) > 4 else "cold-h200.json"), "w"), indent=1)
