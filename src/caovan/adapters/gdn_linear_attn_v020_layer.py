@@ -105,10 +105,10 @@ def kernel_tensors(layer: Any, conv_dim_first: bool) -> tuple:
     kv = layer.kv_cache
     conv_state, ssm_state = kv[0], kv[1]
     if a_log is None or dt_bias is None or weight is None:
-        weight = layer.conv1d.weight
-        conv_view = conv_state if conv_dim_first else conv_state.transpose(-1, -2)
-        return (layer.A_log, layer.dt_bias, weight.view(weight.size(0), weight.size(2)), layer.conv1d.bias,
-                conv_view, ssm_state)  # fmt: skip
+        conv = layer.conv1d
+        return _as_kernel_args(
+            layer.A_log, layer.dt_bias, conv.weight, conv.bias, conv_state, ssm_state, conv_dim_first
+        )
     bias = conv_params.get("bias")
     key = (
         id(conv_state), conv_state.data_ptr(), id(ssm_state), id(a_log), id(dt_bias), id(weight),
@@ -117,10 +117,15 @@ def kernel_tensors(layer: Any, conv_dim_first: bool) -> tuple:
     cached = layer.__dict__.get("_caovan_kernel_tensors")
     if cached is not None and cached[0] == key:
         return cached[1]
-    conv_view = conv_state if conv_dim_first else conv_state.transpose(-1, -2)
-    tensors = (a_log, dt_bias, weight.view(weight.size(0), weight.size(2)), bias, conv_view, ssm_state)
+    tensors = _as_kernel_args(a_log, dt_bias, weight, bias, conv_state, ssm_state, conv_dim_first)
     layer.__dict__["_caovan_kernel_tensors"] = (key, tensors)
     return tensors
+
+
+def _as_kernel_args(a_log, dt_bias, weight, bias, conv_state, ssm_state, conv_dim_first: bool) -> tuple:
+    """The layer's tensors as the kernels take them: the conv weight 2-D, the conv state dim-first."""
+    conv_view = conv_state if conv_dim_first else conv_state.transpose(-1, -2)
+    return (a_log, dt_bias, weight.view(weight.size(0), weight.size(2)), bias, conv_view, ssm_state)
 
 
 def unsupported_reasons(layer: Any, is_cuda: bool) -> list[str]:
