@@ -13,12 +13,16 @@ the Q/K kernel, so the ~2 us between them may be the chain rather than the kerne
   V/GDN kernel, same signature, same launch);
 - ``caovan``: main's kernels;
 - ``caovan_noqk``: main's V/GDN kernel with no Q/K kernel launched at all (it reads a stale scratch; timing only):
-  what one kernel doing both jobs could gain at most, before the cost of doing the q/k work in it.
+  what one kernel doing both jobs could gain at most, before the cost of doing the q/k work in it;
+- ``qk_front_nowait``: as ``qk_front``, but the fan-out never waits for the Q/K kernel (what the Q/K kernel costs
+  by sharing the GPU, without the wait);
+- ``qk_only``: caovan's Q/K kernel alone, each call a programmatic dependent of the one before (its own duration).
 
 If the chain costs about a microsecond, one kernel doing both jobs is worth building; if not, the time is in the
 V/GDN kernel's own program. Timing only for the fan-outs (each is checked to write the right slabs).
 
-Usage (repository root, PYTHONPATH=src; no vLLM): chain.py OUT [REGEX]   (default: 27B TP=2 B8 fp32 MTP 3/4)
+Usage (repository root, PYTHONPATH=src; no vLLM): chain.py OUT [REGEX [NAME]]   (default: 27B TP=2 B8 fp32 MTP 3/4,
+launch-chain-h200.json)
 """
 
 import json
@@ -101,6 +105,23 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
                  NULL_SLOT_MAX, USE_PDL)  # fmt: skip
 
 
+@triton.jit
+def _fanout_in_v_place_nowait(
+    mixed_qkv_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, conv_weight_ptr, conv_bias_ptr, conv_state_ptr,
+    ssm_state_ptr, query_start_loc_ptr, state_indices_ptr, num_accepted_tokens_ptr, token_index_ptr,
+    qk_scratch_ptr, out_ptr, stride_x_token, stride_a_token, stride_a_head, stride_b_token, stride_b_head,
+    stride_w_dim, stride_w_width, stride_cs_block, stride_cs_dim, stride_cs_pos, stride_ssm_block,
+    stride_ssm_head, stride_ssm_v, stride_ssm_k, stride_si_seq, stride_out_token, stride_out_head,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    WIDTH: tl.constexpr, BU: tl.constexpr, BT: tl.constexpr, NULL_SLOT_MAX: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_TOKEN_INDEX: tl.constexpr, USE_PDL: tl.constexpr, STAGGER: tl.constexpr,
+):  # fmt: skip
+    """``qk_front_nowait``: the fan-out in the V/GDN kernel's place, launched as the Q/K kernel's dependent, no wait."""
+    _fanout_body(ssm_state_ptr, query_start_loc_ptr, state_indices_ptr, num_accepted_tokens_ptr, stride_ssm_block,
+                 stride_ssm_head, stride_ssm_v, stride_si_seq, tl.program_id(0), tl.program_id(1), HV, K, BV,
+                 NULL_SLOT_MAX, False)  # fmt: skip
+
+
 def fanout_call(front: bool):
     def call(mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state, qsl, si, na, out, **kw):
         n = qsl.shape[0] - 1
@@ -137,6 +158,7 @@ def fanout_is_right(fn, inputs):
 CURRENT = spec._caovan_sm75_fused_v_gdn_spec_decode_kernel
 QK_KERNEL = spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel
 HOOKS_SET = spec._launch_hooks_set
+FIT = spec._fit_value_block
 
 
 class _NotLaunched:
@@ -160,6 +182,8 @@ def through_gdn_spec_decode(v_kernel, qk_kernel):
             spec._caovan_sm75_fused_v_gdn_spec_decode_kernel = v_kernel
             spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel = qk_kernel
             spec._launch_hooks_set = HOOKS_SET if way == (CURRENT, QK_KERNEL) else (lambda: True)
+            # no V/GDN kernel to compile for the one-wave rule (``qk_only``): the entry's value block as it is
+            spec._fit_value_block = FIT if not isinstance(v_kernel, _NotLaunched) else (lambda dev, bv, *a: bv)
             spec._plans.clear()
             spec._direct.clear()
         return gdn_spec_decode(*a, **k)
@@ -177,6 +201,8 @@ WAYS = [
     ("qk_front", through_gdn_spec_decode(_caovan_sm75_fused_v_gdn_spec_decode_kernel, QK_KERNEL), True),
     ("caovan", through_gdn_spec_decode(CURRENT, QK_KERNEL), False),
     ("caovan_noqk", through_gdn_spec_decode(CURRENT, _NotLaunched()), False),
+    ("qk_front_nowait", through_gdn_spec_decode(_fanout_in_v_place_nowait, QK_KERNEL), True),
+    ("qk_only", through_gdn_spec_decode(_NotLaunched(), QK_KERNEL), False),
 ]
 for case in bench_cases("all"):
     if not pattern.search(case.id):
@@ -207,4 +233,7 @@ for case in bench_cases("all"):
 spec._caovan_sm75_fused_v_gdn_spec_decode_kernel = CURRENT
 spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel = QK_KERNEL
 spec._launch_hooks_set = HOOKS_SET
-json.dump(res, open(os.path.join(sys.argv[1], "launch-chain-h200.json"), "w"), indent=1)
+spec._fit_value_block = FIT
+json.dump(
+    res, open(os.path.join(sys.argv[1], sys.argv[3] if len(sys.argv) > 3 else "launch-chain-h200.json"), "w"), indent=1
+)
