@@ -31,6 +31,8 @@ if getattr(m, "NO_QK_KERNEL", False):  # one kernel does the whole call: main's 
             return lambda *args, **kwargs: None
 
     spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel = _NotLaunched()
+if getattr(m, "VARIANT_QK_KERNEL", False):  # the variant changes the Q/K kernel too
+    spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel = m._caovan_sm75_prepare_qk_conv_spec_decode_kernel
 
 failed = 0
 cases = bench_cases("small") + [c for c in KERNEL_EDGE_CASES if c.head.startswith("small")]

@@ -3,8 +3,8 @@
 The record's "layers" time (cold L2: the calls cycle through enough input copies to touch 2x L2) is where
 27B B8 fp32 MTP 3/4 fall below 2x vLLM; every earlier sweep ranked options by the warm-L2 graph time only.
 Options per run: a kernel variant (``current`` = src, else .exp/variants2/k_NAME.py = src with the one-line
-patch beside this script), BVxW, ``s0`` (no staggered start) and ``nofit`` (BV as given, even if the grid then
-needs more than one wave of resident programs).
+patch beside this script), BVxW, ``s0`` (no staggered start), ``nofit`` (BV as given, even if the grid then
+needs more than one wave of resident programs) and ``qN`` (the Q/K kernel with N warps instead of the entry's).
 Usage (repository root, PYTHONPATH=src): variants_cold.py OUT REGEX 'current:8x1,8x1s0;late23:8x1' [NAME]
 """
 
@@ -37,6 +37,7 @@ FIT = spec._fit_value_block
 HOOKS_SET = spec._launch_hooks_set
 NO_DIRECT = set()  # variants whose module sets NO_DIRECT_LAUNCH (their launch is not main's grid and arguments)
 NO_QK = set()  # variants whose module sets NO_QK_KERNEL (one kernel does the whole call: main's Q/K kernel stays off)
+OWN_QK = {}  # variants whose module sets VARIANT_QK_KERNEL: their own Q/K kernel runs instead of main's
 QK_KERNEL = spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel
 
 
@@ -57,12 +58,14 @@ def kernel(name):
         NO_DIRECT.add(name)
     if getattr(m, "NO_QK_KERNEL", False):
         NO_QK.add(name)
+    if getattr(m, "VARIANT_QK_KERNEL", False):
+        OWN_QK[name] = m._caovan_sm75_prepare_qk_conv_spec_decode_kernel
     return m._caovan_sm75_fused_v_gdn_spec_decode_kernel
 
 
-def parse(option):  # "8x1s0nofit" -> (8, 1, stagger?, fit?)
-    m = re.fullmatch(r"(\d+)x(\d+)(s0)?(nofit)?", option)
-    return int(m[1]), int(m[2]), m[3] is None, m[4] is None
+def parse(option):  # "8x1s0nofitq16" -> (8, 1, stagger?, fit?, Q/K warps or None)
+    m = re.fullmatch(r"(\d+)x(\d+)(s0)?(nofit)?(?:q(\d+))?", option)
+    return int(m[1]), int(m[2]), m[3] is None, m[4] is None, int(m[5]) if m[5] else None
 
 
 base = LAUNCH_CONFIGS["sm90"]
@@ -83,11 +86,14 @@ for case in bench_cases("all"):
     for vname, options in RUNS.items():
         spec._caovan_sm75_fused_v_gdn_spec_decode_kernel = kernels[vname]
         spec._launch_hooks_set = (lambda: True) if vname in NO_DIRECT else HOOKS_SET
-        spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel = _NotLaunched() if vname in NO_QK else QK_KERNEL
+        spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel = (
+            _NotLaunched() if vname in NO_QK else OWN_QK.get(vname, QK_KERNEL)
+        )
         for option in options:
-            bv, w, stagger, fit = parse(option)
+            bv, w, stagger, fit, qk_warps = parse(option)
             config = replace(
                 base,
+                qk=base.qk if qk_warps is None else replace(base.qk, num_warps=qk_warps),
                 v_gdn=VGdnLaunchConfig(num_warps=w, num_stages=1, BV=bv),
                 stagger_min_state_write_bytes=base.stagger_min_state_write_bytes if stagger else None,
             )

@@ -14,86 +14,17 @@ The kernel is a programmatic dependent of the kernel before it and waits for it 
 does); the staggered start has no wait to hide behind and is off.
 """
 
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from window_edits import WINDOW_ARGS, sub, with_window_switch  # noqa: E402
+
 src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
 
 
-def sub(text: str, old: str, new: str, count: int = 1) -> str:
-    assert text.count(old) == count, (text.count(old), old[:80])
-    return text.replace(old, new)
-
-
 # 1. the conv helper can leave the window alone
-src = sub(
-    src,
-    '    HAS_TOKEN_INDEX: tl.constexpr,\n):\n    """Causal conv + SiLU',
-    '    HAS_TOKEN_INDEX: tl.constexpr,\n    WRITE_WINDOW: tl.constexpr = True,\n):\n    """Causal conv + SiLU',
-)
-src = sub(
-    src,
-    """    tl.debug_barrier()
-    store_ptrs = (
-        conv_state_ptr
-        + conv_block_base
-        + rows.to(tl.int64)[:, None] * stride_cs_pos
-        + channels.to(tl.int64)[None, :] * stride_cs_dim
-    )
-    store_mask = (rows < WIDTH - 2 + seq_len)[:, None] & channel_mask[None, :]
-    tl.store(store_ptrs, new_window.to(conv_state_ptr.dtype.element_ty), mask=store_mask)
-    return acc / (1.0 + tl.exp(-acc))
-""",
-    """    if WRITE_WINDOW:
-        tl.debug_barrier()
-        store_ptrs = (
-            conv_state_ptr
-            + conv_block_base
-            + rows.to(tl.int64)[:, None] * stride_cs_pos
-            + channels.to(tl.int64)[None, :] * stride_cs_dim
-        )
-        store_mask = (rows < WIDTH - 2 + seq_len)[:, None] & channel_mask[None, :]
-        tl.store(store_ptrs, new_window.to(conv_state_ptr.dtype.element_ty), mask=store_mask)
-    return acc / (1.0 + tl.exp(-acc))
-
-
-@triton.jit
-def _rewrite_qk_windows(
-    mixed_qkv_ptr,
-    conv_state_ptr,
-    token_index_ptr,
-    stride_x_token,
-    conv_block_base,
-    stride_cs_dim,
-    stride_cs_pos,
-    i_h,
-    k_offs,
-    k_mask,
-    window_offset,
-    bos,
-    seq_len,
-    H: tl.constexpr,
-    K: tl.constexpr,
-    WIDTH: tl.constexpr,
-    BU: tl.constexpr,
-    HAS_TOKEN_INDEX: tl.constexpr,
-):
-    \"\"\"The new conv window u[1 : W - 1 + L] of the q and k channels of one key head (read, barrier, write).\"\"\"
-    rows = tl.arange(0, BU)
-    store_mask = (rows < WIDTH - 2 + seq_len)[:, None] & k_mask[None, :]
-    q_channels = i_h * K + k_offs
-    k_channels = H * K + i_h * K + k_offs
-    new_q = _load_conv_input_shifted(mixed_qkv_ptr, conv_state_ptr, token_index_ptr, stride_x_token,
-                                     conv_block_base, stride_cs_dim, stride_cs_pos, q_channels, k_mask,
-                                     window_offset, bos, seq_len, 1, WIDTH, BU, HAS_TOKEN_INDEX)  # fmt: skip
-    new_k = _load_conv_input_shifted(mixed_qkv_ptr, conv_state_ptr, token_index_ptr, stride_x_token,
-                                     conv_block_base, stride_cs_dim, stride_cs_pos, k_channels, k_mask,
-                                     window_offset, bos, seq_len, 1, WIDTH, BU, HAS_TOKEN_INDEX)  # fmt: skip
-    tl.debug_barrier()
-    base = conv_state_ptr + conv_block_base + rows.to(tl.int64)[:, None] * stride_cs_pos
-    tl.store(base + q_channels.to(tl.int64)[None, :] * stride_cs_dim, new_q.to(conv_state_ptr.dtype.element_ty),
-             mask=store_mask)  # fmt: skip
-    tl.store(base + k_channels.to(tl.int64)[None, :] * stride_cs_dim, new_k.to(conv_state_ptr.dtype.element_ty),
-             mask=store_mask)  # fmt: skip
-""",
-)
+src = with_window_switch(src)
 
 # 2. the V/GDN kernel: two arguments more, its own wait first thing
 src = sub(src, "    STAGGER: tl.constexpr,\n):\n", "    STAGGER: tl.constexpr,\n    qk_counter_ptr,\n    scale,\n):\n")
@@ -105,10 +36,6 @@ src = sub(
     "        gdc_wait()  # a programmatic dependent of the kernel before it, as main's Q/K kernel\n"
     "    counter = qk_counter_ptr + i_n * H + i_h\n"
     "    group = (HV // H) * tl.num_programs(0)  # programs that read the q/k window of (sequence, key head)\n",
-)
-WINDOW_ARGS = (
-    "mixed_qkv_ptr, conv_state_ptr, token_index_ptr, stride_x_token, conv_block * stride_cs_block, stride_cs_dim, "
-    "stride_cs_pos, i_h, k_offs, k_mask, num_accepted - 1, bos, seq_len, H, K, WIDTH, BU, HAS_TOKEN_INDEX"
 )
 # a sequence with no initial state: no q/k needed, but its window still moves on (as main's Q/K kernel does)
 src = sub(
