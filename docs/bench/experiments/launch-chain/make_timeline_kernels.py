@@ -1,0 +1,79 @@
+"""Writes .exp/variants2/k_timeline.py: main's kernels plus timer writes, for ``timeline.py`` (repository root).
+
+Every program of the Q/K kernel records the GPU's global timer at its start and end and its SM id into a
+``times_ptr`` argument added at the end of its signature; two more kernels come with it: the fan-out of
+``chain.py`` (load the slab, store it to every token slot; never waits) and the empty front kernel (waits for its
+predecessor, releases its dependent), both with the same timer writes. The V/GDN kernel is main's, unchanged.
+"""
+
+src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
+
+
+def sub(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old[:80]
+    return text.replace(old, new)
+
+
+src = sub(
+    src,
+    "    USE_PDL: tl.constexpr,\n):\n    if USE_PDL:\n        # This launch is itself",
+    "    USE_PDL: tl.constexpr,\n    times_ptr,\n):\n    start = _now()\n"
+    "    if USE_PDL:\n        # This launch is itself",
+)
+src = sub(
+    src,
+    "    tl.store(scratch_ptrs, y, mask=store_mask)\n",
+    "    tl.store(scratch_ptrs, y, mask=store_mask)\n"
+    "    _record(times_ptr, (i_n * tl.num_programs(1) + i_h) * 2 + half, start)\n",
+)
+src += """
+
+@triton.jit
+def _now():
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _smid():
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _record(times_ptr, program, start):
+    tl.store(times_ptr + program * 3, start)
+    tl.store(times_ptr + program * 3 + 1, _now())
+    tl.store(times_ptr + program * 3 + 2, _smid().to(tl.int64))
+
+
+@triton.jit
+def _timed_fanout_kernel(ssm_ptr, qsl_ptr, si_ptr, na_ptr, times_ptr, s_block, s_head, s_v, s_si, HV,
+                         K: tl.constexpr, BV: tl.constexpr):  # fmt: skip
+    start = _now()
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    bos = tl.load(qsl_ptr + i_n)
+    seq_len = tl.load(qsl_ptr + i_n + 1) - bos
+    si_row = si_ptr + i_n.to(tl.int64) * s_si
+    initial = tl.load(si_row + tl.load(na_ptr + i_n) - 1, mask=seq_len > 0, other=0).to(tl.int64)
+    if (seq_len > 0) & (initial > 0):
+        offs = (i_v * BV + tl.arange(0, BV)).to(tl.int64)[:, None] * s_v + tl.arange(0, K)[None, :]
+        head = ssm_ptr + i_hv.to(tl.int64) * s_head
+        slab = tl.load(head + initial * s_block + offs)
+        for t in range(0, seq_len):
+            slot = tl.load(si_row + t).to(tl.int64)
+            if slot > 0:
+                tl.store(head + slot * s_block + offs, slab, cache_modifier=".cs")
+    _record(times_ptr, i_nh * tl.num_programs(0) + i_v, start)
+
+
+@triton.jit
+def _timed_empty_front_kernel(times_ptr):
+    start = _now()
+    gdc_wait()
+    gdc_launch_dependents()
+    program = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + tl.program_id(2)
+    _record(times_ptr, program, start)
+"""
+open(".exp/variants2/k_timeline.py", "w").write(src)
