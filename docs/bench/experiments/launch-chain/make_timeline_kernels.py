@@ -1,9 +1,10 @@
 """Writes .exp/variants2/k_timeline.py: main's kernels plus timer writes, for ``timeline.py`` (repository root).
 
 Every program of the Q/K kernel records the GPU's global timer at its start and end and its SM id into a
-``times_ptr`` argument added at the end of its signature; two more kernels come with it: the fan-out of
-``chain.py`` (load the slab, store it to every token slot; never waits) and the empty front kernel (waits for its
-predecessor, releases its dependent), both with the same timer writes. The V/GDN kernel is main's, unchanged.
+``times_ptr`` argument added at the end of its signature, and so does every V/GDN program that runs its token loop
+(``v_times_ptr``); two more kernels come with them: the fan-out of ``chain.py`` (load the slab, store it to every
+token slot; never waits) and the empty front kernel (waits for its predecessor, releases its dependent), both with
+the same timer writes.
 """
 
 src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
@@ -26,6 +27,14 @@ src = sub(
     "    tl.store(scratch_ptrs, y, mask=store_mask)\n"
     "    _record(times_ptr, (i_n * tl.num_programs(1) + i_h) * 2 + half, start)\n",
 )
+# the V/GDN kernel too, on its main path (the bench's model cases take none of its early exits)
+src = sub(
+    src,
+    "    STAGGER: tl.constexpr,\n):\n    i_vb = tl.program_id(0)\n",
+    "    STAGGER: tl.constexpr,\n    v_times_ptr,\n):\n    v_start = _now()\n    i_vb = tl.program_id(0)\n",
+)
+assert src.endswith('                cache_modifier=".cs",\n            )\n')
+src += "    _record(v_times_ptr, i_nhv * tl.num_programs(0) + i_vb, v_start)\n"
 src += """
 
 @triton.jit

@@ -9,7 +9,9 @@ last call are kept, in ns from the first program start of that call (front kerne
 
 Ways: ``alone`` (the fan-out, plain launches), ``empty_front_nowait`` and ``qk_front_nowait`` (the fan-out a
 programmatic dependent of the empty front kernel / of main's Q/K kernel launched by ``gdn_spec_decode``, never
-waiting for it). Timing only; the timer writes cost the same in every way.
+waiting for it), and ``caovan`` (main's two kernels with timers, BV 16 as main picks at this shape; the timed V/GDN
+kernel is launched with ``maxnreg=168``: uncapped, the timer writes after its token loop made the compiler take 194
+registers, 166 with the cap and no spills, main's 12 programs per SM). Timing only.
 
 Usage (repository root, PYTHONPATH=src; no vLLM): timeline.py OUT [REGEX]   (default: 27B TP=2 B8 MTP 4 fp32)
 """
@@ -53,6 +55,17 @@ class _TimedQK:
         return lambda *args, **kw: m._caovan_sm75_prepare_qk_conv_spec_decode_kernel[grid](*args, self.times, **kw)
 
 
+class _TimedV:
+    """Main's V/GDN kernel with timers, as ``gdn_spec_decode`` launches it (its times buffer and the cap appended)."""
+
+    def __init__(self, times):
+        self.times = times
+
+    def __getitem__(self, grid):
+        kernel = m._caovan_sm75_fused_v_gdn_spec_decode_kernel[grid]
+        return lambda *args, **kw: kernel(*args, self.times, maxnreg=168, **kw)
+
+
 class _FanoutInVPlace:
     """The timed fan-out where ``gdn_spec_decode`` launches the V/GDN kernel (same launch options, no wait)."""
 
@@ -76,10 +89,15 @@ def ways(inp, h, buffers):
         )
         fanout(inp, fan, True)
 
-    def qk_front_nowait():
+    def through_gdn_spec_decode():
         gdn_spec_decode(*args, **kwargs)
 
-    return {"alone": alone, "empty_front_nowait": empty_front_nowait, "qk_front_nowait": qk_front_nowait}
+    return {
+        "alone": alone,
+        "empty_front_nowait": empty_front_nowait,
+        "qk_front_nowait": through_gdn_spec_decode,
+        "caovan": through_gdn_spec_decode,
+    }
 
 
 def summary(t):  # t: (programs, 3) int64 tensor of (start, end, sm), ns from the call's first start
@@ -113,12 +131,15 @@ for case in bench_cases("all"):
     for label, call in ways(inp, h, buffers := {
         "front": torch.zeros(n * h * 2, 3, dtype=torch.int64, device="cuda"),
         "fanout": torch.zeros(n_fan, 3, dtype=torch.int64, device="cuda"),
+        "v_gdn": torch.zeros(n_fan, 3, dtype=torch.int64, device="cuda"),
     }).items():  # fmt: skip
         qk_times = torch.zeros(n * h * 2, 3, dtype=torch.int64, device="cuda")
         spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel = _TimedQK(qk_times)
-        spec._caovan_sm75_fused_v_gdn_spec_decode_kernel = _FanoutInVPlace(inp, buffers["fanout"])
+        spec._caovan_sm75_fused_v_gdn_spec_decode_kernel = (
+            _TimedV(buffers["v_gdn"]) if label == "caovan" else _FanoutInVPlace(inp, buffers["fanout"])
+        )
         spec._launch_hooks_set = lambda: True
-        spec._fit_value_block = lambda device, preferred, *a: preferred
+        spec._fit_value_block = lambda device, preferred, *a: BV
         spec._plans.clear()
         spec._direct.clear()
         for b in buffers.values():
@@ -136,8 +157,8 @@ for case in bench_cases("all"):
         for _ in range(3):
             graph.replay()
         torch.cuda.synchronize()
-        front = qk_times if label == "qk_front_nowait" else buffers["front"]
-        parts = {"fanout": buffers["fanout"].cpu()}
+        front = qk_times if label in ("qk_front_nowait", "caovan") else buffers["front"]
+        parts = {"v_gdn" if label == "caovan" else "fanout": buffers["v_gdn" if label == "caovan" else "fanout"].cpu()}
         if label != "alone":
             parts["front"] = front.cpu()
         t0 = min(int(p[:, 0].min()) for p in parts.values())

@@ -6,9 +6,10 @@ a dependent grid around the Q/K kernel's programs still resident. Main's V/GDN k
 (12 one-warp programs = 64,512 of the SM's 65,536 registers) and the Q/K kernel 48 at 4 warps (6,144): on the
 128 SMs that hold a Q/K program only 11 V/GDN programs fit, so 80 of the 1,536 programs at 27B TP=2 B8 start only
 when Q/K programs end. Here the V/GDN kernel is capped at 160 registers (no spills: 12 x 5,120 = 61,440) and the
-Q/K kernel at 64 registers with 2 warps (4,096) or 128 with 1 warp (115 used, 3,840): together exactly one SM's
-registers or less, so the whole V/GDN grid is resident from its start. With 4 Q/K warps no cap is applied (a control:
-the V/GDN cap alone).
+Q/K kernel at 64 registers with 2 warps (4,096) or 128 with 1 warp (115 used, 3,840): together one SM's registers
+or less. With 4 Q/K warps no cap is applied (a control: the V/GDN cap alone). Correction, same session: counted by
+the SM's four register banks (a warp's registers come from one bank of 16,384), these caps do not make room for
+12 V/GDN programs beside a Q/K program either (see README.md); this variant measures the caps, not full residency.
 """
 
 from caovan.kernels.gdn_spec_decode import triton_kernels as _main
