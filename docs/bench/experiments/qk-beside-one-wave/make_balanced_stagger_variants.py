@@ -1,0 +1,36 @@
+"""Writes .exp/variants2/k_stfN.py and k_c152*.py: a balanced resident grid with a controlled staggered fraction.
+
+Prepared for the next device session (repository root; CPU-checked, sm_90 registers checked ahead of time).
+``../launch-chain/timeline-h200.json`` shows main's V/GDN grid at 27B TP=2 B8 MTP 4 fp32 unbalanced by the Q/K
+programs resident when it is placed (8 V/GDN programs beside each, by register banks): 30 % of the programs start
+~1.8 us late, 117 SMs end with 12 programs and 11 SMs with 8. Capping the V/GDN kernel at 152 registers makes room
+for all 12 beside a Q/K warp in every bank (3 x 4,864 + 1,536 = 16,128 <= 16,384), but with the usual half
+stagger that was slower (``../memory-floor/``, 21.06 against 20.17 us): the late 30 % also staggered the work.
+These variants keep the grid balanced and move the stagger into the kernel instead:
+
+- ``stf13`` / ``stf23`` / ``stf34``: a third / two thirds / three quarters of the value heads (by ``i_nhv``) load
+  their state only after the Q/K kernel is done (main: half, ``i_nhv % 2 == 1``);
+- ``c152`` and ``c152stfN``: the same launched with ``maxnreg=152`` (``cap152.py``, this folder).
+
+Timing command (H200, ~2 min; carry .exp/variants2):
+
+    PYTHONPATH=src python3 docs/bench/experiments/cold-l2/variants_cold.py $OUT 'B8/' \\
+        'current:8x1;c152:8x1,8x1s0;c152stf23:8x1;c152stf34:8x1;stf23:8x1;stf13:8x1' balanced-stagger-b8-h200.json
+
+then the winner, if any, over the other 48 model cases (``'^(?!small)(?!.*B8/)'``) before it becomes a launch
+option (the cap and the fraction are sm_90 launch data; SM75 runs neither programmatic launch nor the stagger).
+"""
+
+import os
+
+src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
+OLD = "        if i_nhv % 2 == 1:\n"
+assert src.count(OLD) == 1
+FRACTIONS = {"stf13": "i_nhv % 3 == 2", "stf23": "i_nhv % 3 != 0", "stf34": "i_nhv % 4 != 0"}
+for name, condition in FRACTIONS.items():
+    open(f".exp/variants2/k_{name}.py", "w").write(src.replace(OLD, f"        if {condition}:\n"))
+wrapper = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cap152.py")).read()
+old = 'VARIANT = "base3"\n'
+assert wrapper.count(old) == 1
+for variant, name in [("base3", "c152"), ("stf23", "c152stf23"), ("stf34", "c152stf34")]:
+    open(f".exp/variants2/k_{name}.py", "w").write(wrapper.replace(old, f'VARIANT = "{variant}"\n'))
