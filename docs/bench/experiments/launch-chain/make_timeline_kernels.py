@@ -5,9 +5,16 @@ Every program of the Q/K kernel records the GPU's global timer at its start and 
 (``v_times_ptr``); two more kernels come with them: the fan-out of ``chain.py`` (load the slab, store it to every
 token slot; never waits) and the empty front kernel (waits for its predecessor, releases its dependent), both with
 the same timer writes.
+
+Usage: make_timeline_kernels.py [SOURCE [NAME]]: the kernels of SOURCE (default: main's triton_kernels.py; a
+variant such as ``.exp/variants2/k_stf23.py`` works the same) to ``.exp/variants2/k_NAME.py`` (default: timeline).
 """
 
-src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
+import sys
+
+source = sys.argv[1] if len(sys.argv) > 1 else "src/caovan/kernels/gdn_spec_decode/triton_kernels.py"
+name = sys.argv[2] if len(sys.argv) > 2 else "timeline"
+src = open(source).read()
 
 
 def sub(text: str, old: str, new: str) -> str:
@@ -85,4 +92,4 @@ def _timed_empty_front_kernel(times_ptr):
     program = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + tl.program_id(2)
     _record(times_ptr, program, start)
 """
-open(".exp/variants2/k_timeline.py", "w").write(src)
+open(f".exp/variants2/k_{name}.py", "w").write(src)

@@ -13,14 +13,17 @@ waiting for it), and ``caovan`` (main's two kernels with timers, BV 16 as main p
 kernel is launched with ``maxnreg=168``: uncapped, the timer writes after its token loop made the compiler take 194
 registers, 166 with the cap and no spills, main's 12 programs per SM). Timing only.
 
-Usage (repository root, PYTHONPATH=src; no vLLM): timeline.py OUT [REGEX]   (default: 27B TP=2 B8 MTP 4 fp32)
+Usage (repository root, PYTHONPATH=src; no vLLM): timeline.py OUT [--cases REGEX] [--kernels NAME]
+[--v-maxnreg N] [--json FILE]; defaults: 27B TP=2 B8 MTP 4 fp32, .exp/variants2/k_timeline.py, 168,
+timeline-h200.json. ``--kernels`` takes another module written by ``make_timeline_kernels.py`` (e.g. from a
+stagger variant); ``--v-maxnreg`` caps the timed V/GDN kernel (152: the balanced grid of ``../qk-beside-one-wave/``).
 """
 
+import argparse
 import importlib.util
 import json
 import os
 import re
-import sys
 
 import torch
 import triton
@@ -30,7 +33,14 @@ from caovan.bench.cases import bench_cases, build_inputs
 from caovan.kernels.gdn_spec_decode import gdn_spec_decode
 
 BV = 16
-_s = importlib.util.spec_from_file_location("k_timeline", ".exp/variants2/k_timeline.py")
+cli = argparse.ArgumentParser()
+cli.add_argument("out")
+cli.add_argument("--cases", default=r"qwen3\.6-27b-tp2/B8/mtp4/ssm-fp32")
+cli.add_argument("--kernels", default="timeline")
+cli.add_argument("--v-maxnreg", type=int, default=168)
+cli.add_argument("--json", default="timeline-h200.json")
+opts = cli.parse_args()
+_s = importlib.util.spec_from_file_location(f"k_{opts.kernels}", f".exp/variants2/k_{opts.kernels}.py")
 m = importlib.util.module_from_spec(_s)
 _s.loader.exec_module(m)
 
@@ -63,7 +73,7 @@ class _TimedV:
 
     def __getitem__(self, grid):
         kernel = m._caovan_sm75_fused_v_gdn_spec_decode_kernel[grid]
-        return lambda *args, **kw: kernel(*args, self.times, maxnreg=168, **kw)
+        return lambda *args, **kw: kernel(*args, self.times, maxnreg=opts.v_maxnreg, **kw)
 
 
 class _FanoutInVPlace:
@@ -117,8 +127,8 @@ def summary(t):  # t: (programs, 3) int64 tensor of (start, end, sm), ns from th
     }
 
 
-pattern = re.compile(sys.argv[2] if len(sys.argv) > 2 else r"qwen3\.6-27b-tp2/B8/mtp4/ssm-fp32")
-res = {"graph_calls": 20, "replays": 3, "bv": BV, "cases": {}}
+pattern = re.compile(opts.cases)
+res = {"graph_calls": 20, "replays": 3, "bv": BV, "kernels": opts.kernels, "v_maxnreg": opts.v_maxnreg, "cases": {}}
 for case in bench_cases("all"):
     if not pattern.search(case.id):
         continue
@@ -175,4 +185,4 @@ for case in bench_cases("all"):
                   f"{[round(x) for x in s['per_sm_last_end_ns_min_mean_max']]}", flush=True)  # fmt: skip
         del graph
     res["cases"][case.id] = rows
-json.dump(res, open(os.path.join(sys.argv[1], "timeline-h200.json"), "w"))
+json.dump(res, open(os.path.join(opts.out, opts.json), "w"))
