@@ -28,6 +28,9 @@ src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
 OLD = "        if i_nhv % 2 == 1:\n"
 assert src.count(OLD) == 1
 FRACTIONS = {"stf13": "i_nhv % 3 == 2", "stf23": "i_nhv % 3 != 0", "stf34": "i_nhv % 4 != 0"}
+os.makedirs(".exp/variants2", exist_ok=True)
+if not os.path.exists(".exp/variants2/k_base3.py"):  # main's kernels, which k_c152 wraps
+    open(".exp/variants2/k_base3.py", "w").write(src)
 for name, condition in FRACTIONS.items():
     open(f".exp/variants2/k_{name}.py", "w").write(src.replace(OLD, f"        if {condition}:\n"))
 here = os.path.dirname(os.path.abspath(__file__))
