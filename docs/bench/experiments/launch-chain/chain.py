@@ -31,7 +31,6 @@ import re
 import statistics
 import sys
 
-import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -49,30 +48,10 @@ from caovan.bench.kernels import (
 from caovan.bench.roofline import spec_decode_traffic
 from caovan.kernels.gdn_spec_decode import gdn_spec_decode
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "memory-floor"))
+from fanout import _fanout_body, fanout_is_right  # noqa: E402
+
 BV = 16
-
-
-@triton.jit
-def _fanout_body(ssm_ptr, qsl_ptr, si_ptr, na_ptr, s_block, s_head, s_v, s_si, i_v, i_nh, HV, K: tl.constexpr,
-                 BV: tl.constexpr, NULL_SLOT_MAX: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
-    i_n = i_nh // HV
-    i_hv = i_nh % HV
-    bos = tl.load(qsl_ptr + i_n)
-    seq_len = tl.load(qsl_ptr + i_n + 1) - bos
-    si_row = si_ptr + i_n.to(tl.int64) * s_si
-    initial = tl.load(si_row + tl.load(na_ptr + i_n) - 1, mask=seq_len > 0, other=0).to(tl.int64)
-    if (seq_len > 0) & (initial > NULL_SLOT_MAX):
-        offs = (i_v * BV + tl.arange(0, BV)).to(tl.int64)[:, None] * s_v + tl.arange(0, K)[None, :]
-        head = ssm_ptr + i_hv.to(tl.int64) * s_head
-        slab = tl.load(head + initial * s_block + offs)
-        if USE_PDL:
-            gdc_wait()
-        for t in range(0, seq_len):
-            slot = tl.load(si_row + t).to(tl.int64)
-            if slot > NULL_SLOT_MAX:
-                tl.store(head + slot * s_block + offs, slab, cache_modifier=".cs")
-    elif USE_PDL:
-        gdc_wait()
 
 
 @triton.jit
@@ -98,28 +77,26 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     WIDTH: tl.constexpr, BU: tl.constexpr, BT: tl.constexpr, NULL_SLOT_MAX: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_TOKEN_INDEX: tl.constexpr, USE_PDL: tl.constexpr, STAGGER: tl.constexpr,
+    WAIT: tl.constexpr = True,
 ):  # fmt: skip
-    """The fan-out in the V/GDN kernel's place (same signature; ``qk_front``): no conv, no gating, no output."""
+    """The fan-out in the V/GDN kernel's place (same signature; ``qk_front``): no conv, no gating, no output.
+
+    ``WAIT`` (after the V/GDN kernel's arguments, so ``gdn_spec_decode`` leaves it at True): False for
+    ``qk_front_nowait`` (``_NoWait``), which never waits for the Q/K kernel."""
     _fanout_body(ssm_state_ptr, query_start_loc_ptr, state_indices_ptr, num_accepted_tokens_ptr, stride_ssm_block,
                  stride_ssm_head, stride_ssm_v, stride_si_seq, tl.program_id(0), tl.program_id(1), HV, K, BV,
-                 NULL_SLOT_MAX, USE_PDL)  # fmt: skip
+                 NULL_SLOT_MAX, USE_PDL and WAIT)  # fmt: skip
 
 
-@triton.jit
-def _fanout_in_v_place_nowait(
-    mixed_qkv_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, conv_weight_ptr, conv_bias_ptr, conv_state_ptr,
-    ssm_state_ptr, query_start_loc_ptr, state_indices_ptr, num_accepted_tokens_ptr, token_index_ptr,
-    qk_scratch_ptr, out_ptr, stride_x_token, stride_a_token, stride_a_head, stride_b_token, stride_b_head,
-    stride_w_dim, stride_w_width, stride_cs_block, stride_cs_dim, stride_cs_pos, stride_ssm_block,
-    stride_ssm_head, stride_ssm_v, stride_ssm_k, stride_si_seq, stride_out_token, stride_out_head,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    WIDTH: tl.constexpr, BU: tl.constexpr, BT: tl.constexpr, NULL_SLOT_MAX: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_TOKEN_INDEX: tl.constexpr, USE_PDL: tl.constexpr, STAGGER: tl.constexpr,
-):  # fmt: skip
+class _NoWait:
     """``qk_front_nowait``: the fan-out in the V/GDN kernel's place, launched as the Q/K kernel's dependent, no wait."""
-    _fanout_body(ssm_state_ptr, query_start_loc_ptr, state_indices_ptr, num_accepted_tokens_ptr, stride_ssm_block,
-                 stride_ssm_head, stride_ssm_v, stride_si_seq, tl.program_id(0), tl.program_id(1), HV, K, BV,
-                 NULL_SLOT_MAX, False)  # fmt: skip
+
+    def __getitem__(self, grid):
+        launch = _caovan_sm75_fused_v_gdn_spec_decode_kernel[grid]
+        return lambda *args, **kw: launch(*args, False, **kw)
+
+    def warmup(self, *args, **kw):
+        return _caovan_sm75_fused_v_gdn_spec_decode_kernel.warmup(*args, False, **kw)
 
 
 def fanout_call(front: bool):
@@ -135,24 +112,6 @@ def fanout_call(front: bool):
         )  # fmt: skip
 
     return call
-
-
-def fanout_is_right(fn, inputs):
-    """Every valid token slot of every sequence holds its initial slab after one call (a wrong floor is no floor)."""
-    inp = inputs.clone()
-    before = inp.ssm_state.clone()
-    args, kwargs = inp.kernel_args()
-    fn(*args, **kwargs)
-    torch.cuda.synchronize()
-    qsl, si, na = inp.query_start_loc.tolist(), inp.state_indices.tolist(), inp.num_accepted_tokens.tolist()
-    for n in range(len(qsl) - 1):
-        initial = si[n][na[n] - 1]
-        if qsl[n + 1] - qsl[n] <= 0 or initial <= 0:
-            continue
-        for t in range(qsl[n + 1] - qsl[n]):
-            if si[n][t] > 0 and not torch.equal(inp.ssm_state[si[n][t]], before[initial]):
-                return False
-    return True
 
 
 CURRENT = spec._caovan_sm75_fused_v_gdn_spec_decode_kernel
@@ -201,7 +160,7 @@ WAYS = [
     ("qk_front", through_gdn_spec_decode(_caovan_sm75_fused_v_gdn_spec_decode_kernel, QK_KERNEL), True),
     ("caovan", through_gdn_spec_decode(CURRENT, QK_KERNEL), False),
     ("caovan_noqk", through_gdn_spec_decode(CURRENT, _NotLaunched()), False),
-    ("qk_front_nowait", through_gdn_spec_decode(_fanout_in_v_place_nowait, QK_KERNEL), True),
+    ("qk_front_nowait", through_gdn_spec_decode(_NoWait(), QK_KERNEL), True),
     ("qk_only", through_gdn_spec_decode(_NotLaunched(), QK_KERNEL), False),
 ]
 for case in bench_cases("all"):

@@ -2,9 +2,9 @@
 
 Every program of the Q/K kernel records the GPU's global timer at its start and end and its SM id into a
 ``times_ptr`` argument added at the end of its signature, and so does every V/GDN program that runs its token loop
-(``v_times_ptr``); two more kernels come with them: the fan-out of ``chain.py`` (load the slab, store it to every
-token slot; never waits) and the empty front kernel (waits for its predecessor, releases its dependent), both with
-the same timer writes.
+(``v_times_ptr``); two more kernels come with them: the fan-out (``_fanout_body`` of ``../memory-floor/fanout.py``:
+load the slab, store it to every token slot; never waits) and the empty front kernel (waits for its predecessor,
+releases its dependent), both with the same timer writes.
 
 Usage: make_timeline_kernels.py [SOURCE [NAME]]: the kernels of SOURCE (default: main's triton_kernels.py; a
 variant such as ``.exp/variants2/k_stf23.py`` works the same) to ``.exp/variants2/k_NAME.py`` (default: timeline).
@@ -44,6 +44,8 @@ assert src.endswith('                cache_modifier=".cs",\n            )\n')
 src += "    _record(v_times_ptr, i_nhv * tl.num_programs(0) + i_vb, v_start)\n"
 src += """
 
+from fanout import _fanout_body  # ../memory-floor/fanout.py, on sys.path in timeline.py
+
 @triton.jit
 def _now():
     return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
@@ -65,23 +67,9 @@ def _record(times_ptr, program, start):
 def _timed_fanout_kernel(ssm_ptr, qsl_ptr, si_ptr, na_ptr, times_ptr, s_block, s_head, s_v, s_si, HV,
                          K: tl.constexpr, BV: tl.constexpr):  # fmt: skip
     start = _now()
-    i_v = tl.program_id(0)
-    i_nh = tl.program_id(1)
-    i_n = i_nh // HV
-    i_hv = i_nh % HV
-    bos = tl.load(qsl_ptr + i_n)
-    seq_len = tl.load(qsl_ptr + i_n + 1) - bos
-    si_row = si_ptr + i_n.to(tl.int64) * s_si
-    initial = tl.load(si_row + tl.load(na_ptr + i_n) - 1, mask=seq_len > 0, other=0).to(tl.int64)
-    if (seq_len > 0) & (initial > 0):
-        offs = (i_v * BV + tl.arange(0, BV)).to(tl.int64)[:, None] * s_v + tl.arange(0, K)[None, :]
-        head = ssm_ptr + i_hv.to(tl.int64) * s_head
-        slab = tl.load(head + initial * s_block + offs)
-        for t in range(0, seq_len):
-            slot = tl.load(si_row + t).to(tl.int64)
-            if slot > 0:
-                tl.store(head + slot * s_block + offs, slab, cache_modifier=".cs")
-    _record(times_ptr, i_nh * tl.num_programs(0) + i_v, start)
+    _fanout_body(ssm_ptr, qsl_ptr, si_ptr, na_ptr, s_block, s_head, s_v, s_si, tl.program_id(0), tl.program_id(1),
+                 HV, K, BV, 0, False)  # fmt: skip
+    _record(times_ptr, tl.program_id(1) * tl.num_programs(0) + tl.program_id(0), start)
 
 
 @triton.jit

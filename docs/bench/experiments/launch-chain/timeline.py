@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 
 import torch
 import triton
@@ -40,6 +41,7 @@ cli.add_argument("--kernels", default="timeline")
 cli.add_argument("--v-maxnreg", type=int, default=168)
 cli.add_argument("--json", default="timeline-h200.json")
 opts = cli.parse_args()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "memory-floor"))  # its fan-out
 _s = importlib.util.spec_from_file_location(f"k_{opts.kernels}", f".exp/variants2/k_{opts.kernels}.py")
 m = importlib.util.module_from_spec(_s)
 _s.loader.exec_module(m)
