@@ -31,9 +31,11 @@ import triton
 
 import caovan.kernels.gdn_spec_decode as spec
 from caovan.bench.cases import bench_cases, build_inputs
+from caovan.bench.kernels import BenchSettings, time_cuda_graph_us
 from caovan.kernels.gdn_spec_decode import gdn_spec_decode
 
 BV = 16
+REPLAYS = BenchSettings(graph_calls=20, graph_replays=2)  # time_cuda_graph_us replays once more first
 cli = argparse.ArgumentParser()
 cli.add_argument("out")
 cli.add_argument("--cases", default=r"qwen3\.6-27b-tp2/B8/mtp4/ssm-fp32")
@@ -130,7 +132,14 @@ def summary(t):  # t: (programs, 3) int64 tensor of (start, end, sm), ns from th
 
 
 pattern = re.compile(opts.cases)
-res = {"graph_calls": 20, "replays": 3, "bv": BV, "kernels": opts.kernels, "v_maxnreg": opts.v_maxnreg, "cases": {}}
+res = {
+    "graph_calls": REPLAYS.graph_calls,
+    "replays": 1 + REPLAYS.graph_replays,
+    "bv": BV,
+    "kernels": opts.kernels,
+    "v_maxnreg": opts.v_maxnreg,
+    "cases": {},
+}
 for case in bench_cases("all"):
     if not pattern.search(case.id):
         continue
@@ -156,19 +165,8 @@ for case in bench_cases("all"):
         spec._direct.clear()
         for b in buffers.values():
             b.zero_()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                call()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(20):
-                call()
-        for _ in range(3):
-            graph.replay()
-        torch.cuda.synchronize()
+        # 3 warm-up calls, 20 captured, 1 + 2 replays; the buffers then hold the last call's times
+        time_cuda_graph_us(call, REPLAYS)
         front = qk_times if label in ("qk_front_nowait", "caovan") else buffers["front"]
         parts = {"v_gdn" if label == "caovan" else "fanout": buffers["v_gdn" if label == "caovan" else "fanout"].cpu()}
         if label != "alone":
@@ -185,6 +183,5 @@ for case in bench_cases("all"):
             print(f"    {name:7s} start {[round(x) for x in s['start_ns_min_p50_p90_max']]} end "
                   f"{[round(x) for x in s['end_ns_min_p50_p90_max']]} per-SM last end "
                   f"{[round(x) for x in s['per_sm_last_end_ns_min_mean_max']]}", flush=True)  # fmt: skip
-        del graph
     res["cases"][case.id] = rows
 json.dump(res, open(os.path.join(opts.out, opts.json), "w"))
