@@ -1,6 +1,6 @@
 """Writes .exp/variants2/k_stfN.py and k_c152*.py: a balanced resident grid with a controlled staggered fraction.
 
-Prepared for the next device session (repository root; CPU-checked, sm_90 registers checked ahead of time).
+Experiment (repository root; measured on an H200 and rejected: README.md, balanced-stagger-b8-h200.json).
 ``../launch-chain/timeline-h200.json`` shows main's V/GDN grid at 27B TP=2 B8 MTP 4 fp32 unbalanced by the Q/K
 programs resident when it is placed (8 V/GDN programs beside each, by register banks): 30 % of the programs start
 ~1.8 us late, 117 SMs end with 12 programs and 11 SMs with 8. Capping the V/GDN kernel at 152 registers makes room
@@ -13,13 +13,12 @@ These variants keep the grid balanced and move the stagger into the kernel inste
 - ``c152`` and ``c152stfN``: main / the same launched with ``maxnreg=152`` (the capping wrapper of
   ``../row-reduction-bound/maxnreg168.py`` with the cap and the variant replaced).
 
-Timing command (H200, ~2 min; carry .exp/variants2):
+Timing command (H200, ~2 min with the two timelines of README.md; carry .exp/variants2):
 
     PYTHONPATH=src python3 docs/bench/experiments/cold-l2/variants_cold.py $OUT 'B8/' \\
         'current:8x1;c152:8x1,8x1s0;c152stf23:8x1;c152stf34:8x1;stf23:8x1;stf13:8x1' balanced-stagger-b8-h200.json
 
-then the winner, if any, over the other 48 model cases (``'^(?!small)(?!.*B8/)'``) before it becomes a launch
-option (the cap and the fraction are sm_90 launch data; SM75 runs neither programmatic launch nor the stagger).
+No variant won at 8 sequences, so the other 48 model cases were not run.
 """
 
 import os

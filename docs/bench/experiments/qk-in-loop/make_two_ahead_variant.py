@@ -1,6 +1,6 @@
 """Writes .exp/variants2/k_qk2ahead.py: main's V/GDN kernel reading q/k two tokens ahead instead of one.
 
-Experiment (repository root; prepared, to be timed on an H200). ``../issue-profile/`` finds 7 % of the stall
+Experiment (repository root; timed on an H200: see README.md). ``../issue-profile/`` finds 7 % of the stall
 samples at the one-token-ahead q/k load of the token loop (an L2 hit, but L2 is busy with the state stores), so
 the load is given two token steps to arrive. Costs 8 more registers per thread (two more [K] rows).
 """

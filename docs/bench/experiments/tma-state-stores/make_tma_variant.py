@@ -1,6 +1,6 @@
 """Writes .exp/variants2/k_tma.py, k_tma2.py, k_tma2r168.py: V/GDN kernels whose state stores are TMA stores.
 
-Experiment (repository root; prepared, to be timed on an H200). ``../issue-profile/`` shows the token loop
+Experiment (repository root; timed on an H200: see README.md). ``../issue-profile/`` shows the token loop
 spending its stall samples on dependency chains, the 16 state stores per token (store back-pressure and the
 register reuse behind them) and the 64-bit address arithmetic of those stores. Here the state slab of each token
 goes to shared memory and one thread hands it to the tensor memory accelerator (``cp.async.bulk.tensor``), which
