@@ -15,17 +15,15 @@ on [BV]-vectors per token). See README.md.
 """
 
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from source_edits import sub  # noqa: E402
 
 src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
 
-
-def sub(old, new):
-    global src
-    assert src.count(old) == 1, old
-    src = src.replace(old, new)
-
-
-sub(
+src = sub(
+    src,
     "    for t in range(0, seq_len):\n        pick = token_rows == t\n",
     """    # BOUND (wrong results), phase 1: every token's S_0 . k_t and S_0 . q_t before any store.
     dk_all = tl.zeros([BT, BV], dtype=tl.float32)
@@ -40,7 +38,8 @@ sub(
         pick = token_rows == t
 """,
 )
-sub(
+src = sub(
+    src,
     """        state *= decay
         v -= tl.sum(state * k[None, :], axis=1)
         v *= beta
@@ -58,5 +57,4 @@ open(".exp/variants2/k_chunkbound.py", "w").write(src)
 # spill on sm_90: k_chunkbound168 launches it so, through the capping wrapper of ../row-reduction-bound/.
 here = os.path.dirname(os.path.abspath(__file__))
 wrapper = open(os.path.join(here, "..", "row-reduction-bound", "maxnreg168.py")).read()
-assert wrapper.count('VARIANT = "bfly"\n') == 1
-open(".exp/variants2/k_chunkbound168.py", "w").write(wrapper.replace('VARIANT = "bfly"\n', 'VARIANT = "chunkbound"\n'))
+open(".exp/variants2/k_chunkbound168.py", "w").write(sub(wrapper, 'VARIANT = "bfly"\n', 'VARIANT = "chunkbound"\n'))

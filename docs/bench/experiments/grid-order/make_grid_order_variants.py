@@ -12,12 +12,13 @@ SM explains. Which (sequence, value head, value block) items share an SM follows
   state goes to another slot), and in the warm-L2 graph time L2 is where the state stores wait for DRAM.
 """
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from source_edits import sub  # noqa: E402
+
 src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
-
-
-def sub(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, old[:80]
-    return text.replace(old, new)
 
 
 ORDER = """    i_vb = tl.program_id(0)

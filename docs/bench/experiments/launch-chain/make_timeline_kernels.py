@@ -10,16 +10,15 @@ Usage: make_timeline_kernels.py [SOURCE [NAME]]: the kernels of SOURCE (default:
 variant such as ``.exp/variants2/k_stf23.py`` works the same) to ``.exp/variants2/k_NAME.py`` (default: timeline).
 """
 
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from source_edits import sub  # noqa: E402
 
 source = sys.argv[1] if len(sys.argv) > 1 else "src/caovan/kernels/gdn_spec_decode/triton_kernels.py"
 name = sys.argv[2] if len(sys.argv) > 2 else "timeline"
 src = open(source).read()
-
-
-def sub(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, old[:80]
-    return text.replace(old, new)
 
 
 src = sub(

@@ -1,11 +1,12 @@
 """Bisect variants between caovan's V/GDN kernel and the memory floor (timing only; wrong results by design)."""
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from source_edits import sub  # noqa: E402
+
 base = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()  # = .exp/variants2/k_base3.py
-
-
-def sub(text, old, new):
-    assert text.count(old) == 1, old[:100]
-    return text.replace(old, new)
 
 
 MATH = """        state *= decay

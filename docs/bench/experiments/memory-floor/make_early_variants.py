@@ -1,11 +1,12 @@
 """Writes .exp/variants2/k_early.py and k_earlylw.py from the kernel on main (repository root; see README)."""
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from source_edits import sub  # noqa: E402
+
 src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
-
-
-def sub(text, old, new):
-    assert text.count(old) == 1, old[:80]
-    return text.replace(old, new)
 
 
 # --- early: the state slab load issued right after its slot index is known, before the V conv (whose window

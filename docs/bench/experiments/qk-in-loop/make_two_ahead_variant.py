@@ -5,12 +5,13 @@ samples at the one-token-ahead q/k load of the token loop (an L2 hit, but L2 is 
 the load is given two token steps to arrive. Costs 8 more registers per thread (two more [K] rows).
 """
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from source_edits import sub  # noqa: E402
+
 src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
-
-
-def sub(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, old[:80]
-    return text.replace(old, new)
 
 
 src = sub(

@@ -6,11 +6,11 @@ one key head: read, barrier, write). ``WINDOW_ARGS``: its arguments as the V/GDN
 Used by ``make_fused_variant.py`` here and ``../qk-window-in-v/make_variant.py``.
 """
 
+import os
+import sys
 
-def sub(text: str, old: str, new: str, count: int = 1) -> str:
-    assert text.count(old) == count, (text.count(old), old[:80])
-    return text.replace(old, new)
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from source_edits import sub  # noqa: E402
 
 SIGNATURE_EDIT = (
     '    HAS_TOKEN_INDEX: tl.constexpr,\n):\n    """Causal conv + SiLU',

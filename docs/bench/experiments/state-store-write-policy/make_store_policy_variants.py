@@ -11,10 +11,13 @@ Experiment (repository root). Main's per-token state stores are streaming stores
 """
 
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from source_edits import sub  # noqa: E402
 
 src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
 OLD = '                cache_modifier=".cs",\n'
-assert src.count(OLD) == 1
 VARIANTS = {
     "wt": '                cache_modifier=".wt",\n',
     "ef": '                eviction_policy="evict_first",\n',
@@ -22,4 +25,4 @@ VARIANTS = {
 }
 os.makedirs(".exp/variants2", exist_ok=True)
 for name, new in VARIANTS.items():
-    open(f".exp/variants2/k_{name}.py", "w").write(src.replace(OLD, new))
+    open(f".exp/variants2/k_{name}.py", "w").write(sub(src, OLD, new))

@@ -12,14 +12,15 @@ The module exposes the kernel under main's name as a launcher object, for ``../c
 (``NO_DIRECT_LAUNCH``: its launch takes one argument more than main's).
 """
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from source_edits import sub  # noqa: E402
+
 src = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
 start = src.index("@triton.jit\ndef _caovan_sm75_fused_v_gdn_spec_decode_kernel(")
 kernel = src[start:]
-
-
-def sub(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, old[:80]
-    return text.replace(old, new)
 
 
 kernel = sub(kernel, "def _caovan_sm75_fused_v_gdn_spec_decode_kernel(", "def _tma_v_gdn_kernel(")
