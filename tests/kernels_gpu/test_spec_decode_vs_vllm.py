@@ -15,6 +15,8 @@ not, the reference or the case builder disagrees with vLLM and the comparison wo
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="kernel tier needs PyTorch")
@@ -38,6 +40,7 @@ from caovan.bench.cases import (  # noqa: E402
     expand_grid,
 )
 from caovan.kernels.gdn_spec_decode import gdn_spec_decode  # noqa: E402
+from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS, config_for  # noqa: E402
 from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference  # noqa: E402
 
 DEVICE = "cuda"
@@ -55,10 +58,10 @@ def vllm_core():
         pytest.fail(f"vLLM's GDN kernels are not importable, nothing to compare against: {exc}")
 
 
-def _check_vs_vllm(case: SpecDecodeCase, vllm_core) -> None:
+def _check_vs_vllm(case: SpecDecodeCase, vllm_core, kernel=gdn_spec_decode) -> None:
     inputs = build_inputs(case, DEVICE)
     ref = accuracy.run_reference(gdn_spec_decode_reference, inputs)
-    ours = accuracy.measure(gdn_spec_decode, inputs, ref)
+    ours = accuracy.measure(kernel, inputs, ref)
     theirs = accuracy.measure_vllm(vllm_core, inputs, ref)
     sanity = accuracy.check_standalone(case, theirs)
     assert not sanity, f"{case.id}: vLLM's own error is off - reference/builder disagree with vLLM: {sanity}"
@@ -74,6 +77,29 @@ def test_grid_matches_reference_at_least_as_well_as_vllm(case, vllm_core):
 @pytest.mark.parametrize("case", KERNEL_EDGE_CASES, ids=lambda c: c.id)
 def test_edge_cases_match_reference_at_least_as_well_as_vllm(case, vllm_core):
     _check_vs_vllm(case, vllm_core)
+
+
+def _entries_not_chosen_here() -> list[str]:
+    """The launch-configuration entries this GPU does not pick for itself (all of them without a GPU)."""
+    if not torch.cuda.is_available():
+        return sorted(LAUNCH_CONFIGS)
+    own = config_for(torch.cuda.get_device_capability()).arch
+    return sorted(arch for arch in LAUNCH_CONFIGS if arch != own)
+
+
+# The tests above run the entry this GPU picks (sm90 on an H200). The others run here too, on the same rule:
+# the sm75 entry is what an RTX 2080 Ti runs (and every GPU from sm_75 up to the next entry: A100, RTX 3090,
+# RTX 4090), and it would otherwise only ever meet the interpreter at tiny shapes and the sm_75 compile gate.
+# Any entry runs on any GPU from sm_75 on (programmatic dependent launch is only used where the GPU has it),
+# so on a 2080 Ti runner this checks the sm90 entry's kernels in turn. Model-shape grid plus every edge case.
+OTHER_ENTRIES = _entries_not_chosen_here()
+ENTRY_CASES = [c for c in GRID_CASES if c.head != "small"] + KERNEL_EDGE_CASES
+
+
+@pytest.mark.parametrize("case", ENTRY_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("arch", OTHER_ENTRIES)
+def test_other_launch_config_entries_match_reference_at_least_as_well_as_vllm(arch, case, vllm_core):
+    _check_vs_vllm(case, vllm_core, _kernel_with_entry(arch))
 
 
 MIXED_CASES = [c for c in KERNEL_EDGE_CASES if c.mixed_batch_tokens][:2]
@@ -119,11 +145,20 @@ def _assert_same(a, b, what: str) -> None:
     torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{what}: {m}")
 
 
+def _kernel_with_entry(arch: str | None):
+    """``gdn_spec_decode`` with this GPU's own launch configuration (None) or the named entry's."""
+    if arch is None:
+        return gdn_spec_decode
+    return functools.partial(gdn_spec_decode, launch_config=LAUNCH_CONFIGS[arch])
+
+
 @pytest.mark.parametrize("case", GRAPH_CASES, ids=lambda c: c.id)
-def test_cuda_graph_replay_equals_eager(case):
+@pytest.mark.parametrize("arch", [None, *OTHER_ENTRIES], ids=lambda a: a or "own-entry")
+def test_cuda_graph_replay_equals_eager(arch, case):
+    kernel = _kernel_with_entry(arch)
     inputs = build_inputs(case, DEVICE)
     eager = inputs.clone()
-    accuracy.call(gdn_spec_decode, eager)
+    accuracy.call(kernel, eager)
 
     # Warm up (compile) on a throw-away copy with identical strides, on a side stream as torch
     # advises,
@@ -133,12 +168,12 @@ def test_cuda_graph_replay_equals_eager(case):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        accuracy.call(gdn_spec_decode, warm)
+        accuracy.call(kernel, warm)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     args, kwargs = graphed.kernel_args()
     with torch.cuda.graph(graph):
-        gdn_spec_decode(*args, **kwargs)
+        kernel(*args, **kwargs)
     graphed.copy_from(inputs)
     graph.replay()
     torch.cuda.synchronize()
@@ -152,7 +187,7 @@ def test_cuda_graph_replay_equals_eager(case):
     t_max = case.max_query_len
     other.num_accepted_tokens.copy_(other.num_accepted_tokens % t_max + 1)
     eager2 = other.clone()
-    accuracy.call(gdn_spec_decode, eager2)
+    accuracy.call(kernel, eager2)
     graphed.copy_from(other)
     graph.replay()
     torch.cuda.synchronize()

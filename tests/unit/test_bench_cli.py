@@ -87,6 +87,20 @@ def test_verify_refuses_a_garbage_device(monkeypatch, capsys):
     assert rc == 2 and err.startswith("caovan verify: error: --device 'gpu0':")
 
 
+def test_verify_refuses_an_unknown_launch_config_entry(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS
+
+    assert "sm75" in LAUNCH_CONFIGS and "sm_75" not in LAUNCH_CONFIGS
+    rc = verify_cli.run(_parse(verify_cli, ["--launch-config", "sm_75"]))
+    captured = capsys.readouterr()
+    known = ", ".join(sorted(LAUNCH_CONFIGS))
+    assert rc == 2 and captured.out == ""
+    assert captured.err.strip() == (
+        f"caovan verify: error: --launch-config 'sm_75': launch_configs.json has no such entry ({known})"
+    )
+
+
 def test_verify_loop_prints_pass_and_fail_lines_on_cpu():
     from caovan.bench.cases import SpecDecodeCase
     from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference as reference

@@ -10,6 +10,7 @@ for the safety gate.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 NAME = "verify"
@@ -23,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="cuda",
         help="torch device to verify on (default: cuda, i.e. the first visible GPU; "
         "choose GPUs with CUDA_VISIBLE_DEVICES as Turbo3 taught)",
+    )
+    parser.add_argument(
+        "--launch-config",
+        metavar="ARCH",
+        help="run with this architecture's entry of launch_configs.json (e.g. sm75, what an RTX 2080 Ti runs) "
+        "instead of the one this GPU picks, to check another entry's kernels on the GPU at hand",
     )
 
 
@@ -51,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         from caovan.kernels.gdn_spec_decode import gdn_spec_decode
+        from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS, config_for
         from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
     except ImportError as exc:
         print(
@@ -59,14 +67,26 @@ def run(args: argparse.Namespace) -> int:
         )
         print("[Caovan] verify=FAIL")
         return 1
+    if args.launch_config is not None and args.launch_config not in LAUNCH_CONFIGS:
+        known = ", ".join(sorted(LAUNCH_CONFIGS))
+        return _error(f"--launch-config {args.launch_config!r}: launch_configs.json has no such entry ({known})")
 
     idx = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(idx)
+    own = config_for((props.major, props.minor))
     print(f"device cuda:{idx} {props.name} (sm_{props.major}{props.minor})")
-    failures = verify_cases(VERIFY_CASES, torch.device("cuda", idx), gdn_spec_decode, gdn_spec_decode_reference)
+    kernel = gdn_spec_decode
+    entry = own.arch
+    if args.launch_config is None:
+        print(f"launch configuration: {entry} (this GPU's entry)")
+    else:
+        entry = args.launch_config
+        kernel = functools.partial(gdn_spec_decode, launch_config=LAUNCH_CONFIGS[entry])
+        print(f"launch configuration: {entry} (--launch-config; this GPU's own entry is {own.arch})")
+    failures = verify_cases(VERIFY_CASES, torch.device("cuda", idx), kernel, gdn_spec_decode_reference)
     total = len(VERIFY_CASES)
     verdict = "PASS" if failures == 0 else "FAIL"
-    print(f"[Caovan] verify={verdict} cases={total - failures}/{total} device={props.name}")
+    print(f"[Caovan] verify={verdict} cases={total - failures}/{total} device={props.name} launch_config={entry}")
     return 0 if failures == 0 else 1
 
 
