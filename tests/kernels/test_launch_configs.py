@@ -166,6 +166,29 @@ def test_a_bad_stagger_threshold_is_one_clear_error(tmp_path, extra, message):
         _load(path)
 
 
+def test_register_cap_is_read_from_the_data_and_off_by_default(tmp_path):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    capped = _entry((7, 5))
+    capped["v_gdn"] = dict(capped["v_gdn"], maxnreg=168)
+    configs = _load(_write(tmp_path, {"sm75": capped, "sm90": _entry((9, 0))}))
+    assert configs["sm75"].v_gdn.maxnreg == 168
+    assert configs["sm90"].v_gdn.maxnreg is None
+
+
+@pytest.mark.parametrize("maxnreg", [0, 256, "168", 168.0, True])
+def test_a_bad_register_cap_is_one_clear_error(tmp_path, maxnreg):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    entry = _entry((7, 5))
+    entry["v_gdn"] = dict(entry["v_gdn"], maxnreg=maxnreg)
+    with pytest.raises(
+        ValueError,
+        match=r"launch_configs\.json: entry 'sm75': v_gdn\.maxnreg: expected registers per thread from 16 to 255",
+    ):
+        _load(_write(tmp_path, {"sm75": entry}))
+
+
 def test_the_sm90_entry_staggers_only_large_state_writes():
     # 27B at TP=2, 8 sequences x 5 tokens, fp32 state: 63 MB (measured faster); 2 sequences x 5 tokens, fp16: 8 MB.
     per_token_head = 128 * 128

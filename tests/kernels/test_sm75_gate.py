@@ -1,8 +1,11 @@
 """sm_75 gate: every launch configuration x every supported dtype combination compiles ahead of
-time for Turing (no GPU needed), within Turing's 64 KiB shared memory, and without bf16 in the
-PTX unless an input is bf16 (sm_75 has no bf16 instructions)."""
+time for Turing (no GPU needed), within Turing's 64 KiB shared memory, without bf16 in the
+PTX unless an input is bf16 (sm_75 has no bf16 instructions) and without register spills; and the
+sm75 entry's V/GDN grid fits in one wave of resident programs on an RTX 2080 Ti up to 4 sequences."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -60,6 +63,74 @@ def test_gate_covers_the_value_blocks_the_one_wave_rule_can_switch_to():
     assert switchable >= 1
 
 
+# Turing has no bf16: an SM75 deployment runs --dtype half (fp16 or fp32 caches).
+_SM75_DTYPE_COMBOS = [c for c in aot.SUPPORTED_DTYPE_COMBOS if not c.has_bf16]
+_RTX_2080_TI_ONE_WAVE_UP_TO = 4  # sequences per batch
+
+
+@pytest.mark.parametrize("num_spec_tokens", [1, 2, 3, 4])
+@pytest.mark.parametrize("head", ["qwen3.6-27b-tp2", "qwen3-next-80b-tp2"])
+def test_sm75_entry_fits_one_wave_on_an_rtx_2080_ti_up_to_4_sequences(head, num_spec_tokens):
+    # On the H200 a V/GDN grid that fits in one wave of resident programs ran 5-21 % faster than one needing 1.4
+    # waves (docs/bench/experiments/value-block-waves). No RTX 2080 Ti is at hand, so its residency is computed
+    # from the sm_75 compile's register count with its limits: a kernel change that costs registers on sm_75
+    # (168 is the most that keeps 6 two-warp programs per SM) shows up here, not first on a user's GPU.
+    import triton
+
+    from caovan.bench.cases import HEAD_CONFIGS
+    from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS
+    from caovan.kernels.gdn_spec_decode.occupancy import (
+        RTX_2080_TI,
+        choose_value_block,
+        resident_programs_per_sm,
+        value_block_candidates,
+    )
+
+    entry = LAUNCH_CONFIGS["sm75"]
+    hc = HEAD_CONFIGS[head]
+    shape = aot.ModelShape(
+        num_k_heads=hc.num_k_heads,
+        num_v_heads=hc.num_v_heads,
+        head_k_dim=hc.head_k_dim,
+        head_v_dim=hc.head_v_dim,
+        t_max=1 + num_spec_tokens,
+    )
+    candidates = value_block_candidates(
+        entry.v_gdn.BV,
+        triton.next_power_of_2(hc.head_k_dim),
+        entry.v_gdn.num_warps,
+        triton.next_power_of_2(hc.head_v_dim),
+    )
+    for combo in _SM75_DTYPE_COMBOS:
+        residency = {}
+
+        def resident_on_gpu(bv, combo=combo, residency=residency):
+            config = dataclasses.replace(entry, v_gdn=dataclasses.replace(entry.v_gdn, BV=bv))
+            v_gdn = aot.compile_spec_decode_kernels(config, combo, shape=shape)[1]
+            assert v_gdn.registers is not None, "ptxas -v gave no register count: the residency cannot be computed"
+            assert aot.gate_problems([v_gdn]) == []  # a register cap must not buy residency with spills
+            per_sm = resident_programs_per_sm(v_gdn.registers, v_gdn.num_warps, v_gdn.shared_bytes, RTX_2080_TI)
+            residency[bv] = (v_gdn.registers, per_sm)
+            return per_sm * RTX_2080_TI.multiprocessors
+
+        def programs(bv, num_seqs):
+            return -(-hc.head_v_dim // bv) * num_seqs * hc.num_v_heads
+
+        for num_seqs in range(1, 9):
+            bv = choose_value_block(candidates, lambda bv, n=num_seqs: programs(bv, n), resident_on_gpu)
+            registers, per_sm = residency[bv]
+            waves = programs(bv, num_seqs) / (per_sm * RTX_2080_TI.multiprocessors)
+            print(
+                f"{head} MTP {num_spec_tokens} {combo.name} B{num_seqs}: BV={bv}, {registers} registers, "
+                f"{per_sm} programs per SM, {programs(bv, num_seqs)} programs = {waves:.2f} waves"
+            )
+            if num_seqs <= _RTX_2080_TI_ONE_WAVE_UP_TO:
+                assert waves <= 1, (
+                    f"{head} MTP {num_spec_tokens} {combo.name}: {num_seqs} sequences need {waves:.2f} waves of "
+                    f"resident V/GDN programs on an RTX 2080 Ti ({registers} registers on sm_75, {per_sm} per SM)"
+                )
+
+
 def test_gate_rules_catch_violations():
     # The checks themselves must be able to fail.
     base = dict(
@@ -68,7 +139,10 @@ def test_gate_rules_catch_violations():
     too_big = aot.CompiledKernelInfo(**base, shared_bytes=65537, ptx_has_bf16=False, bf16_inputs=False)
     stray_bf16 = aot.CompiledKernelInfo(**base, shared_bytes=0, ptx_has_bf16=True, bf16_inputs=False)
     allowed_bf16 = aot.CompiledKernelInfo(**base, shared_bytes=65536, ptx_has_bf16=True, bf16_inputs=True)
-    assert len(aot.gate_problems([too_big, stray_bf16, allowed_bf16])) == 2
+    spills = aot.CompiledKernelInfo(**base, shared_bytes=0, ptx_has_bf16=False, bf16_inputs=False, spill_bytes=8)
+    unknown = aot.CompiledKernelInfo(**base, shared_bytes=0, ptx_has_bf16=False, bf16_inputs=False, spill_bytes=None)
+    problems = aot.gate_problems([too_big, stray_bf16, allowed_bf16, spills, unknown])
+    assert len(problems) == 3 and "8 B of register spills" in problems[-1]
 
 
 def test_bf16_detector_sees_bf16_in_real_ptx():

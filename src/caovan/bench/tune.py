@@ -79,7 +79,8 @@ def _same_launch(a: Any, b: Any) -> bool:
 
 
 def _label(cfg: Any) -> str:
-    return f"qk(w{cfg.qk.num_warps}) v(BV{cfg.v_gdn.BV},w{cfg.v_gdn.num_warps})" + (" pdl" if cfg.pdl else "")
+    cap = f",r{cfg.v_gdn.maxnreg}" if cfg.v_gdn.maxnreg is not None else ""
+    return f"qk(w{cfg.qk.num_warps}) v(BV{cfg.v_gdn.BV},w{cfg.v_gdn.num_warps}{cap})" + (" pdl" if cfg.pdl else "")
 
 
 def geomean(values: Sequence[float]) -> float:

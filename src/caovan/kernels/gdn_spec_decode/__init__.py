@@ -104,6 +104,7 @@ class _Plan:
     qk_stages: int
     v_warps: int
     v_stages: int
+    v_maxnreg: int | None  # register cap of the entry (None: ptxas chooses)
     # Programmatic dependent launches: the Q/K kernel of the kernel before it, the V/GDN kernel of the Q/K kernel
     pdl: bool
     stagger: bool  # half of the V/GDN programs start behind the Q/K kernel (large state writes, PDL only)
@@ -278,8 +279,9 @@ def gdn_spec_decode(
             num_warps=plan.qk_warps, num_stages=plan.qk_stages, launch_pdl=plan.pdl,
         )  # fmt: skip
         v_kernel = _caovan_sm75_fused_v_gdn_spec_decode_kernel[plan.v_grid](
-            *tensors, *plan.v_tail, num_warps=plan.v_warps, num_stages=plan.v_stages, launch_pdl=plan.pdl
-        )
+            *tensors, *plan.v_tail,
+            num_warps=plan.v_warps, num_stages=plan.v_stages, launch_pdl=plan.pdl, maxnreg=plan.v_maxnreg,
+        )  # fmt: skip
         if not _INTERPRETED and _aligned_pointers(tensors) is not None and not _launch_hooks_set():
             _direct[key] = (_direct_launch(qk_kernel, plan.qk_grid), _direct_launch(v_kernel, plan.v_grid))
 
@@ -589,6 +591,7 @@ def _validate_and_plan(
         qk_stages=config.qk.num_stages,
         v_warps=v_config.num_warps,
         v_stages=v_config.num_stages,
+        v_maxnreg=v_config.maxnreg,
         pdl=use_pdl,
         stagger=stagger,
     )
@@ -623,6 +626,7 @@ def _fit_value_block(
                 num_warps=v_config.num_warps,
                 num_stages=v_config.num_stages,
                 launch_pdl=use_pdl,
+                maxnreg=v_config.maxnreg,
             )
             kernel.run  # noqa: B018 - loads the module: n_regs is read from the loaded function
         per_sm = resident_programs_per_sm(kernel.n_regs, v_config.num_warps, kernel.metadata.shared, limits)

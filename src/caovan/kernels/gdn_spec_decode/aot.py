@@ -3,8 +3,8 @@
 Used by the sm_75 gate test and by ``caovan doctor``: compiles both kernels with
 ``triton.compile(ASTSource(...), target=GPUTarget("cuda", 75, 32))`` for a launch configuration,
 a dtype combination and a cache layout, and reports what matters on Turing: shared memory
-(<= 64 KiB per block on sm_75) and whether bf16 slipped into the PTX (sm_75 has no bf16
-instructions; an fp16 model must not need any).
+(<= 64 KiB per block on sm_75), whether bf16 slipped into the PTX (sm_75 has no bf16
+instructions; an fp16 model must not need any), registers and spills (from ``ptxas -v``).
 
 The signature handed to the compiler mirrors what a real launch of ``gdn_spec_decode``
 specialises on (Triton's launch-time rules): pointers 16-byte aligned, integer arguments equal
@@ -277,11 +277,10 @@ def compile_spec_decode_kernels(
     infos = []
     for fn, values, launch in launches:
         t0 = time.perf_counter()
-        compiled = triton.compile(
-            _ast_source(fn, values),
-            target=target,
-            options={"num_warps": launch.num_warps, "num_stages": launch.num_stages, "launch_pdl": use_pdl},
-        )
+        options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "launch_pdl": use_pdl}
+        if getattr(launch, "maxnreg", None) is not None:  # the V/GDN kernel's entry may cap its registers
+            options["maxnreg"] = launch.maxnreg
+        compiled = triton.compile(_ast_source(fn, values), target=target, options=options)
         ptx = compiled.asm.get("ptx", "")
         if isinstance(ptx, bytes):
             ptx = ptx.decode()
@@ -380,4 +379,6 @@ def gate_problems(infos: Iterable[CompiledKernelInfo]) -> list[str]:
             problems.append(f"{where}: shared memory {info.shared_bytes} B > {SM75_MAX_SHARED_MEMORY_BYTES} B")
         if info.ptx_has_bf16 and not info.bf16_inputs:
             problems.append(f"{where}: bf16 in the PTX although no input is bf16")
+        if info.spill_bytes:  # None: no ptxas to ask
+            problems.append(f"{where}: {info.spill_bytes} B of register spills (the state slab is meant for registers)")
     return problems

@@ -33,6 +33,10 @@ class VGdnLaunchConfig:
     num_warps: int
     num_stages: int
     BV: int
+    #: Cap on registers per thread (Triton's ``maxnreg``, ptxas' ``-maxrregcount``); None lets ptxas choose.
+    #: The register count decides how many programs an SM holds at once, and ptxas' choice moves with the
+    #: specialisation (on sm_75 the sm75 entry takes 162-168 registers up to MTP 3 and 197-204 at MTP 4).
+    maxnreg: int | None = None
 
 
 #: Programmatic dependent launch (``griddepcontrol``) exists from sm_90 (Hopper) on.
@@ -87,6 +91,9 @@ def _entry(arch: str, entry: dict) -> ArchLaunchConfig:
         pdl=bool(entry.get("pdl", False)),
         stagger_min_state_write_bytes=entry.get("stagger_min_state_write_bytes"),
     )
+    maxnreg = config.v_gdn.maxnreg
+    if maxnreg is not None and (type(maxnreg) is not int or not 16 <= maxnreg <= 255):
+        raise ValueError(f"v_gdn.maxnreg: expected registers per thread from 16 to 255 or null, got {maxnreg!r}")
     threshold = config.stagger_min_state_write_bytes
     if threshold is not None and (type(threshold) is not int or threshold < 0):
         raise ValueError(f"stagger_min_state_write_bytes: expected a byte count >= 0 or null, got {threshold!r}")

@@ -52,6 +52,18 @@ class SMLimits:
         )
 
 
+#: The GPU the sm75 entry is for, GeForce RTX 2080 Ti: TU102 with 68 SMs enabled; per SM the compute capability
+#: 7.5 limits (CUDA C Programming Guide): 64 K registers, 1024 threads, 64 KiB shared memory, 16 blocks. No such
+#: GPU is at hand: the sm_75 gate computes its residency from the kernels' sm_75 compile with these limits.
+RTX_2080_TI = SMLimits(
+    multiprocessors=68,
+    registers_per_sm=65536,
+    max_threads_per_sm=1024,
+    shared_bytes_per_sm=65536,
+    max_blocks_per_sm=_MAX_BLOCKS_PER_SM[(7, 5)],
+)
+
+
 def resident_programs_per_sm(registers: int, num_warps: int, shared_bytes: int, limits: SMLimits) -> int:
     """Programs (thread blocks) of one kernel resident at once on one SM."""
     unit = _REGISTER_ALLOCATION_UNIT
