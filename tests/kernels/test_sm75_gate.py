@@ -131,6 +131,20 @@ def test_sm75_entry_fits_one_wave_on_an_rtx_2080_ti_up_to_4_sequences(head, num_
                 )
 
 
+@pytest.mark.parametrize("layout", aot.EXTRA_LAYOUTS, ids=lambda layout: layout.name)
+def test_sm75_entry_register_cap_costs_no_spills_in_any_layout_at_mtp4(layout):
+    # MTP 4 is where the cap binds (uncapped: 197-204 registers on sm_75); the gate matrix above compiles the
+    # other layouts at MTP 3 only.
+    from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS
+
+    entry = LAUNCH_CONFIGS["sm75"]
+    assert entry.v_gdn.maxnreg is not None
+    for combo in _SM75_DTYPE_COMBOS:
+        infos = aot.compile_spec_decode_kernels(entry, combo, layout, shape=aot.ModelShape(t_max=5))
+        assert infos[1].registers is not None and infos[1].registers <= entry.v_gdn.maxnreg
+        assert aot.gate_problems(infos) == []
+
+
 def test_gate_rules_catch_violations():
     # The checks themselves must be able to fail.
     base = dict(

@@ -128,7 +128,10 @@ def kernel_compile_facts(gpus: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # doctor reports; it never raises
         return {"target": target, "ok": False, "detail": f"{type(exc).__name__}: {exc}"}
     problems = aot.gate_problems(infos) if capability == (7, 5) else []
-    detail = ", ".join(f"{i.kernel} shared={i.shared_bytes}B" for i in infos)
+    # Registers decide how many programs an SM holds (the V/GDN grid should fit in one wave): worth a line.
+    detail = ", ".join(
+        f"{i.kernel} shared={i.shared_bytes}B regs={'?' if i.registers is None else i.registers}" for i in infos
+    )
     return {
         "target": target,
         "ok": not problems,

@@ -1,7 +1,8 @@
 """Launch configurations of the GDN spec-decode kernels, as data, per GPU architecture.
 
 The values live in ``launch_configs.json`` beside this file. ``sm75`` holds the values Turbo3 users know
-from its logs (QK num_warps=2, num_stages=1; V/GDN num_warps=2, num_stages=1, BV=32). Other architectures
+from its logs (QK num_warps=2, num_stages=1; V/GDN num_warps=2, num_stages=1, BV=32), plus a V/GDN register cap
+computed, not timed, for the RTX 2080 Ti (tests/kernels/test_sm75_gate.py). Other architectures
 are measured on their hardware with ``caovan bench tune`` (the entry's note names the committed JSON); a GPU
 without an entry uses the nearest lower architecture that has one.
 """
