@@ -101,6 +101,38 @@ def test_verify_refuses_an_unknown_launch_config_entry(monkeypatch, capsys):
     )
 
 
+def _fake_gpu(monkeypatch, major, minor):
+    props = type("Props", (), {"name": "Fake GPU", "major": major, "minor": minor})()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda idx: props)
+
+
+def test_verify_on_a_gpu_without_an_entry_fails_every_case_and_says_why(monkeypatch, capsys):
+    _fake_gpu(monkeypatch, 6, 1)
+    monkeypatch.setattr(verify_cli, "verify_cases", lambda cases, device, kernel, reference: len(cases))
+    rc = verify_cli.run(_parse(verify_cli, []))
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 1
+    assert out[1].startswith("launch configuration: none (no launch configuration for sm61")
+    assert out[-1].startswith("[Caovan] verify=FAIL cases=0/") and out[-1].endswith("launch_config=none")
+
+
+def test_verify_with_another_entry_runs_the_kernels_with_it(monkeypatch, capsys):
+    from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS
+
+    _fake_gpu(monkeypatch, 9, 0)
+    seen = []
+    monkeypatch.setattr(
+        verify_cli, "verify_cases", lambda cases, device, kernel, reference: seen.append(kernel.keywords) or 0
+    )
+    rc = verify_cli.run(_parse(verify_cli, ["--launch-config", "sm75"]))
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0 and seen == [{"launch_config": LAUNCH_CONFIGS["sm75"]}]
+    assert out[1] == "launch configuration: sm75 (--launch-config; this GPU's own entry is sm90)"
+    assert out[-1].startswith("[Caovan] verify=PASS") and out[-1].endswith("launch_config=sm75")
+
+
 def test_verify_loop_prints_pass_and_fail_lines_on_cpu():
     from caovan.bench.cases import SpecDecodeCase
     from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference as reference

@@ -73,16 +73,19 @@ def run(args: argparse.Namespace) -> int:
 
     idx = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(idx)
-    own = config_for((props.major, props.minor))
     print(f"device cuda:{idx} {props.name} (sm_{props.major}{props.minor})")
+    try:
+        own = config_for((props.major, props.minor)).arch
+    except ValueError as exc:  # a GPU older than the kernels' target: every case fails and says why
+        own, why = None, str(exc)
     kernel = gdn_spec_decode
-    entry = own.arch
+    entry = own or "none"
     if args.launch_config is None:
-        print(f"launch configuration: {entry} (this GPU's entry)")
+        print(f"launch configuration: {entry} " + ("(this GPU's entry)" if own else f"({why})"))
     else:
         entry = args.launch_config
         kernel = functools.partial(gdn_spec_decode, launch_config=LAUNCH_CONFIGS[entry])
-        print(f"launch configuration: {entry} (--launch-config; this GPU's own entry is {own.arch})")
+        print(f"launch configuration: {entry} (--launch-config; this GPU's own entry is {own or 'none'})")
     failures = verify_cases(VERIFY_CASES, torch.device("cuda", idx), kernel, gdn_spec_decode_reference)
     total = len(VERIFY_CASES)
     verdict = "PASS" if failures == 0 else "FAIL"
