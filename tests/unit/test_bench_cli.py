@@ -118,6 +118,19 @@ def test_verify_on_a_gpu_without_an_entry_fails_every_case_and_says_why(monkeypa
     assert out[-1].startswith("[Caovan] verify=FAIL cases=0/") and out[-1].endswith("launch_config=none")
 
 
+def test_verify_without_launch_config_runs_this_gpus_entry(monkeypatch, capsys):
+    from caovan.kernels.gdn_spec_decode import gdn_spec_decode
+
+    _fake_gpu(monkeypatch, 8, 9)  # no sm89 entry: the nearest lower one, sm75, is this GPU's own
+    seen = []
+    monkeypatch.setattr(verify_cli, "verify_cases", lambda cases, device, kernel, reference: seen.append(kernel) or 0)
+    rc = verify_cli.run(_parse(verify_cli, []))
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0 and seen == [gdn_spec_decode]
+    assert out[1] == "launch configuration: sm75 (this GPU's entry)"
+    assert out[-1].startswith("[Caovan] verify=PASS") and out[-1].endswith("launch_config=sm75")
+
+
 def test_verify_with_another_entry_runs_the_kernels_with_it(monkeypatch, capsys):
     from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS
 

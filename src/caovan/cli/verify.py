@@ -75,17 +75,17 @@ def run(args: argparse.Namespace) -> int:
     props = torch.cuda.get_device_properties(idx)
     print(f"device cuda:{idx} {props.name} (sm_{props.major}{props.minor})")
     try:
-        own = config_for((props.major, props.minor)).arch
+        own_entry, own_entry_note = config_for((props.major, props.minor)).arch, "this GPU's entry"
     except ValueError as exc:  # a GPU older than the kernels' target: every case fails and says why
-        own, why = None, str(exc)
+        own_entry, own_entry_note = "none", str(exc)
     kernel = gdn_spec_decode
-    entry = own or "none"
+    entry = own_entry
     if args.launch_config is None:
-        print(f"launch configuration: {entry} " + ("(this GPU's entry)" if own else f"({why})"))
+        print(f"launch configuration: {entry} ({own_entry_note})")
     else:
         entry = args.launch_config
         kernel = functools.partial(gdn_spec_decode, launch_config=LAUNCH_CONFIGS[entry])
-        print(f"launch configuration: {entry} (--launch-config; this GPU's own entry is {own or 'none'})")
+        print(f"launch configuration: {entry} (--launch-config; this GPU's own entry is {own_entry})")
     failures = verify_cases(VERIFY_CASES, torch.device("cuda", idx), kernel, gdn_spec_decode_reference)
     total = len(VERIFY_CASES)
     verdict = "PASS" if failures == 0 else "FAIL"
