@@ -197,3 +197,10 @@ def test_rows_run_outside_their_venv_say_so(workspace):
     assert "ran in the host's environment (python -m caovan.matrix run-here, /opt/torch/.venv/bin/python3)" in block
     fingerprint = doc["plugin"]["source_fingerprint"][:8]
     assert any(f"@{fingerprint} [" in line for line in block.splitlines())
+
+
+def test_compat_doc_that_is_not_utf8_is_one_error(workspace):
+    results, doc = workspace
+    doc.write_bytes(b"\xff" + doc.read_bytes())
+    with pytest.raises(MatrixError, match=r"compat\.md: the compat doc is not UTF-8 text \(bad byte at offset 0\)"):
+        regenerate(results, doc)

@@ -259,3 +259,19 @@ def test_atomic_write_replaces_whole_files_and_leaves_no_temp_files(tmp_path):
         write_json_atomic(target, {"c": object()})
     assert json.loads(target.read_text()) == {"b": 2}
     assert [p.name for p in target.parent.iterdir()] == ["row.json"]
+
+
+@pytest.mark.parametrize("install", ["venv", ["venv"], {"mode": 1}])
+def test_install_must_be_an_object_with_a_string_mode(install):
+    doc = document(ALL_DONE)
+    doc["install"] = install
+    (message,) = validate_result(doc, "r.json")
+    assert message.startswith("r.json: field 'install")
+
+
+@pytest.mark.parametrize("item", [{"a": 1}, 3, "kernal"])
+def test_row_tiers_items_must_be_known_tier_names(item):
+    doc = document(ALL_DONE)
+    doc["row"]["tiers"] = ["discovery", item]
+    (message,) = validate_result(doc, "r.json")
+    assert message.startswith("r.json: field 'row.tiers': item 2: ") and "is not a tier" in message

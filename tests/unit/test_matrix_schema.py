@@ -151,3 +151,19 @@ def test_validate_cli_accepts_the_repository_matrix(capsys, monkeypatch):
 def test_empty_matrix_folder_is_an_error(tmp_path):
     with pytest.raises(MatrixError, match="no matrix files"):
         matrix_files(tmp_path)
+
+
+def test_duplicate_rows_key_is_one_error_not_a_crash(tmp_path, capsys):
+    path = write(
+        tmp_path, "m.yaml", "rows:\n" + VALID_ROW + "rows:\n" + VALID_ROW + VALID_ROW.replace("0.21.0", "0.20.2")
+    )
+    messages = errors_of(path)
+    assert messages == [f"{path}:9: field 'rows' is given twice (first at line 1)"]
+    assert matrix_cli(["validate", str(path)]) == 2
+    assert "is given twice" in capsys.readouterr().err
+
+
+def test_matrix_file_that_is_not_utf8_is_one_error(tmp_path):
+    path = tmp_path / "extra.yaml"
+    path.write_bytes(b"\xff\xfe")
+    assert errors_of(path) == [f"{path}: not UTF-8 text (bad byte at offset 0)"]

@@ -226,6 +226,8 @@ def regenerate(results_dir: Path, doc_path: Path, *, base: Path | None = None, c
         old_text = Path(doc_path).read_text(encoding="utf-8")
     except OSError as exc:
         raise MatrixError(f"{shown}: cannot read the compat doc: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise MatrixError(f"{shown}: the compat doc is not UTF-8 text (bad byte at offset {exc.start})") from None
     new_text = replace_block(old_text, render_block(results), shown=shown)
     if new_text == old_text:
         return False

@@ -79,8 +79,18 @@ class _Validator:
             node = node[part]
         return node
 
-    def require(self, data: Any, dotted: str, kind: type | tuple[type, ...], *, nullable: bool = False) -> Any:
+    def require(
+        self,
+        data: Any,
+        dotted: str,
+        kind: type | tuple[type, ...],
+        *,
+        nullable: bool = False,
+        optional: bool = False,
+    ) -> Any:
         value = self.get(data, dotted)
+        if value is _MISSING and optional:
+            return _MISSING
         if value is _MISSING:
             self.errors.append(f"{self.shown}: field {dotted!r}: missing")
             return _MISSING
@@ -112,6 +122,13 @@ def validate_result(data: Any, shown: str) -> list[str]:
     for name in ("id", "vllm", "torch", "python", "cuda"):
         check.require(data, f"row.{name}", str)
     row_tiers = check.require(data, "row.tiers", list)
+    if row_tiers is not _MISSING:
+        for index, item in enumerate(row_tiers, start=1):
+            if not isinstance(item, str) or item not in TIERS:
+                check.errors.append(
+                    f"{shown}: field 'row.tiers': item {index}: {item!r:.60} is not a tier (known: {', '.join(TIERS)})"
+                )
+                row_tiers = _MISSING
     check.require(data, "row_fingerprint", str)
     runner = check.require(data, "runner", str)
     if runner is not _MISSING and not RUNNER_NAME_PATTERN.match(runner):
@@ -123,6 +140,9 @@ def validate_result(data: Any, shown: str) -> list[str]:
         check.require(data, f"env.{name}", str)
     for name in ("vllm", "torch", "triton", "torch_cuda", "gpu_arch", "family", "family_reason"):
         check.require(data, f"env.{name}", str, nullable=True)
+    # compat reads install.mode to mark run-here results (the host's environment, not a row venv).
+    if check.require(data, "install", Mapping) is not _MISSING:
+        check.require(data, "install.mode", str, nullable=True, optional=True)
     check.require(data, "started_at", str)
     check.require(data, "finished_at", str)
     tiers = check.require(data, "tiers", Mapping)

@@ -228,6 +228,9 @@ def load_matrix_file(path: Path, errors: list[str], *, base: Path | None = None)
     except OSError as exc:
         errors.append(f"{shown}: cannot read: {exc.strerror or exc}")
         return []
+    except UnicodeDecodeError as exc:
+        errors.append(f"{shown}: not UTF-8 text (bad byte at offset {exc.start})")
+        return []
     try:
         document = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -247,7 +250,13 @@ def load_matrix_file(path: Path, errors: list[str], *, base: Path | None = None)
     if "rows" not in data:
         errors.append(f"{shown}:1: missing top-level field 'rows'")
         return []
-    rows_node = next(v for k, v in document.value if k.value == "rows")
+    # PyYAML keeps the last of duplicate keys (reported above), so the node must be the last one too;
+    # a 'rows' that came in through a merge key (<<:) has no node of its own here.
+    rows_nodes = [v for k, v in document.value if isinstance(k, yaml.ScalarNode) and k.value == "rows"]
+    rows_node = rows_nodes[-1] if rows_nodes else None
+    if rows_node is None:
+        errors.append(f"{shown}:1: field 'rows': write it out at the top, not through a merge key (<<)")
+        return []
     if not isinstance(data["rows"], list) or not isinstance(rows_node, yaml.SequenceNode):
         errors.append(
             f"{shown}:{top_lines['rows']}: field 'rows': expected a list of rows, got {_describe(data['rows'])}"
