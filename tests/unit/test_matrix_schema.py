@@ -167,3 +167,14 @@ def test_matrix_file_that_is_not_utf8_is_one_error(tmp_path):
     path = tmp_path / "extra.yaml"
     path.write_bytes(b"\xff\xfe")
     assert errors_of(path) == [f"{path}: not UTF-8 text (bad byte at offset 0)"]
+
+
+def test_run_here_refuses_a_row_without_any_selected_tier_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    (tmp_path / "matrix").mkdir()
+    write(tmp_path / "matrix", "m.yaml", "rows:\n" + VALID_ROW.replace("[discovery, kernel, serve]", "[discovery]"))
+    monkeypatch.chdir(tmp_path)
+    assert matrix_cli(["run-here", "vllm-0.21.0", "--runner", "cpu", "--tiers", "kernel"]) == 2
+    err = capsys.readouterr().err
+    assert "row vllm-0.21.0 has none of the selected tiers (kernel;" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix"]
+    assert sorted(p.name for p in (tmp_path / "matrix").iterdir()) == ["m.yaml"]

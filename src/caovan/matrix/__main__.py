@@ -65,11 +65,18 @@ def run_here(positional: list[str], options_args: list[str], matrix_dir: Path) -
         if positional[0] not in rows:
             raise MatrixError([f"row {positional[0]!r} is not in {matrix_dir}/ (rows: {', '.join(rows)})"])
         options = parse_matrix_options(options_args, os.environ)
+        row = rows[positional[0]]
+        if options.tiers is not None and not any(t in row.tiers for t in options.tiers):
+            # As the nox session skips such a row: a run of no tier would store a result of nothing
+            # but not-run tiers (with no env facts) over the stored one.
+            raise MatrixError(
+                f"row {row.id} has none of the selected tiers ({', '.join(options.tiers)}; "
+                f"the row's tiers: {', '.join(row.tiers)}): nothing to run, nothing written"
+            )
     except MatrixError as exc:
         for message in exc.messages:
             print(f"matrix: error: {message}", file=sys.stderr)
         return 2
-    row = rows[positional[0]]
     cache_dir = root / "build" / "matrix"
 
     def prepare() -> Prepared:
