@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from caovan.matrix.results import (
     plan_row,
     validate_result,
     write_json_atomic,
+    write_text_atomic,
 )
 from caovan.matrix.schema import MatrixRow
 
@@ -275,3 +277,28 @@ def test_row_tiers_items_must_be_known_tier_names(item):
     doc["row"]["tiers"] = ["discovery", item]
     (message,) = validate_result(doc, "r.json")
     assert message.startswith("r.json: field 'row.tiers': item 2: ") and "is not a tier" in message
+
+
+def test_atomic_write_keeps_the_mode_of_an_existing_file_and_gives_a_new_one_the_umask_mode(tmp_path):
+    existing = tmp_path / "existing.json"
+    existing.write_text("{}")
+    existing.chmod(0o640)
+    write_json_atomic(existing, {"a": 1})
+    assert existing.stat().st_mode & 0o777 == 0o640
+    old_umask = os.umask(0o027)
+    try:
+        write_json_atomic(tmp_path / "new.json", {"a": 1})
+    finally:
+        os.umask(old_umask)
+    assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o640
+
+
+def test_atomic_write_through_a_symlink_writes_its_target(tmp_path):
+    target = tmp_path / "real" / "doc.md"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    link = tmp_path / "doc.md"
+    link.symlink_to(target)
+    write_text_atomic(link, "new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["doc.md"]

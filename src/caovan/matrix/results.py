@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,10 +48,26 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, text)
 
 
+def _current_umask() -> int:
+    # os.umask can only be read by setting it; set it straight back.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    path = Path(path)
+    """``text`` into ``path`` via a temp file + os.replace, as if written in place: a symlink stays a
+    symlink (its target gets the text) and the file keeps its mode (a new file: 0o666 less the
+    umask), not mkstemp's 0600.
+    """
+    path = Path(os.path.realpath(path))
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
             handle.flush()
