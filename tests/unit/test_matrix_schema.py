@@ -178,3 +178,22 @@ def test_run_here_refuses_a_row_without_any_selected_tier_and_writes_nothing(tmp
     assert "row vllm-0.21.0 has none of the selected tiers (kernel;" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix"]
     assert sorted(p.name for p in (tmp_path / "matrix").iterdir()) == ["m.yaml"]
+
+
+def test_options_may_come_before_the_positionals(tmp_path, monkeypatch, capsys):
+    (tmp_path / "matrix").mkdir()
+    path = write(tmp_path / "matrix", "m.yaml", "rows:\n" + VALID_ROW.replace("[discovery, kernel, serve]", "[serve]"))
+    monkeypatch.chdir(tmp_path)
+    assert matrix_cli(["validate", "--matrix-dir", "matrix", str(path)]) == 0
+    assert matrix_cli(["--matrix-dir", "matrix", "validate"]) == 0
+    assert "1 rows in 1 file(s) are valid" in capsys.readouterr().out
+    # The row has no kernel tier: refused after the row id and the options were all read.
+    assert matrix_cli(["run-here", "--redo", "--tiers", "kernel", "vllm-0.21.0", "--runner", "cpu"]) == 2
+    assert "row vllm-0.21.0 has none of the selected tiers (kernel;" in capsys.readouterr().err
+
+
+def test_run_here_options_are_refused_by_validate(capsys):
+    with pytest.raises(SystemExit) as caught:
+        matrix_cli(["validate", "--redo"])
+    assert caught.value.code == 2
+    assert "--redo is an option of run-here, not of validate" in capsys.readouterr().err

@@ -73,6 +73,19 @@ def parse_tiers(text: str, *, source: str) -> tuple[str, ...]:
     return tiers
 
 
+def add_matrix_options(parser: argparse.ArgumentParser) -> None:
+    """The matrix run options, for the nox session's posargs and ``python -m caovan.matrix run-here``."""
+    parser.add_argument(
+        "--runner", metavar="NAME", help="runner name (default: CAOVAN_RUNNER, else the GPU's name or cpu)"
+    )
+    parser.add_argument(
+        "--tiers", metavar="A,B", help="comma-separated tiers to run (default: CAOVAN_TIERS, else the row's)"
+    )
+    parser.add_argument("--redo", action="store_true", help="rerun tiers whose stored result is current")
+    parser.add_argument("--strict", action="store_true", help="exit non-zero when a tier failed or errored")
+    parser.add_argument("--wheelhouse", metavar="DIR", help="install offline from DIR/<row>/ (nox session only)")
+
+
 def parse_matrix_options(
     posargs: Sequence[str],
     environ: Mapping[str, str],
@@ -80,11 +93,7 @@ def parse_matrix_options(
     detect_runner: Callable[[], str] = detect_runner_name,
 ) -> MatrixOptions:
     parser = argparse.ArgumentParser(prog='nox -s "matrix(<row>)" --', add_help=False, exit_on_error=False)
-    parser.add_argument("--runner")
-    parser.add_argument("--tiers")
-    parser.add_argument("--redo", action="store_true")
-    parser.add_argument("--strict", action="store_true")
-    parser.add_argument("--wheelhouse")
+    add_matrix_options(parser)
     try:
         args, unknown = parser.parse_known_args(list(posargs))
     except argparse.ArgumentError as exc:
@@ -95,7 +104,16 @@ def parse_matrix_options(
             "(known: --runner NAME, --tiers discovery,kernel,serve, --redo, --strict, --wheelhouse "
             "DIR)"
         )
+    return matrix_options(args, environ, detect_runner=detect_runner)
 
+
+def matrix_options(
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    *,
+    detect_runner: Callable[[], str] = detect_runner_name,
+) -> MatrixOptions:
+    """The options from parsed :func:`add_matrix_options` arguments, with the environment variables."""
     if args.runner is not None:
         runner, source = args.runner, "--runner"
     elif environ.get("CAOVAN_RUNNER"):
