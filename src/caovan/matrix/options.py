@@ -137,3 +137,28 @@ def matrix_options(
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise MatrixError(f"wheelhouse {wheelhouse}: folder does not exist (make it with `nox -s wheelhouse`)")
     return MatrixOptions(runner=runner, tiers=tiers, redo=redo, wheelhouse=wheelhouse, strict=strict)
+
+
+@dataclass(frozen=True)
+class WheelhouseOptions:
+    out: Path
+    without_host_provided: bool
+
+
+def parse_wheelhouse_options(posargs: Sequence[str], *, row_id: str, default_out: Path) -> WheelhouseOptions:
+    """Posargs of ``nox -s "wheelhouse(<row>)"``: ``--out DIR``, ``--without-host-provided``."""
+    # No argparse exit or usage text inside a nox session: every problem is one MatrixError (argparse's
+    # parse_args still exits on unknown arguments even with exit_on_error=False, hence parse_known_args).
+    parser = argparse.ArgumentParser(prog=f"nox -s 'wheelhouse({row_id})' --", add_help=False, exit_on_error=False)
+    parser.add_argument("--out", type=Path, default=default_out)
+    parser.add_argument("--without-host-provided", action="store_true")
+    try:
+        args, unknown = parser.parse_known_args(list(posargs))
+    except argparse.ArgumentError as exc:
+        raise MatrixError(f"wheelhouse posargs: {exc}") from None
+    if unknown:
+        raise MatrixError(
+            f"wheelhouse posargs: unrecognized arguments: {' '.join(unknown)} "
+            "(known: --out DIR, --without-host-provided)"
+        )
+    return WheelhouseOptions(out=args.out, without_host_provided=args.without_host_provided)
