@@ -9,7 +9,7 @@ import pytest
 
 from caovan.matrix import MatrixError
 from caovan.matrix.__main__ import main as matrix_cli
-from caovan.matrix.schema import load_matrix, matrix_files
+from caovan.matrix.schema import OLDEST_PYTHON, load_matrix, matrix_files
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -197,3 +197,46 @@ def test_run_here_options_are_refused_by_validate(capsys):
         matrix_cli(["validate", "--redo"])
     assert caught.value.code == 2
     assert "--redo is an option of run-here, not of validate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("replace", "by", "expected"),
+    [
+        ('python: "3.11"', "python: 3.10", 'quote it in YAML: python: "3.10"'),
+        ('torch: "2.11.0"', "torch: 2.10", 'quote versions in YAML: torch: "2.10"'),
+    ],
+)
+def test_quote_hint_shows_the_number_as_written(tmp_path, replace, by, expected):
+    (message,) = errors_of(write(tmp_path, "m.yaml", "rows:\n" + VALID_ROW.replace(replace, by)))
+    assert message.endswith(expected + ")")
+
+
+@pytest.mark.parametrize(
+    ("replace", "by", "expected"),
+    [
+        ('python: "3.11"', 'python: "3.9"', "field 'python': '3.9' is not a Python caovan supports (3.10 to 3.15)"),
+        ('python: "3.11"', 'python: "3.99"', "field 'python': '3.99' is not a Python caovan supports"),
+        ('vllm: "0.21.0"', 'vllm: "v0.21"', "field 'vllm': 'v0.21' is not written as PEP 440 writes it: '0.21'"),
+        ('vllm: "0.21.0"', 'vllm: "0.21.0 "', "field 'vllm': '0.21.0 ' is not written as PEP 440 writes it: '0.21.0'"),
+    ],
+)
+def test_python_range_and_pep440_versions(tmp_path, replace, by, expected):
+    (message,) = errors_of(write(tmp_path, "m.yaml", "rows:\n" + VALID_ROW.replace(replace, by)))
+    assert expected in message
+
+
+def test_python_range_follows_pyproject_requires_python():
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'requires-python = ">={".".join(map(str, OLDEST_PYTHON))}"' in pyproject
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("rows: []\n", "m.yaml:1: field 'rows': no rows (a matrix file lists at least one)"),
+        ("rows:\n", "m.yaml:1: field 'rows': expected a list of rows, got null"),
+    ],
+)
+def test_a_matrix_file_without_rows_is_an_error(tmp_path, text, expected):
+    (message,) = errors_of(write(tmp_path, "m.yaml", text))
+    assert message == f"{tmp_path}/{expected}"
