@@ -302,3 +302,42 @@ def test_atomic_write_through_a_symlink_writes_its_target(tmp_path):
     write_text_atomic(link, "new\n")
     assert link.is_symlink() and target.read_text() == "new\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["doc.md"]
+
+
+@pytest.mark.parametrize(
+    ("dotted", "value", "expected"),
+    [
+        ("finished_at", "x", "field 'finished_at': 'x' is not a UTC time like 2026-01-01T00:00:00Z"),
+        ("started_at", "", "field 'started_at': '' is not a UTC time"),
+        ("row.vllm", "garbage", "field 'row.vllm': 'garbage' is not a PEP 440 version"),
+        ("row.cuda", "", "field 'row.cuda': '' is not a CUDA/torch build tag"),
+        ("plugin.source_fingerprint", "", "field 'plugin.source_fingerprint': '' is not a fingerprint"),
+        ("row_fingerprint", None, "field 'row_fingerprint': expected str, got null None"),
+    ],
+)
+def test_fields_with_a_format_are_checked(dotted, value, expected):
+    doc = document(ALL_DONE)
+    *parents, name = dotted.split(".")
+    node = doc
+    for part in parents:
+        node = node[part]
+    node[name] = value
+    (message,) = validate_result(doc, "r.json")
+    assert message.startswith(f"r.json: {expected}")
+
+
+def test_missing_object_is_one_message_not_one_per_field():
+    doc = document(ALL_DONE)
+    del doc["env"]
+    assert validate_result(doc, "r.json") == ["r.json: field 'env': missing"]
+
+
+def test_top_level_null_says_null():
+    assert validate_result(None, "r.json") == ["r.json: expected a JSON object at the top, got null"]
+
+
+def test_newer_schema_version_says_the_file_is_from_a_newer_caovan():
+    doc = document(ALL_DONE)
+    doc["schema_version"] = RESULT_SCHEMA_VERSION + 1
+    (message,) = validate_result(doc, "r.json")
+    assert "written by a newer caovan than this checkout" in message and "rerun" not in message
