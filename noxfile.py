@@ -31,7 +31,6 @@ Matrix options, as posargs after ``--`` or as environment variables (a posarg wi
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
 import os
@@ -50,7 +49,7 @@ from caovan.matrix import MatrixError  # noqa: E402
 from caovan.matrix.compat import regenerate  # noqa: E402
 from caovan.matrix.envinfo import PLUGIN_DISTRIBUTION  # noqa: E402
 from caovan.matrix.fingerprint import plugin_version, source_fingerprint  # noqa: E402
-from caovan.matrix.options import TRUE_WORDS, parse_matrix_options  # noqa: E402
+from caovan.matrix.options import TRUE_WORDS, parse_matrix_options, parse_wheelhouse_options  # noqa: E402
 from caovan.matrix.results import Provenance  # noqa: E402
 from caovan.matrix.row_run import Prepared, run_row  # noqa: E402
 from caovan.matrix.schema import MatrixRow, load_matrix, matrix_files  # noqa: E402
@@ -303,13 +302,10 @@ def wheelhouse(session: nox.Session, row_id: str) -> None:
     Python; sdist-only packages are built into wheels here.
     """
     row = ROWS[row_id]
-    parser = argparse.ArgumentParser(prog=f"nox -s 'wheelhouse({row_id})' --", exit_on_error=False)
-    parser.add_argument("--out", type=Path, default=ROOT / "wheelhouse")
-    parser.add_argument("--without-host-provided", action="store_true")
     try:
-        args = parser.parse_args(session.posargs)
-    except (argparse.ArgumentError, SystemExit) as exc:
-        session.error(f"wheelhouse posargs: {exc}")
+        args = parse_wheelhouse_options(session.posargs, row_id=row_id, default_out=ROOT / "wheelhouse")
+    except MatrixError as exc:
+        session.error(str(exc))
     if shutil.which("uv") is None:
         session.error("wheelhouse needs uv on PATH (uv pip compile)")
     out = args.out.resolve()

@@ -3,25 +3,94 @@
 # (e.g. a lab box or a lent cloud GPU), from a bundle prepared on a connected machine:
 #
 #   BUNDLE/wheels/*.whl   the row's remaining wheels (`nox -s "wheelhouse(ROW)" -- --without-host-provided`)
-#   BUNDLE/dist/*.whl     the plugin wheel (`uv build --wheel -o BUNDLE/dist`)
+#   BUNDLE/dist/*.whl     the plugin wheel, one (`uv build --wheel -o BUNDLE/dist`), built from this checkout
 #   BUNDLE/vllm-py.tgz    optional: vLLM's Python files alone (no compiled .so), for hosts where only vLLM's
 #                         Triton kernels are exercised (discovery + kernel tiers; not the serve tier)
 #
 # Usage (from the repository root): tools/run-gpu-row-offline.sh BUNDLE ROW RUNNER OUT [run-here options]
-# (default options: --tiers discovery,kernel --redo). Writes matrix/results/RUNNER/ROW.json through
-# `python -m caovan.matrix run-here` (install mode "current-environment" is recorded in the file) and copies
-# it to OUT. CAOVAN_SITE (default /tmp/caovan-site) is the `pip install --target` folder put on PYTHONPATH;
-# it may already hold the row's packages (unpacked earlier), in which case BUNDLE needs only dist/.
+# (options: --tiers a,b --redo --strict; default: --tiers discovery,kernel --redo). Writes
+# matrix/results/RUNNER/ROW.json through `python -m caovan.matrix run-here` (install mode
+# "current-environment" is recorded in the file) and copies it to OUT. CAOVAN_SITE (default
+# /tmp/caovan-site) is the `pip install --target` folder put on PYTHONPATH; it may already hold the row's
+# packages (unpacked earlier), in which case BUNDLE needs only dist/.
+#
+# Every argument is checked before anything is created or installed; exit 2 on a bad one.
 set -euo pipefail
+usage="usage: tools/run-gpu-row-offline.sh BUNDLE ROW RUNNER OUT [--tiers a,b] [--redo] [--strict]"
+die() {
+    echo "run-gpu-row-offline: error: $*" >&2
+    exit 2
+}
+if [ $# -lt 4 ]; then
+    echo "$usage" >&2
+    exit 2
+fi
 bundle=$1 row=$2 runner=$3 out=$4
 shift 4
 [ $# -gt 0 ] || set -- --tiers discovery,kernel --redo
+
+# The run-here options this script passes on (--runner is its own argument; --wheelhouse has no use here).
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case ${args[i]} in
+    --redo | --strict) ;;
+    --tiers | --tiers=*)
+        if [ "${args[i]}" = --tiers ]; then
+            i=$((i + 1))
+            [ $i -lt ${#args[@]} ] || die "--tiers needs a value (discovery, kernel, serve, comma-separated)"
+            tiers=${args[i]}
+        else
+            tiers=${args[i]#--tiers=}
+        fi
+        [ -n "$tiers" ] || die "--tiers needs a value (discovery, kernel, serve, comma-separated)"
+        IFS=, read -r -a tier_list <<<"$tiers"
+        for tier in "${tier_list[@]}"; do
+            case $tier in
+            discovery | kernel | serve) ;;
+            *) die "--tiers: unknown tier '$tier' (known: discovery, kernel, serve)" ;;
+            esac
+        done
+        ;;
+    *) die "unknown option '${args[i]}' (known: --tiers a,b --redo --strict)" ;;
+    esac
+done
+
+[ -f pyproject.toml ] && [ -d src/caovan ] && [ -d matrix ] || die "run it from the repository root (no pyproject.toml, src/caovan/ or matrix/ here)"
+command -v python3 >/dev/null || die "python3 is not on PATH"
+[[ $runner =~ ^[a-z0-9][a-z0-9._-]{0,63}$ ]] || die "runner name '$runner' must be a slug (lowercase letters, digits, '.', '_', '-')"
+[[ $row =~ ^[a-z0-9][a-z0-9._-]{0,63}$ ]] || die "'$row' is not a row id (lowercase letters, digits, '.', '_', '-')"
+# A plain text match of `- id: ROW` (quoted or not): this needs nothing but grep, and
+# `python -m caovan.matrix run-here` validates the whole matrix once the packages are installed.
+row_pattern="^[[:space:]]*(-[[:space:]]+)?id:[[:space:]]*[\"']?${row//./\\.}[\"']?[[:space:]]*(#.*)?$"
+shopt -s nullglob
+matrix_files=(matrix/*.yaml matrix/*.yml)
+[ ${#matrix_files[@]} -gt 0 ] && grep -Eq "$row_pattern" "${matrix_files[@]}" || die "row '$row' is not in matrix/*.yaml"
+[ -d "$bundle" ] || die "bundle folder '$bundle' does not exist"
+plugin_wheels=("$bundle"/dist/*.whl)
+[ ${#plugin_wheels[@]} -eq 1 ] || die "'$bundle/dist/' must hold one plugin wheel (uv build --wheel -o $bundle/dist), found ${#plugin_wheels[@]}"
+wheels=("${plugin_wheels[@]}")
+if [ -d "$bundle/wheels" ]; then
+    row_wheels=("$bundle"/wheels/*.whl)
+    [ ${#row_wheels[@]} -gt 0 ] || die "'$bundle/wheels/' holds no *.whl (nox -s \"wheelhouse($row)\" -- --without-host-provided)"
+    wheels+=("${row_wheels[@]}")
+fi
+shopt -u nullglob
+if [ -e "$bundle/vllm-py.tgz" ]; then
+    tar tzf "$bundle/vllm-py.tgz" >/dev/null 2>&1 || die "'$bundle/vllm-py.tgz' is not a readable .tgz"
+fi
+[ ! -e "$out" ] || [ -d "$out" ] || die "OUT '$out' is not a folder"
+
 site=${CAOVAN_SITE:-/tmp/caovan-site}
 mkdir -p "$site" "$out"
 if [ -f "$bundle/vllm-py.tgz" ]; then tar xzf "$bundle/vllm-py.tgz" -C "$site"; fi
-wheels=("$bundle"/dist/*.whl)
-if [ -d "$bundle/wheels" ]; then wheels+=("$bundle"/wheels/*.whl); fi
 python3 -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target "$site" "${wheels[@]}"
+# The plugin that runs is the wheel's, but the result records this checkout's source fingerprint: they must
+# be the same source, or the result would vouch for code that did not run.
+if ! diff -rq --exclude=__pycache__ "$site/caovan" src/caovan >/dev/null 2>&1; then
+    echo "run-gpu-row-offline: error: the bundle's wheel ${plugin_wheels[0]} was built from other source than" \
+        "this checkout's src/caovan; rebuild it with uv build --wheel -o $bundle/dist" >&2
+    exit 2
+fi
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 # No FlashInfer on such hosts: vLLM's FlashInfer sampler would fail to import.
 export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}

@@ -23,4 +23,6 @@ def read_json(path: Path, error: Callable[[str], Exception], *, shown: str | Non
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise error(f"{shown}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
+        # Some of json's messages end in "at" and leave the place to str(exc) ("Invalid control character at").
+        problem = f"{exc.msg} line {exc.lineno} column {exc.colno}" if exc.msg.endswith(" at") else exc.msg
+        raise error(f"{shown}:{exc.lineno}:{exc.colno}: malformed JSON: {problem}") from None

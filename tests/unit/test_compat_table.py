@@ -23,9 +23,10 @@ DATA = Path(__file__).parent / "data"
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> tuple[Path, Path]:
-    """A copy of the sample results and the template doc, so tests may damage them."""
+    """A copy of the sample results, their matrix rows and the template doc, so tests may damage them."""
     results = tmp_path / "results"
     shutil.copytree(DATA / "results", results)
+    shutil.copy(DATA / "matrix.yaml", tmp_path / "matrix.yaml")
     doc = tmp_path / "compat.md"
     shutil.copy(DATA / "compat_template.md", doc)
     return results, doc
@@ -102,7 +103,7 @@ def test_corrupt_json_is_one_error_naming_the_file_and_the_doc_is_untouched(work
     (message,) = caught.value.messages
     assert message.startswith(f"{bad}:1:") and "malformed JSON" in message
     assert doc.read_bytes() == before
-    assert sorted(p.name for p in doc.parent.iterdir() if p.is_file()) == ["compat.md"]
+    assert sorted(p.name for p in doc.parent.iterdir() if p.is_file()) == ["compat.md", "matrix.yaml"]
 
 
 def test_bad_field_is_an_error_naming_file_and_field_and_the_doc_is_untouched(workspace):
@@ -197,3 +198,47 @@ def test_rows_run_outside_their_venv_say_so(workspace):
     assert "ran in the host's environment (python -m caovan.matrix run-here, /opt/torch/.venv/bin/python3)" in block
     fingerprint = doc["plugin"]["source_fingerprint"][:8]
     assert any(f"@{fingerprint} [" in line for line in block.splitlines())
+
+
+def test_compat_doc_that_is_not_utf8_is_one_error(workspace):
+    results, doc = workspace
+    doc.write_bytes(b"\xff" + doc.read_bytes())
+    with pytest.raises(MatrixError, match=r"compat\.md: the compat doc is not UTF-8 text \(bad byte at offset 0\)"):
+        regenerate(results, doc)
+
+
+def test_result_of_a_row_no_longer_in_the_matrix_is_an_error(workspace):
+    results, doc = workspace
+    matrix = doc.parent / "matrix.yaml"
+    matrix.write_text(matrix.read_text().split("  - id: vllm-0.21.0")[0])
+    with pytest.raises(MatrixError) as caught:
+        regenerate(results, doc)
+    assert caught.value.messages == [
+        f"{results / 'cpu' / 'vllm-0.21.0.json'}: row 'vllm-0.21.0' is not in {doc.parent}/*.yaml any more: "
+        "delete the file (or put the row back and re-run it)",
+        f"{results / 'nvidia-geforce-rtx-2080-ti' / 'vllm-0.21.0.json'}: row 'vllm-0.21.0' is not in "
+        f"{doc.parent}/*.yaml any more: delete the file (or put the row back and re-run it)",
+    ]
+
+
+def test_result_recorded_for_other_pins_than_the_matrix_row_now_is_an_error(workspace, capsys):
+    results, doc = workspace
+    matrix = doc.parent / "matrix.yaml"
+    text = matrix.read_text().replace('vllm: "0.20.2"\n    torch: "2.11.0"', 'vllm: "0.20.2"\n    torch: "2.10.0"')
+    matrix.write_text(text + '    extra_requirements: ["numpy==2.3.5"]\n')
+    with pytest.raises(MatrixError) as caught:
+        regenerate(results, doc)
+    path = results / "cpu" / "vllm-0.20.2.json"
+    (first, *others) = caught.value.messages
+    assert first == (
+        f"{path}: matrix row 'vllm-0.20.2' changed since this result (torch '2.11.0' -> '2.10.0'): "
+        're-run the row (nox -s "matrix(vllm-0.20.2)") or delete the file'
+    )
+    assert len(others) == 2 and all("extra_requirements [] -> ['numpy==2.3.5']" in m for m in others)
+    assert main(["--results", str(results), "--doc", str(doc), "--check"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 3
+
+
+def test_committed_results_match_the_committed_matrix():
+    repo = DATA.parents[2]
+    assert collect_results(repo / "matrix" / "results", matrix_dir=repo / "matrix")

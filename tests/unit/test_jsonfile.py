@@ -35,3 +35,11 @@ def test_reads_json(tmp_path):
     path = tmp_path / "x.json"
     path.write_text('{"a": [1, 2]}', encoding="utf-8")
     assert read_json(path, Bad) == {"a": [1, 2]}
+
+
+def test_malformed_json_message_ends_with_the_place_not_mid_phrase(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_bytes(b'{"a": "x\ty"}')
+    with pytest.raises(Bad) as info:
+        read_json(path, Bad)
+    assert str(info.value) == f"{path}:1:9: malformed JSON: Invalid control character at line 1 column 9"

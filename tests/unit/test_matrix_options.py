@@ -7,7 +7,13 @@ import subprocess
 import pytest
 
 from caovan.matrix import MatrixError
-from caovan.matrix.options import detect_runner_name, parse_matrix_options, slugify
+from caovan.matrix.options import (
+    WheelhouseOptions,
+    detect_runner_name,
+    parse_matrix_options,
+    parse_wheelhouse_options,
+    slugify,
+)
 
 
 def no_gpu() -> str:
@@ -95,3 +101,13 @@ def test_bad_options_are_one_clear_error(posargs, environ, message):
     with pytest.raises(MatrixError) as caught:
         parse_matrix_options(posargs, environ, detect_runner=no_gpu)
     assert message in str(caught.value)
+
+
+def test_wheelhouse_posargs_name_the_unknown_argument(tmp_path):
+    options = parse_wheelhouse_options(["--without-host-provided"], row_id="vllm-0.21.0", default_out=tmp_path)
+    assert options == WheelhouseOptions(out=tmp_path, without_host_provided=True)
+    with pytest.raises(MatrixError) as caught:
+        parse_wheelhouse_options(["--bogus"], row_id="vllm-0.21.0", default_out=tmp_path)
+    assert str(caught.value).startswith("wheelhouse posargs: unrecognized arguments: --bogus (known: --out DIR,")
+    with pytest.raises(MatrixError, match="wheelhouse posargs: argument --out: expected one argument"):
+        parse_wheelhouse_options(["--out"], row_id="vllm-0.21.0", default_out=tmp_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from caovan.matrix.results import (
     plan_row,
     validate_result,
     write_json_atomic,
+    write_text_atomic,
 )
 from caovan.matrix.schema import MatrixRow
 
@@ -259,3 +261,83 @@ def test_atomic_write_replaces_whole_files_and_leaves_no_temp_files(tmp_path):
         write_json_atomic(target, {"c": object()})
     assert json.loads(target.read_text()) == {"b": 2}
     assert [p.name for p in target.parent.iterdir()] == ["row.json"]
+
+
+@pytest.mark.parametrize("install", ["venv", ["venv"], {"mode": 1}])
+def test_install_must_be_an_object_with_a_string_mode(install):
+    doc = document(ALL_DONE)
+    doc["install"] = install
+    (message,) = validate_result(doc, "r.json")
+    assert message.startswith("r.json: field 'install")
+
+
+@pytest.mark.parametrize("item", [{"a": 1}, 3, "kernal"])
+def test_row_tiers_items_must_be_known_tier_names(item):
+    doc = document(ALL_DONE)
+    doc["row"]["tiers"] = ["discovery", item]
+    (message,) = validate_result(doc, "r.json")
+    assert message.startswith("r.json: field 'row.tiers': item 2: ") and "is not a tier" in message
+
+
+def test_atomic_write_keeps_the_mode_of_an_existing_file_and_gives_a_new_one_the_umask_mode(tmp_path):
+    existing = tmp_path / "existing.json"
+    existing.write_text("{}")
+    existing.chmod(0o640)
+    write_json_atomic(existing, {"a": 1})
+    assert existing.stat().st_mode & 0o777 == 0o640
+    old_umask = os.umask(0o027)
+    try:
+        write_json_atomic(tmp_path / "new.json", {"a": 1})
+    finally:
+        os.umask(old_umask)
+    assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o640
+
+
+def test_atomic_write_through_a_symlink_writes_its_target(tmp_path):
+    target = tmp_path / "real" / "doc.md"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    link = tmp_path / "doc.md"
+    link.symlink_to(target)
+    write_text_atomic(link, "new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["doc.md"]
+
+
+@pytest.mark.parametrize(
+    ("dotted", "value", "expected"),
+    [
+        ("finished_at", "x", "field 'finished_at': 'x' is not a UTC time like 2026-01-01T00:00:00Z"),
+        ("started_at", "", "field 'started_at': '' is not a UTC time"),
+        ("row.vllm", "garbage", "field 'row.vllm': 'garbage' is not a PEP 440 version"),
+        ("row.cuda", "", "field 'row.cuda': '' is not a CUDA/torch build tag"),
+        ("plugin.source_fingerprint", "", "field 'plugin.source_fingerprint': '' is not a fingerprint"),
+        ("row_fingerprint", None, "field 'row_fingerprint': expected str, got null None"),
+    ],
+)
+def test_fields_with_a_format_are_checked(dotted, value, expected):
+    doc = document(ALL_DONE)
+    *parents, name = dotted.split(".")
+    node = doc
+    for part in parents:
+        node = node[part]
+    node[name] = value
+    (message,) = validate_result(doc, "r.json")
+    assert message.startswith(f"r.json: {expected}")
+
+
+def test_missing_object_is_one_message_not_one_per_field():
+    doc = document(ALL_DONE)
+    del doc["env"]
+    assert validate_result(doc, "r.json") == ["r.json: field 'env': missing"]
+
+
+def test_top_level_null_says_null():
+    assert validate_result(None, "r.json") == ["r.json: expected a JSON object at the top, got null"]
+
+
+def test_newer_schema_version_says_the_file_is_from_a_newer_caovan():
+    doc = document(ALL_DONE)
+    doc["schema_version"] = RESULT_SCHEMA_VERSION + 1
+    (message,) = validate_result(doc, "r.json")
+    assert "written by a newer caovan than this checkout" in message and "rerun" not in message

@@ -9,7 +9,7 @@ import pytest
 
 from caovan.matrix import MatrixError
 from caovan.matrix.__main__ import main as matrix_cli
-from caovan.matrix.schema import load_matrix, matrix_files
+from caovan.matrix.schema import OLDEST_PYTHON, load_matrix, matrix_files
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -151,3 +151,92 @@ def test_validate_cli_accepts_the_repository_matrix(capsys, monkeypatch):
 def test_empty_matrix_folder_is_an_error(tmp_path):
     with pytest.raises(MatrixError, match="no matrix files"):
         matrix_files(tmp_path)
+
+
+def test_duplicate_rows_key_is_one_error_not_a_crash(tmp_path, capsys):
+    path = write(
+        tmp_path, "m.yaml", "rows:\n" + VALID_ROW + "rows:\n" + VALID_ROW + VALID_ROW.replace("0.21.0", "0.20.2")
+    )
+    messages = errors_of(path)
+    assert messages == [f"{path}:9: field 'rows' is given twice (first at line 1)"]
+    assert matrix_cli(["validate", str(path)]) == 2
+    assert "is given twice" in capsys.readouterr().err
+
+
+def test_matrix_file_that_is_not_utf8_is_one_error(tmp_path):
+    path = tmp_path / "extra.yaml"
+    path.write_bytes(b"\xff\xfe")
+    assert errors_of(path) == [f"{path}: not UTF-8 text (bad byte at offset 0)"]
+
+
+def test_run_here_refuses_a_row_without_any_selected_tier_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    (tmp_path / "matrix").mkdir()
+    write(tmp_path / "matrix", "m.yaml", "rows:\n" + VALID_ROW.replace("[discovery, kernel, serve]", "[discovery]"))
+    monkeypatch.chdir(tmp_path)
+    assert matrix_cli(["run-here", "vllm-0.21.0", "--runner", "cpu", "--tiers", "kernel"]) == 2
+    err = capsys.readouterr().err
+    assert "row vllm-0.21.0 has none of the selected tiers (kernel;" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix"]
+    assert sorted(p.name for p in (tmp_path / "matrix").iterdir()) == ["m.yaml"]
+
+
+def test_options_may_come_before_the_positionals(tmp_path, monkeypatch, capsys):
+    (tmp_path / "matrix").mkdir()
+    path = write(tmp_path / "matrix", "m.yaml", "rows:\n" + VALID_ROW.replace("[discovery, kernel, serve]", "[serve]"))
+    monkeypatch.chdir(tmp_path)
+    assert matrix_cli(["validate", "--matrix-dir", "matrix", str(path)]) == 0
+    assert matrix_cli(["--matrix-dir", "matrix", "validate"]) == 0
+    assert "1 rows in 1 file(s) are valid" in capsys.readouterr().out
+    # The row has no kernel tier: refused after the row id and the options were all read.
+    assert matrix_cli(["run-here", "--redo", "--tiers", "kernel", "vllm-0.21.0", "--runner", "cpu"]) == 2
+    assert "row vllm-0.21.0 has none of the selected tiers (kernel;" in capsys.readouterr().err
+
+
+def test_run_here_options_are_refused_by_validate(capsys):
+    with pytest.raises(SystemExit) as caught:
+        matrix_cli(["validate", "--redo"])
+    assert caught.value.code == 2
+    assert "--redo is an option of run-here, not of validate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("replace", "by", "expected"),
+    [
+        ('python: "3.11"', "python: 3.10", 'quote it in YAML: python: "3.10"'),
+        ('torch: "2.11.0"', "torch: 2.10", 'quote versions in YAML: torch: "2.10"'),
+    ],
+)
+def test_quote_hint_shows_the_number_as_written(tmp_path, replace, by, expected):
+    (message,) = errors_of(write(tmp_path, "m.yaml", "rows:\n" + VALID_ROW.replace(replace, by)))
+    assert message.endswith(expected + ")")
+
+
+@pytest.mark.parametrize(
+    ("replace", "by", "expected"),
+    [
+        ('python: "3.11"', 'python: "3.9"', "field 'python': '3.9' is not a Python caovan supports (3.10 to 3.15)"),
+        ('python: "3.11"', 'python: "3.99"', "field 'python': '3.99' is not a Python caovan supports"),
+        ('vllm: "0.21.0"', 'vllm: "v0.21"', "field 'vllm': 'v0.21' is not written as PEP 440 writes it: '0.21'"),
+        ('vllm: "0.21.0"', 'vllm: "0.21.0 "', "field 'vllm': '0.21.0 ' is not written as PEP 440 writes it: '0.21.0'"),
+    ],
+)
+def test_python_range_and_pep440_versions(tmp_path, replace, by, expected):
+    (message,) = errors_of(write(tmp_path, "m.yaml", "rows:\n" + VALID_ROW.replace(replace, by)))
+    assert expected in message
+
+
+def test_python_range_follows_pyproject_requires_python():
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'requires-python = ">={".".join(map(str, OLDEST_PYTHON))}"' in pyproject
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("rows: []\n", "m.yaml:1: field 'rows': no rows (a matrix file lists at least one)"),
+        ("rows:\n", "m.yaml:1: field 'rows': expected a list of rows, got null"),
+    ],
+)
+def test_a_matrix_file_without_rows_is_an_error(tmp_path, text, expected):
+    (message,) = errors_of(write(tmp_path, "m.yaml", text))
+    assert message == f"{tmp_path}/{expected}"

@@ -19,19 +19,25 @@ import sys
 from pathlib import Path
 
 from . import MatrixError
+from .options import add_matrix_options
 from .schema import load_matrix, matrix_files
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m caovan.matrix", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("validate", "list", "run-here"))
-    parser.add_argument("files", nargs="*", help="matrix files (default: matrix/*.yaml); run-here: ROW [options]")
+    parser.add_argument("files", nargs="*", help="matrix files (default: matrix/*.yaml); run-here: ROW")
     parser.add_argument("--matrix-dir", type=Path, default=Path("matrix"))
-    args, extra = parser.parse_known_args(argv)
+    run_here_options = parser.add_argument_group("run-here options (as for nox -s matrix)")
+    add_matrix_options(run_here_options)
+    # Intermixed: options may come before, between or after the positionals (plain parsing lets
+    # nargs="*" take nothing when an option comes first, and the positionals after it are left over).
+    args = parser.parse_intermixed_args(argv)
     if args.command == "run-here":
-        return run_here(args.files, extra, args.matrix_dir)
-    if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        return run_here(args.files, args, args.matrix_dir)
+    given = [f"--{name}" for name in ("runner", "tiers", "wheelhouse", "redo", "strict") if getattr(args, name)]
+    if given:
+        parser.error(f"{given[0]} is an option of run-here, not of {args.command}")
     args.files = [Path(f) for f in args.files]
     try:
         files = args.files or matrix_files(args.matrix_dir)
@@ -48,12 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_here(positional: list[str], options_args: list[str], matrix_dir: Path) -> int:
+def run_here(positional: list[str], option_args: argparse.Namespace, matrix_dir: Path) -> int:
     import os
     import subprocess
 
     from .fingerprint import plugin_version, source_fingerprint
-    from .options import parse_matrix_options
+    from .options import matrix_options
     from .results import Provenance
     from .row_run import Prepared, run_row
 
@@ -64,12 +70,19 @@ def run_here(positional: list[str], options_args: list[str], matrix_dir: Path) -
         rows = {row.id: row for row in load_matrix(matrix_files(matrix_dir), base=root)}
         if positional[0] not in rows:
             raise MatrixError([f"row {positional[0]!r} is not in {matrix_dir}/ (rows: {', '.join(rows)})"])
-        options = parse_matrix_options(options_args, os.environ)
+        options = matrix_options(option_args, os.environ)
+        row = rows[positional[0]]
+        if options.tiers is not None and not any(t in row.tiers for t in options.tiers):
+            # As the nox session skips such a row: a run of no tier would store a result of nothing
+            # but not-run tiers (with no env facts) over the stored one.
+            raise MatrixError(
+                f"row {row.id} has none of the selected tiers ({', '.join(options.tiers)}; "
+                f"the row's tiers: {', '.join(row.tiers)}): nothing to run, nothing written"
+            )
     except MatrixError as exc:
         for message in exc.messages:
             print(f"matrix: error: {message}", file=sys.stderr)
         return 2
-    row = rows[positional[0]]
     cache_dir = root / "build" / "matrix"
 
     def prepare() -> Prepared:

@@ -1,7 +1,8 @@
 """The compatibility table in docs/compat.md, generated from result files only: ``nox -s compat``.
 
 Reads every ``matrix/results/<runner>/<row>.json``, validates all of them first (a bad file is one
-error naming the file and the field, and the doc is left untouched), renders one GitHub-markdown
+error naming the file and the field, and the doc is left untouched; so is a result whose row is gone from
+``matrix/*.yaml`` or was recorded with other pins than the row has now), renders one GitHub-markdown
 line per row x runner, and replaces what lies between the two markers in the doc through a temp file
 + ``os.replace``. The output depends on the result files alone (sorted, no clock of its own), so
 running it twice changes nothing.
@@ -23,6 +24,7 @@ from tabulate import tabulate
 
 from . import TIERS, MatrixError
 from .results import load_result, write_text_atomic
+from .schema import MatrixRow, load_matrix, matrix_files
 
 MARK_START = "<!-- START compat-table -->"
 MARK_END = "<!-- END compat-table -->"
@@ -73,14 +75,27 @@ def _shown(path: Path, base: Path | None) -> str:
     return str(path)
 
 
-def collect_results(results_dir: Path, *, base: Path | None = None) -> list[LoadedResult]:
-    """Every result file, validated; :class:`MatrixError` lists every bad file and field."""
+#: The parts of a row that decide what a result vouches for: a result recorded with other values is not a
+#: result of the matrix row of that id any more.
+ROW_FIELDS_THAT_MUST_MATCH: tuple[str, ...] = ("vllm", "torch", "python", "cuda", "extra_requirements")
+
+
+def collect_results(
+    results_dir: Path, *, base: Path | None = None, matrix_dir: Path | None = None
+) -> list[LoadedResult]:
+    """Every result file, validated; :class:`MatrixError` lists every bad file and field.
+
+    With ``matrix_dir``, each result must also belong to a row of the matrix there as it is now.
+    """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise MatrixError(
             f"{_shown(results_dir, base)}: results folder does not exist "
             "(run `nox -s matrix`, or download the matrix workflow's result artifacts, first)"
         )
+    rows = None
+    if matrix_dir is not None:
+        rows = {row.id: row for row in load_matrix(matrix_files(Path(matrix_dir)), base=base)}
     errors: list[str] = []
     loaded: list[LoadedResult] = []
     for stray in sorted(results_dir.glob("*.json")):
@@ -98,10 +113,35 @@ def collect_results(results_dir: Path, *, base: Path | None = None) -> list[Load
             errors.append(f"{shown}: field 'runner': {doc['runner']!r} but the file lies in {path.parent.name}/")
         if doc["row"]["id"] != path.stem:
             errors.append(f"{shown}: field 'row.id': {doc['row']['id']!r} but the file is named {path.name}")
+        elif rows is not None:
+            errors.extend(_matrix_mismatch(shown, doc, rows, _shown(Path(matrix_dir), base)))
         loaded.append(LoadedResult(shown, doc))
     if errors:
         raise MatrixError(errors)
     return loaded
+
+
+def _matrix_mismatch(shown: str, doc: Mapping[str, Any], rows: Mapping[str, MatrixRow], matrix_shown: str) -> list[str]:
+    """One message if the result's row is gone from the matrix or was recorded with other pins."""
+    recorded = doc["row"]
+    row = rows.get(recorded["id"])
+    if row is None:
+        return [
+            f"{shown}: row {recorded['id']!r} is not in {matrix_shown}/*.yaml any more: delete the file "
+            "(or put the row back and re-run it)"
+        ]
+    spec = row.spec()
+    changed = [
+        f"{name} {recorded.get(name)!r} -> {spec[name]!r}"
+        for name in ROW_FIELDS_THAT_MUST_MATCH
+        if recorded.get(name) != spec[name]
+    ]
+    if not changed:
+        return []
+    return [
+        f"{shown}: matrix row {row.id!r} changed since this result ({'; '.join(changed)}): "
+        f're-run the row (nox -s "matrix({row.id})") or delete the file'
+    ]
 
 
 def _version_key(text: str) -> Version:
@@ -218,14 +258,30 @@ def replace_block(doc_text: str, block: str, *, shown: str) -> str:
     return f"{head}{MARK_START}\n{block}\n{MARK_END}{tail}"
 
 
-def regenerate(results_dir: Path, doc_path: Path, *, base: Path | None = None, check: bool = False) -> bool:
-    """Regenerate the doc's table; True if the doc changed (with ``check``: would change)."""
-    results = collect_results(results_dir, base=base)
+def regenerate(
+    results_dir: Path,
+    doc_path: Path,
+    *,
+    base: Path | None = None,
+    check: bool = False,
+    matrix_dir: Path | None = None,
+) -> bool:
+    """Regenerate the doc's table; True if the doc changed (with ``check``: would change).
+
+    Results are checked against the matrix rows in ``matrix_dir`` (default: the folder holding the results
+    folder, as ``matrix/`` holds ``matrix/results/``).
+    """
+    results_dir = Path(results_dir)
+    results = collect_results(
+        results_dir, base=base, matrix_dir=results_dir.parent if matrix_dir is None else matrix_dir
+    )
     shown = _shown(Path(doc_path), base)
     try:
         old_text = Path(doc_path).read_text(encoding="utf-8")
     except OSError as exc:
         raise MatrixError(f"{shown}: cannot read the compat doc: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise MatrixError(f"{shown}: the compat doc is not UTF-8 text (bad byte at offset {exc.start})") from None
     new_text = replace_block(old_text, render_block(results), shown=shown)
     if new_text == old_text:
         return False
@@ -239,9 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=Path("matrix/results"), help="results folder")
     parser.add_argument("--doc", type=Path, default=Path("docs/compat.md"), help="markdown file with the markers")
     parser.add_argument("--check", action="store_true", help="exit 1 if the doc is not up to date; write nothing")
+    parser.add_argument(
+        "--matrix-dir",
+        type=Path,
+        default=None,
+        help="matrix rows the results must match (default: the results' parent)",
+    )
     args = parser.parse_args(argv)
     try:
-        changed = regenerate(args.results, args.doc, base=Path.cwd(), check=args.check)
+        changed = regenerate(args.results, args.doc, base=Path.cwd(), check=args.check, matrix_dir=args.matrix_dir)
     except MatrixError as exc:
         for message in exc.messages:
             print(f"compat: error: {message}", file=sys.stderr)

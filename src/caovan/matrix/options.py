@@ -73,6 +73,19 @@ def parse_tiers(text: str, *, source: str) -> tuple[str, ...]:
     return tiers
 
 
+def add_matrix_options(parser: argparse.ArgumentParser) -> None:
+    """The matrix run options, for the nox session's posargs and ``python -m caovan.matrix run-here``."""
+    parser.add_argument(
+        "--runner", metavar="NAME", help="runner name (default: CAOVAN_RUNNER, else the GPU's name or cpu)"
+    )
+    parser.add_argument(
+        "--tiers", metavar="A,B", help="comma-separated tiers to run (default: CAOVAN_TIERS, else the row's)"
+    )
+    parser.add_argument("--redo", action="store_true", help="rerun tiers whose stored result is current")
+    parser.add_argument("--strict", action="store_true", help="exit non-zero when a tier failed or errored")
+    parser.add_argument("--wheelhouse", metavar="DIR", help="install offline from DIR/<row>/ (nox session only)")
+
+
 def parse_matrix_options(
     posargs: Sequence[str],
     environ: Mapping[str, str],
@@ -80,11 +93,7 @@ def parse_matrix_options(
     detect_runner: Callable[[], str] = detect_runner_name,
 ) -> MatrixOptions:
     parser = argparse.ArgumentParser(prog='nox -s "matrix(<row>)" --', add_help=False, exit_on_error=False)
-    parser.add_argument("--runner")
-    parser.add_argument("--tiers")
-    parser.add_argument("--redo", action="store_true")
-    parser.add_argument("--strict", action="store_true")
-    parser.add_argument("--wheelhouse")
+    add_matrix_options(parser)
     try:
         args, unknown = parser.parse_known_args(list(posargs))
     except argparse.ArgumentError as exc:
@@ -95,7 +104,16 @@ def parse_matrix_options(
             "(known: --runner NAME, --tiers discovery,kernel,serve, --redo, --strict, --wheelhouse "
             "DIR)"
         )
+    return matrix_options(args, environ, detect_runner=detect_runner)
 
+
+def matrix_options(
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    *,
+    detect_runner: Callable[[], str] = detect_runner_name,
+) -> MatrixOptions:
+    """The options from parsed :func:`add_matrix_options` arguments, with the environment variables."""
     if args.runner is not None:
         runner, source = args.runner, "--runner"
     elif environ.get("CAOVAN_RUNNER"):
@@ -119,3 +137,28 @@ def parse_matrix_options(
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise MatrixError(f"wheelhouse {wheelhouse}: folder does not exist (make it with `nox -s wheelhouse`)")
     return MatrixOptions(runner=runner, tiers=tiers, redo=redo, wheelhouse=wheelhouse, strict=strict)
+
+
+@dataclass(frozen=True)
+class WheelhouseOptions:
+    out: Path
+    without_host_provided: bool
+
+
+def parse_wheelhouse_options(posargs: Sequence[str], *, row_id: str, default_out: Path) -> WheelhouseOptions:
+    """Posargs of ``nox -s "wheelhouse(<row>)"``: ``--out DIR``, ``--without-host-provided``."""
+    # No argparse exit or usage text inside a nox session: every problem is one MatrixError (argparse's
+    # parse_args still exits on unknown arguments even with exit_on_error=False, hence parse_known_args).
+    parser = argparse.ArgumentParser(prog=f"nox -s 'wheelhouse({row_id})' --", add_help=False, exit_on_error=False)
+    parser.add_argument("--out", type=Path, default=default_out)
+    parser.add_argument("--without-host-provided", action="store_true")
+    try:
+        args, unknown = parser.parse_known_args(list(posargs))
+    except argparse.ArgumentError as exc:
+        raise MatrixError(f"wheelhouse posargs: {exc}") from None
+    if unknown:
+        raise MatrixError(
+            f"wheelhouse posargs: unrecognized arguments: {' '.join(unknown)} "
+            "(known: --out DIR, --without-host-provided)"
+        )
+    return WheelhouseOptions(out=args.out, without_host_provided=args.without_host_provided)

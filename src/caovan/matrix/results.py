@@ -12,18 +12,26 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from ..jsonfile import read_json
 from . import RESULT_SCHEMA_VERSION, TIERS, MatrixError
-from .schema import MatrixRow
+from .schema import CUDA_TAG_PATTERN, PYTHON_PATTERN, ROW_ID_PATTERN, MatrixRow
 from .tiers import FINAL_TIER_OUTCOMES, TIER_OUTCOMES
 
 RUNNER_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+#: Row and source fingerprints (:func:`~caovan.matrix.schema.spec_fingerprint`, ``source_fingerprint``).
+FINGERPRINT_PATTERN = re.compile(r"^[0-9a-f]{16}$")
+#: How result files write times (:func:`caovan.matrix.tiers.utc_now`).
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 @dataclass(frozen=True)
@@ -47,10 +55,26 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, text)
 
 
+def _current_umask() -> int:
+    # os.umask can only be read by setting it; set it straight back.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    path = Path(path)
+    """``text`` into ``path`` via a temp file + os.replace, as if written in place: a symlink stays a
+    symlink (its target gets the text) and the file keeps its mode (a new file: 0o666 less the
+    umask), not mkstemp's 0600.
+    """
+    path = Path(os.path.realpath(path))
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
             handle.flush()
@@ -79,8 +103,18 @@ class _Validator:
             node = node[part]
         return node
 
-    def require(self, data: Any, dotted: str, kind: type | tuple[type, ...], *, nullable: bool = False) -> Any:
+    def require(
+        self,
+        data: Any,
+        dotted: str,
+        kind: type | tuple[type, ...],
+        *,
+        nullable: bool = False,
+        optional: bool = False,
+    ) -> Any:
         value = self.get(data, dotted)
+        if value is _MISSING and optional:
+            return _MISSING
         if value is _MISSING:
             self.errors.append(f"{self.shown}: field {dotted!r}: missing")
             return _MISSING
@@ -91,40 +125,92 @@ class _Validator:
             self.errors.append(
                 f"{self.shown}: field {dotted!r}: expected "
                 f"{names}{' or null' if nullable else ''}, "
-                f"got {type(value).__name__} {value!r:.60}"
+                f"got {_kind(value)} {value!r:.60}"
             )
             return _MISSING
         return value
+
+    def text(self, data: Any, dotted: str, valid: Callable[[str], bool], what: str) -> Any:
+        """A required string field that ``valid`` accepts; else one error saying what it should be."""
+        value = self.require(data, dotted, str)
+        if value is not _MISSING and not valid(value):
+            self.errors.append(f"{self.shown}: field {dotted!r}: {value!r:.60} is not {what}")
+            return _MISSING
+        return value
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return text == text.strip()
+
+
+def _is_timestamp(text: str) -> bool:
+    try:
+        datetime.strptime(text, TIMESTAMP_FORMAT)
+    except ValueError:
+        return False
+    return True
 
 
 def validate_result(data: Any, shown: str) -> list[str]:
     """Problems with a result document, each naming the file and the field; empty if usable."""
     check = _Validator(shown)
     if not isinstance(data, Mapping):
-        return [f"{shown}: expected a JSON object at the top, got {type(data).__name__}"]
+        return [f"{shown}: expected a JSON object at the top, got {_kind(data)}"]
     version = check.require(data, "schema_version", int)
+    if version is not _MISSING and version > RESULT_SCHEMA_VERSION:
+        # Its other fields follow a layout this checkout does not know: checking them would only mislead.
+        return [
+            f"{shown}: field 'schema_version': {version} — written by a newer caovan than this checkout "
+            f"(which reads version {RESULT_SCHEMA_VERSION}); update the checkout"
+        ]
     if version is not _MISSING and version != RESULT_SCHEMA_VERSION:
         check.errors.append(
             f"{shown}: field 'schema_version': {version} is not the supported version "
             f"{RESULT_SCHEMA_VERSION} "
             "(rerun the row with this checkout)"
         )
-    for name in ("id", "vllm", "torch", "python", "cuda"):
-        check.require(data, f"row.{name}", str)
-    row_tiers = check.require(data, "row.tiers", list)
-    check.require(data, "row_fingerprint", str)
+    # A missing or malformed object is one message, not one per field inside it.
+    present = {name for name in ("row", "plugin", "env") if check.require(data, name, Mapping) is not _MISSING}
+    if "row" in present:
+        check.text(data, "row.id", ROW_ID_PATTERN.match, "a row id")
+        check.text(data, "row.vllm", _is_version, "a PEP 440 version")
+        check.text(data, "row.torch", _is_version, "a PEP 440 version")
+        check.text(data, "row.python", PYTHON_PATTERN.match, 'a Python version like "3.11"')
+        check.text(data, "row.cuda", CUDA_TAG_PATTERN.match, "a CUDA/torch build tag like cu130, cpu")
+    row_tiers = check.require(data, "row.tiers", list) if "row" in present else _MISSING
+    if row_tiers is not _MISSING:
+        for index, item in enumerate(row_tiers, start=1):
+            if not isinstance(item, str) or item not in TIERS:
+                check.errors.append(
+                    f"{shown}: field 'row.tiers': item {index}: {item!r:.60} is not a tier (known: {', '.join(TIERS)})"
+                )
+                row_tiers = _MISSING
+    check.text(data, "row_fingerprint", FINGERPRINT_PATTERN.match, "a fingerprint (16 hex digits)")
     runner = check.require(data, "runner", str)
     if runner is not _MISSING and not RUNNER_NAME_PATTERN.match(runner):
         check.errors.append(f"{shown}: field 'runner': {runner!r} is not a runner name")
-    check.require(data, "plugin.version", str)
-    check.require(data, "plugin.source_fingerprint", str)
+    if "plugin" in present:
+        check.text(data, "plugin.version", _is_version, "a PEP 440 version")
+        check.text(data, "plugin.source_fingerprint", FINGERPRINT_PATTERN.match, "a fingerprint (16 hex digits)")
     check.require(data, "complete", bool)
-    for name in ("python", "gpu"):
-        check.require(data, f"env.{name}", str)
-    for name in ("vllm", "torch", "triton", "torch_cuda", "gpu_arch", "family", "family_reason"):
-        check.require(data, f"env.{name}", str, nullable=True)
-    check.require(data, "started_at", str)
-    check.require(data, "finished_at", str)
+    if "env" in present:
+        for name in ("python", "gpu"):
+            check.require(data, f"env.{name}", str)
+        for name in ("vllm", "torch", "triton", "torch_cuda", "gpu_arch", "family", "family_reason"):
+            check.require(data, f"env.{name}", str, nullable=True)
+    # compat reads install.mode to mark run-here results (the host's environment, not a row venv).
+    if check.require(data, "install", Mapping) is not _MISSING:
+        check.require(data, "install.mode", str, nullable=True, optional=True)
+    for name in ("started_at", "finished_at"):
+        check.text(data, name, _is_timestamp, "a UTC time like 2026-01-01T00:00:00Z")
     tiers = check.require(data, "tiers", Mapping)
     if tiers is not _MISSING:
         for tier, record in tiers.items():

@@ -38,6 +38,10 @@ ROW_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 PYTHON_PATTERN = re.compile(r"^3\.\d{1,2}$")
 CUDA_TAG_PATTERN = re.compile(r"^(cu\d{2,3}|cpu|rocm\d+(\.\d+)*)$")
 RUNNER_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
+#: The Python versions a row may name: from pyproject.toml's requires-python (">=3.10"; a unit test keeps the
+#: two equal) up to the newest release (raise it when a new Python comes out).
+OLDEST_PYTHON: tuple[int, int] = (3, 10)
+NEWEST_PYTHON: tuple[int, int] = (3, 15)
 
 REQUIRED_FIELDS: tuple[str, ...] = (
     "id",
@@ -117,6 +121,8 @@ def _type_name(value: Any) -> str:
 
 
 def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
     text = repr(value)
     return f"{_type_name(value)} {text if len(text) <= 40 else text[:37] + '...'}"
 
@@ -124,9 +130,18 @@ def _describe(value: Any) -> str:
 class _RowChecker:
     """Checks one row mapping; its messages already carry file, line, row and field."""
 
-    def __init__(self, where: str, field_lines: dict[str, int], row_line: int, errors: list[str]):
+    def __init__(
+        self,
+        where: str,
+        field_lines: dict[str, int],
+        row_line: int,
+        errors: list[str],
+        field_texts: dict[str, str] | None = None,
+    ):
         self.where = where
         self.field_lines = field_lines
+        #: Each scalar field's text as written (YAML reads 3.10 as the number 3.1; hints quote the text).
+        self.field_texts = field_texts or {}
         self.row_line = row_line
         self.errors = errors
 
@@ -154,15 +169,24 @@ class _RowChecker:
             return None
         return value
 
+    def quote_hint(self, row: dict[str, Any], name: str, what: str) -> str:
+        if not isinstance(row[name], (int, float)) or isinstance(row[name], bool):
+            return ""
+        return f' (quote {what} in YAML: {name}: "{self.field_texts.get(name, row[name])}")'
+
     def version(self, row: dict[str, Any], name: str) -> str | None:
-        hint = f' (quote versions in YAML: {name}: "{row[name]}")' if isinstance(row[name], (int, float)) else ""
-        value = self.string(row, name, hint=hint)
+        value = self.string(row, name, hint=self.quote_hint(row, name, "versions"))
         if value is None:
             return None
         try:
-            Version(value)
+            version = Version(value)
         except InvalidVersion:
             self.error(name, f'{value!r} is not an exact version (e.g. "0.21.0"; ranges are not pins)')
+            return None
+        # The pin goes into `name==value` and the result files: only the form PEP 440 writes compares
+        # equal to what pip and envinfo report (no "v" prefix, no spaces).
+        if str(version) != value:
+            self.error(name, f"{value!r} is not written as PEP 440 writes it: {str(version)!r}")
             return None
         return value
 
@@ -228,6 +252,9 @@ def load_matrix_file(path: Path, errors: list[str], *, base: Path | None = None)
     except OSError as exc:
         errors.append(f"{shown}: cannot read: {exc.strerror or exc}")
         return []
+    except UnicodeDecodeError as exc:
+        errors.append(f"{shown}: not UTF-8 text (bad byte at offset {exc.start})")
+        return []
     try:
         document = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -247,11 +274,20 @@ def load_matrix_file(path: Path, errors: list[str], *, base: Path | None = None)
     if "rows" not in data:
         errors.append(f"{shown}:1: missing top-level field 'rows'")
         return []
-    rows_node = next(v for k, v in document.value if k.value == "rows")
+    # PyYAML keeps the last of duplicate keys (reported above), so the node must be the last one too;
+    # a 'rows' that came in through a merge key (<<:) has no node of its own here.
+    rows_nodes = [v for k, v in document.value if isinstance(k, yaml.ScalarNode) and k.value == "rows"]
+    rows_node = rows_nodes[-1] if rows_nodes else None
+    if rows_node is None:
+        errors.append(f"{shown}:1: field 'rows': write it out at the top, not through a merge key (<<)")
+        return []
     if not isinstance(data["rows"], list) or not isinstance(rows_node, yaml.SequenceNode):
         errors.append(
             f"{shown}:{top_lines['rows']}: field 'rows': expected a list of rows, got {_describe(data['rows'])}"
         )
+        return []
+    if not data["rows"]:
+        errors.append(f"{shown}:{top_lines['rows']}: field 'rows': no rows (a matrix file lists at least one)")
         return []
 
     rows: list[MatrixRow] = []
@@ -264,7 +300,11 @@ def load_matrix_file(path: Path, errors: list[str], *, base: Path | None = None)
         if not isinstance(raw, dict) or not isinstance(node, yaml.MappingNode):
             errors.append(f"{shown}:{row_line}: {label}: expected a mapping of fields, got {_describe(raw)}")
             continue
-        row = _check_row(raw, _RowChecker(where, _mapping_key_lines(node, where, errors), row_line, errors))
+        texts = {
+            k.value: v.value for k, v in node.value if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)
+        }
+        checker = _RowChecker(where, _mapping_key_lines(node, where, errors), row_line, errors, texts)
+        row = _check_row(raw, checker)
         if row is not None:
             rows.append(MatrixRow(**row, origin=f"{shown}:{row_line}"))
     return rows
@@ -286,8 +326,16 @@ def _check_row(raw: dict[str, Any], check: _RowChecker) -> dict[str, Any] | None
         elif name in ("vllm", "torch"):
             row[name] = check.version(raw, name)
         elif name == "python":
-            hint = f' (quote it in YAML: python: "{raw[name]}")' if isinstance(raw[name], float) else ""
-            row[name] = check.pattern(raw, name, PYTHON_PATTERN, 'a Python version like "3.11"', hint)
+            hint = check.quote_hint(raw, name, "it")
+            python = check.pattern(raw, name, PYTHON_PATTERN, 'a Python version like "3.11"', hint)
+            if python is not None and not OLDEST_PYTHON <= tuple(map(int, python.split("."))) <= NEWEST_PYTHON:
+                check.error(
+                    name,
+                    f"{python!r} is not a Python caovan supports "
+                    f"({'.'.join(map(str, OLDEST_PYTHON))} to {'.'.join(map(str, NEWEST_PYTHON))})",
+                )
+                python = None
+            row[name] = python
         elif name == "cuda":
             row[name] = check.pattern(raw, name, CUDA_TAG_PATTERN, "a CUDA/torch build tag like cu130, cu128, cpu")
         elif name == "tiers":

@@ -1,0 +1,99 @@
+"""tools/run-gpu-row-offline.sh: bad arguments are one clear error, found before anything is created or installed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tools" / "run-gpu-row-offline.sh"
+ROW = "vllm-0.21.0"
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CAOVAN_SITE": str(tmp_path / "site")}
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def make_wheel(folder: Path, init_text: str) -> Path:
+    """A minimal plugin wheel whose caovan package is one __init__.py."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / "caovan_vllm_sm75_turbo3-0.1.0-py3-none-any.whl"
+    info = "caovan_vllm_sm75_turbo3-0.1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("caovan/__init__.py", init_text)
+        archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: caovan-vllm-sm75-turbo3\nVersion: 0.1.0\n")
+        archive.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        archive.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Path:
+    make_wheel(tmp_path / "bundle" / "dist", '__version__ = "0.1.0"\n')
+    return tmp_path / "bundle"
+
+
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_too_few_arguments_print_the_usage_and_exit_2(tmp_path, count):
+    done = run(tmp_path, *["a", "b", "c"][:count])
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: tools/run-gpu-row-offline.sh BUNDLE ROW RUNNER OUT")
+    assert "unbound variable" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{missing}", ROW, "cpu", "{out}"], "bundle folder '{missing}' does not exist"),
+        (["{empty}", ROW, "cpu", "{out}"], "'{empty}/dist/' must hold one plugin wheel"),
+        (["{bundle}", "vllm-9.9.9", "cpu", "{out}"], "row 'vllm-9.9.9' is not in matrix/*.yaml"),
+        (["{bundle}", "vllm-0.21", "cpu", "{out}"], "row 'vllm-0.21' is not in matrix/*.yaml"),
+        (["{bundle}", ROW, "My Box", "{out}"], "runner name 'My Box' must be a slug"),
+        (["{bundle}", ROW, "cpu", "{out}", "--tiers", "kernal"], "--tiers: unknown tier 'kernal'"),
+        (["{bundle}", ROW, "cpu", "{out}", "--tiers=discovery,gpu"], "--tiers: unknown tier 'gpu'"),
+        (["{bundle}", ROW, "cpu", "{out}", "--tiers"], "--tiers needs a value"),
+        (["{bundle}", ROW, "cpu", "{out}", "--runner", "x"], "unknown option '--runner'"),
+    ],
+    ids=[
+        "no-bundle",
+        "no-plugin-wheel",
+        "unknown-row",
+        "row-prefix",
+        "runner",
+        "tier",
+        "tier-eq",
+        "tiers-empty",
+        "opt",
+    ],
+)
+def test_bad_arguments_are_one_error_and_nothing_is_created(tmp_path, bundle, args, message):
+    (tmp_path / "empty").mkdir()
+    names = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "bundle": bundle, "out": tmp_path / "out"}
+    done = run(tmp_path, *(arg.format(**names) for arg in args))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("run-gpu-row-offline: error: " + message.format(**names))
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "site").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(
+    subprocess.run(["python3", "-m", "pip", "--version"], capture_output=True, check=False).returncode != 0,
+    reason="needs python3 with pip",
+)
+def test_a_plugin_wheel_of_other_source_is_refused_after_install(tmp_path, bundle):
+    done = run(tmp_path, str(bundle), ROW, "cpu", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert "was built from other source than this checkout's src/caovan; rebuild it with uv build" in done.stderr
+    assert "matrix run-here" not in done.stdout + done.stderr and not (tmp_path / "out" / f"{ROW}.json").exists()
