@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import PLUGIN_NAME, __version__
+from ._streams import stdout_to_stderr
 
 NAME = "doctor"
 HELP = "Check Python, torch, Triton, CUDA, GPUs, vLLM, plugin discovery and the GDN interface family."
@@ -224,7 +225,9 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    facts = collect()
+    # Importing vLLM logs to stdout (and its C extensions may write to fd 1): the report alone goes there.
+    with stdout_to_stderr():
+        facts = collect()
     if args.json:
         print(json.dumps(facts, indent=2, sort_keys=True))
     else:
