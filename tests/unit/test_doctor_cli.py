@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from caovan.cli import doctor
 from caovan.cli._streams import stdout_to_stderr
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -53,3 +57,56 @@ def test_stdout_to_stderr_restores_stdout(capsys):
     print("outside")
     captured = capsys.readouterr()
     assert captured.out == "outside\n" and captured.err == "inside\n"
+
+
+# --- the verdict: one function, the same in text, JSON and exit code --------------------------------------------
+
+
+class _EntryPoint:
+    name = "caovan_sm75_turbo3"
+    value = "caovan.plugin:register"
+
+
+@pytest.fixture
+def healthy(monkeypatch, tmp_path):
+    """A doctor run that passes on a CPU machine without importing vLLM or compiling: each case breaks one fact."""
+    from caovan.adapters.base import HookPoint, ProbeReport
+
+    report = ProbeReport("gdn-test", ">=0.1", "0.21.0", (HookPoint("hook", True, "found"),))
+    monkeypatch.setattr(doctor, "family_reports", lambda: [report])
+    monkeypatch.setattr(doctor, "gpu_facts", lambda: {"available": False, "reason": "no CUDA device", "devices": []})
+    monkeypatch.setattr(doctor, "kernel_compile_facts", lambda gpus: {"target": "sm_75", "ok": True, "detail": "ok"})
+    monkeypatch.setattr(doctor, "entry_points", lambda group: [_EntryPoint()])
+    for name in ("VLLM_PLUGINS", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CAOVAN_CACHE_DIR", str(tmp_path / "caovan-cache"))
+    return tmp_path
+
+
+def _doctor(capsys, *argv: str) -> tuple[int, str]:
+    rc = doctor.run(argparse.Namespace(json="--json" in argv, verbose=False))
+    return rc, capsys.readouterr().out
+
+
+def _verdicts(capsys) -> tuple[int, dict, str]:
+    """Exit code, JSON facts and the text's result line of the same state; asserts they agree."""
+    rc, out = _doctor(capsys, "--json")
+    facts = json.loads(out)
+    rc_text, text = _doctor(capsys)
+    result = text.splitlines()[-1]
+    assert rc == rc_text == (0 if facts["ok"] else 1)
+    assert facts["ok"] is facts["result"]["ok"]
+    assert result == f"result        {facts['result']['verdict']}"
+    return rc, facts, result
+
+
+def test_doctor_passes_when_every_fact_is_fine(healthy, capsys):
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 0 and facts["result"] == {"ok": True, "verdict": "PASS family=gdn-test"}
+    assert facts["family_ok"] is True
+
+
+def test_kernels_that_do_not_compile_fail(healthy, capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "kernel_compile_facts", lambda gpus: {"target": "sm_75", "ok": False, "detail": "x"})
+    rc, facts, _ = _verdicts(capsys)
+    assert rc == 1 and facts["result"]["verdict"] == "FAIL: caovan's kernels do not compile for sm_75"

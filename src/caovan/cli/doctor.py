@@ -141,15 +141,19 @@ def kernel_compile_facts(gpus: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def collect() -> dict[str, Any]:
+def family_reports() -> list[Any]:
     from ..adapters import probe_all
     from ..adapters.base import installed_vllm_version
 
-    reports = probe_all() if installed_vllm_version() else ()
+    return list(probe_all()) if installed_vllm_version() else []
+
+
+def collect() -> dict[str, Any]:
+    reports = family_reports()
     passing = [r for r in reports if r.ok]
     gpus = gpu_facts()
     guards = guard_facts(gpus)
-    return {
+    facts = {
         "plugin": {"name": PLUGIN_NAME, "version": __version__},
         "python": f"{platform.python_version()} ({sys.implementation.name}, {platform.system().lower()} "
         f"{platform.machine()})",
@@ -163,8 +167,27 @@ def collect() -> dict[str, Any]:
         "kernels": kernel_compile_facts(gpus),
         "families": [r.as_dict() for r in reports],
         "family": passing[0].family_id if passing else None,
-        "ok": bool(passing),
+        "family_ok": bool(passing),
     }
+    ok, text = verdict(facts)
+    facts["result"] = {"ok": ok, "verdict": text}
+    facts["ok"] = ok  # the overall result, as the exit code and the text's result line say
+    return facts
+
+
+def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
+    """Doctor's one verdict (text, JSON and exit code all use it): PASS only when every check passes."""
+    problems = []
+    if not facts["family_ok"]:
+        problems.append("no GDN family passes" + ("" if facts["vllm"] else " (vLLM is not installed)"))
+    problems += [
+        f"cache folder {c['path']} is not usable ({c['detail']})" for c in facts["caches"] if not c["writable"]
+    ]
+    if not facts["kernels"]["ok"]:
+        problems.append(f"caovan's kernels do not compile for {facts['kernels']['target']}")
+    if problems:
+        return False, "FAIL: " + "; ".join(problems)
+    return True, f"PASS family={facts['family']}"
 
 
 def render(facts: dict[str, Any], verbose: bool = False) -> str:
@@ -212,15 +235,7 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         lines.append(f"cache         {c['cache']}: {c['path']} ({c['detail']})")
     k = facts["kernels"]
     lines.append(f"kernels       compile for {k['target']}: {'PASS' if k['ok'] else 'FAIL'} ({k['detail']})")
-    if not facts["ok"]:
-        verdict = "FAIL: no GDN family passes"
-    elif not all(c["writable"] for c in facts["caches"]):
-        verdict = "FAIL: a cache folder is not writable"
-    elif not facts["kernels"]["ok"]:
-        verdict = "FAIL: caovan's kernels do not compile for this GPU"
-    else:
-        verdict = f"PASS family={facts['family']}"
-    lines.append(f"result        {verdict}")
+    lines.append(f"result        {facts['result']['verdict']}")
     return "\n".join(lines)
 
 
@@ -232,8 +247,4 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(facts, indent=2, sort_keys=True))
     else:
         print(render(facts, verbose=args.verbose))
-    return 0 if _healthy(facts) else 1
-
-
-def _healthy(facts: dict[str, Any]) -> bool:
-    return facts["ok"] and facts["kernels"]["ok"] and all(c["writable"] for c in facts["caches"])
+    return 0 if facts["result"]["ok"] else 1
