@@ -110,3 +110,35 @@ def test_kernels_that_do_not_compile_fail(healthy, capsys, monkeypatch):
     monkeypatch.setattr(doctor, "kernel_compile_facts", lambda gpus: {"target": "sm_75", "ok": False, "detail": "x"})
     rc, facts, _ = _verdicts(capsys)
     assert rc == 1 and facts["result"]["verdict"] == "FAIL: caovan's kernels do not compile for sm_75"
+
+
+# --- will vLLM load the plugin? -----------------------------------------------------------------------------------
+
+
+def test_entry_point_not_discovered_fails(healthy, capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "entry_points", lambda group: [])
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1 and "entry point caovan_sm75_turbo3 not discovered in vllm.general_plugins" in result
+
+
+@pytest.mark.parametrize(
+    "value, loads",
+    [
+        ("caovan_sm75_turbo3", True),
+        ("other,caovan_sm75_turbo3", True),
+        ("", False),  # vLLM loads no plugin at all
+        ("other", False),
+        ("other, caovan_sm75_turbo3", False),  # vLLM compares items as written: " caovan_sm75_turbo3" is not it
+        ("caovan_sm75_turbo3 ", False),
+    ],
+)
+def test_vllm_plugins_is_read_as_vllm_reads_it(healthy, capsys, monkeypatch, value, loads):
+    monkeypatch.setenv("VLLM_PLUGINS", value)
+    rc, facts, result = _verdicts(capsys)
+    assert facts["discovery"]["filtered_by_vllm_plugins"] is not loads
+    assert (rc == 0) is loads
+    if not loads:
+        assert f"VLLM_PLUGINS={value!r} does not list caovan_sm75_turbo3" in result
+        assert "vLLM will not load caovan" in result
+        # the name is there with a space vLLM keeps: doctor says so
+        assert ("does not strip spaces" in result) is ("caovan_sm75_turbo3" in value)

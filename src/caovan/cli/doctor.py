@@ -60,10 +60,14 @@ def plugin_discovery(environ: dict[str, str] | None = None) -> dict[str, Any]:
     if allowed_raw is None:
         filtered, why = False, "VLLM_PLUGINS unset: every discovered plugin loads"
     else:
-        allowed = [p.strip() for p in allowed_raw.split(",") if p.strip()]
+        # As vLLM 0.21 reads it (envs.VLLM_PLUGINS, plugins.load_plugins_by_group): split on commas, each item
+        # compared as written, so "a, caovan_sm75_turbo3" does not load caovan and "" loads no plugin at all.
+        allowed = allowed_raw.split(",")
         filtered = PLUGIN_NAME not in allowed
+        spaced = [p for p in allowed if p != PLUGIN_NAME and p.strip() == PLUGIN_NAME]
+        hint = f" (vLLM does not strip spaces: {spaced[0]!r})" if spaced else ""
         why = (
-            f"VLLM_PLUGINS={allowed_raw!r} does not list {PLUGIN_NAME}: vLLM will not load caovan"
+            f"VLLM_PLUGINS={allowed_raw!r} does not list {PLUGIN_NAME}{hint}: vLLM will not load caovan"
             if filtered
             else f"VLLM_PLUGINS lists {PLUGIN_NAME}"
         )
@@ -176,10 +180,17 @@ def collect() -> dict[str, Any]:
 
 
 def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
-    """Doctor's one verdict (text, JSON and exit code all use it): PASS only when every check passes."""
+    """Doctor's one verdict (text, JSON and exit code all use it): PASS only when vLLM will load a working caovan."""
     problems = []
     if not facts["family_ok"]:
         problems.append("no GDN family passes" + ("" if facts["vllm"] else " (vLLM is not installed)"))
+    disc = facts["discovery"]
+    if not disc["discovered"]:
+        problems.append(
+            f"entry point {PLUGIN_NAME} not discovered in {disc['entry_point_group']}: vLLM will not load caovan"
+        )
+    elif disc["filtered_by_vllm_plugins"]:
+        problems.append(disc["vllm_plugins"])
     problems += [
         f"cache folder {c['path']} is not usable ({c['detail']})" for c in facts["caches"] if not c["writable"]
     ]
