@@ -106,6 +106,14 @@ def test_doctor_passes_when_every_fact_is_fine(healthy, capsys):
     assert facts["family_ok"] is True
 
 
+def test_triton_cache_dir_that_is_a_file_fails_in_json_too(healthy, capsys, monkeypatch):
+    (healthy / "file").write_text("")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(healthy / "file"))
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1 and facts["ok"] is False and facts["family_ok"] is True
+    assert "not a directory" in facts["result"]["verdict"] and str(healthy / "file") in result
+
+
 def test_kernels_that_do_not_compile_fail(healthy, capsys, monkeypatch):
     monkeypatch.setattr(doctor, "kernel_compile_facts", lambda gpus: {"target": "sm_75", "ok": False, "detail": "x"})
     rc, facts, _ = _verdicts(capsys)
@@ -142,3 +150,27 @@ def test_vllm_plugins_is_read_as_vllm_reads_it(healthy, capsys, monkeypatch, val
         assert "vLLM will not load caovan" in result
         # the name is there with a space vLLM keeps: doctor says so
         assert ("does not strip spaces" in result) is ("caovan_sm75_turbo3" in value)
+
+
+# --- cache folders and guards ---------------------------------------------------------------------------------------
+
+
+def test_cache_path_that_is_a_file_or_under_one_is_not_usable(tmp_path):
+    (tmp_path / "file").write_text("")
+    assert doctor._writable(tmp_path / "file") == (False, "exists but is not a directory, NOT usable")
+    ok, detail = doctor._writable(tmp_path / "file" / "sub")
+    assert not ok and detail == f"cannot be created: {tmp_path / 'file'} is not a directory"
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    assert doctor._writable(tmp_path / "link") == (
+        False,
+        f"exists but is a broken link to {tmp_path / 'gone'}, NOT usable",
+    )
+    assert doctor._writable(tmp_path / "new" / "dir") == (True, f"will be created under {tmp_path}, writable")
+    assert doctor._writable(tmp_path) == (True, "exists, writable")
+
+
+def test_guard_not_applied_says_why(healthy, capsys):
+    _, text = _doctor(capsys)
+    line = next(x for x in text.splitlines() if x.startswith("guard         triton_cache"))
+    assert line.startswith("guard         triton_cache: not applied (no SM75 GPU:")
+    assert "isolated per caovan/Python/torch" in line

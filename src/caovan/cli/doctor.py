@@ -81,10 +81,16 @@ def plugin_discovery(environ: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 def _writable(path: Path) -> tuple[bool, str]:
-    """A cache folder is usable when it, or the nearest folder above it that exists, is writable."""
+    """A cache folder is usable when it is a writable folder, or the nearest path above it that exists is one."""
     probe = path
-    while not probe.exists() and probe != probe.parent:
+    # lexists: a broken link is there (mkdir fails on it), not a folder still to be created
+    while not os.path.lexists(probe) and probe != probe.parent:
         probe = probe.parent
+    if not probe.is_dir():
+        what = f"a broken link to {os.readlink(probe)}" if probe.is_symlink() else "not a directory"
+        if probe == path:
+            return False, f"exists but is {what}, NOT usable"
+        return False, f"cannot be created: {probe} is {what}"
     ok = os.access(probe, os.W_OK)
     where = "exists" if probe == path else f"will be created under {probe}"
     return ok, f"{where}, {'writable' if ok else 'NOT writable'}"
@@ -113,10 +119,14 @@ def guard_facts(gpus: dict[str, Any]) -> list[dict[str, Any]]:
     from ..runtime_guards import plan_guards
 
     caps = [tuple(int(x) for x in d["capability"].split(".")) for d in gpus.get("devices", [])]
-    return [
-        {"guard": g.name, "env": g.env, "value": g.value, "applies": g.applies, "why": g.why}
-        for g in plan_guards(caps, os.environ)
-    ]
+    facts = []
+    for g in plan_guards(caps, os.environ):
+        why = g.why
+        if not g.applies and g.env not in os.environ and not why.startswith("no SM75 GPU"):
+            # A guard not set by the user applies on an SM75 GPU only; plan_guards' reason describes what it would do.
+            why = f"no SM75 GPU: left as it is; on an SM75 GPU {g.env}={g.value}, {why}"
+        facts.append({"guard": g.name, "env": g.env, "value": g.value, "applies": g.applies, "why": why})
+    return facts
 
 
 def kernel_compile_facts(gpus: dict[str, Any]) -> dict[str, Any]:
