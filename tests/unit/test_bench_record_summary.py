@@ -288,3 +288,21 @@ def test_against_a_record_without_common_model_cases_says_so(tmp_path, capsys):
     )
     assert rc == 0
     assert out.splitlines()[-1] == "against the older record: no model case ran in both records, nothing to compare"
+
+
+def test_summary_into_a_closed_pipe_exits_quietly(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    path = _record(tmp_path, ROWS * 2000)  # more than a pipe holds
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "caovan", "bench", "summary", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    child.stdout.close()  # the reader is gone before the first line (``| head -0``)
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141 and err == ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -41,9 +42,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: What a shell reports for a command stopped by SIGPIPE (128 + 13): ``caovan … | head`` ends as ``cat … | head`` does.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args._run(args))
+    try:
+        return int(args._run(args))
+    except BrokenPipeError:
+        # The reader stopped reading (``| head``): not an error worth a traceback. Point stdout at /dev/null so
+        # the flush at exit does not raise again.
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 def _alias(command: str) -> int:
