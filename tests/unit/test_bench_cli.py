@@ -64,6 +64,20 @@ def test_bench_json_into_missing_directory_exits_2(capsys, tmp_path):
     assert rc == 2 and err.startswith("caovan bench: error: --json") and "does not exist" in err
 
 
+@pytest.mark.parametrize("target", ["kernels", "tune", "layer"])
+@pytest.mark.parametrize("where", ["dir", "empty"])
+def test_bench_json_that_is_a_directory_or_empty_exits_2_before_running(monkeypatch, capsys, tmp_path, target, where):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the run would start on a GPU: it must not
+    value, expected = {
+        "dir": (str(tmp_path), f"--json {tmp_path}: a directory, not a file to write the record to"),
+        "empty": ("", "--json '': an empty file name"),
+    }[where]
+    rc = bench_cli.run(_parse(bench_cli, [target, "--json", value]))
+    captured = capsys.readouterr()
+    assert rc == 2 and captured.out == ""
+    assert captured.err == f"caovan bench: error: {expected}\n"
+
+
 def test_verify_without_gpu_exits_2_with_one_line(monkeypatch, capsys):
     _no_cuda(monkeypatch)
     rc = verify_cli.run(_parse(verify_cli, []))

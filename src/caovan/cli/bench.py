@@ -18,7 +18,22 @@ ALIAS = None
 
 
 def _json_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", metavar="FILE", type=Path, help="write the full record (JSON) to FILE")
+    # Kept as given (not a Path): Path("") is ".", a folder that would pass for a place to write to.
+    parser.add_argument("--json", metavar="FILE", help="write the full record (JSON) to FILE")
+
+
+def _json_problem(target: str | None) -> str | None:
+    """What is wrong with --json FILE, found before a run of minutes that would end unable to write it."""
+    if target is None:
+        return None
+    path = Path(target)
+    if not target:
+        return "--json '': an empty file name"
+    if path.is_dir():
+        return f"--json {target}: a directory, not a file to write the record to"
+    if not path.parent.is_dir():
+        return f"--json {target}: directory {path.parent} does not exist"
+    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,10 +96,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--against", metavar="OLD", type=Path, help="an older record of the same cases to compare with")
 
 
-def _write_record(path: Path, report: dict) -> None:
+def _write_record(target: str, report: dict) -> None:
     """A bench record as strict JSON (NaN/inf as strings), and where it went."""
     from caovan.bench.kernels import _json_safe
 
+    path = Path(target)
     path.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
     print(f"wrote {path}", file=sys.stderr)
 
@@ -107,8 +123,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _gpu_problem(args: argparse.Namespace) -> str | None:
-    if args.json is not None and not args.json.parent.is_dir():
-        return f"--json {args.json}: directory {args.json.parent} does not exist"
+    json_problem = _json_problem(args.json)
+    if json_problem:
+        return json_problem
     try:
         import torch
     except ImportError as exc:
