@@ -29,6 +29,13 @@ def _commands() -> list[ModuleType]:
     return found
 
 
+def _add_command(parser: argparse.ArgumentParser, module: ModuleType) -> argparse.ArgumentParser:
+    """The one definition of a command's arguments, under ``caovan NAME`` and under its alias alike."""
+    module.add_arguments(parser)
+    parser.set_defaults(_run=module.run)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="caovan", description="caovan: Turbo3-compatible vLLM plugin for GDN + MTP on SM75."
@@ -36,18 +43,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"caovan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _commands():
-        cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
-        module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        _add_command(sub.add_parser(module.NAME, help=module.HELP, description=module.HELP), module)
     return parser
+
+
+def build_alias_parser(command: str) -> argparse.ArgumentParser:
+    """``caovan-sm75-doctor`` and the others: the command's own parser under the alias's name, with --version."""
+    module = next(m for m in _commands() if m.NAME == command)
+    parser = argparse.ArgumentParser(prog=module.ALIAS, description=module.HELP)
+    parser.add_argument("--version", action="version", version=f"{module.ALIAS} (caovan {__version__})")
+    return _add_command(parser, module)
 
 
 #: What a shell reports for a command stopped by SIGPIPE (128 + 13): ``caovan … | head`` ends as ``cat … | head`` does.
 EXIT_BROKEN_PIPE = 141
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args._run(args))
     except BrokenPipeError:
@@ -58,20 +70,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
-def _alias(command: str) -> int:
-    return main([command, *sys.argv[1:]])
+def main(argv: Sequence[str] | None = None) -> int:
+    return _run(build_parser().parse_args(argv))
 
 
-def doctor_alias() -> int:
+def _alias(command: str, argv: Sequence[str] | None = None) -> int:
+    return _run(build_alias_parser(command).parse_args(sys.argv[1:] if argv is None else argv))
+
+
+def doctor_alias(argv: Sequence[str] | None = None) -> int:
     """``caovan-sm75-doctor``."""
-    return _alias("doctor")
+    return _alias("doctor", argv)
 
 
-def verify_alias() -> int:
+def verify_alias(argv: Sequence[str] | None = None) -> int:
     """``caovan-sm75-verify``."""
-    return _alias("verify")
+    return _alias("verify", argv)
 
 
-def check_model_alias() -> int:
+def check_model_alias(argv: Sequence[str] | None = None) -> int:
     """``caovan-sm75-check-model``."""
-    return _alias("check-model")
+    return _alias("check-model", argv)
