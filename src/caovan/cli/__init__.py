@@ -1,6 +1,7 @@
 """The ``caovan`` command and its Turbo3 aliases (``caovan-sm75-doctor`` …).
 
-Each subcommand is a module here defining NAME, HELP, ALIAS, ``add_arguments(parser)`` and ``run(args) -> int``.
+Each subcommand is a module here defining NAME, HELP, ALIAS, ``add_arguments(parser)`` and ``run(args) -> int``,
+and EPILOG, its exit codes for ``--help``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from .. import __version__
 COMMAND_MODULES = ("doctor", "verify", "check_model", "bench")
 
 
+#: What a shell reports for a command stopped by SIGPIPE (128 + 13): ``caovan … | head`` ends as ``cat … | head`` does.
+EXIT_BROKEN_PIPE = 141
+
+
 def _commands() -> list[ModuleType]:
     found = []
     for name in COMMAND_MODULES:
@@ -31,6 +36,7 @@ def _commands() -> list[ModuleType]:
 
 def _add_command(parser: argparse.ArgumentParser, module: ModuleType) -> argparse.ArgumentParser:
     """The one definition of a command's arguments, under ``caovan NAME`` and under its alias alike."""
+    parser.epilog = module.EPILOG
     module.add_arguments(parser)
     parser.set_defaults(_run=module.run)
     return parser
@@ -38,7 +44,10 @@ def _add_command(parser: argparse.ArgumentParser, module: ModuleType) -> argpars
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="caovan", description="caovan: Turbo3-compatible vLLM plugin for GDN + MTP on SM75."
+        prog="caovan",
+        description="caovan: Turbo3-compatible vLLM plugin for GDN + MTP on SM75.",
+        epilog=f"Each command's --help gives its exit status; any command whose stdout is closed early "
+        f"(| head) ends quietly with {EXIT_BROKEN_PIPE}.",
     )
     parser.add_argument("--version", action="version", version=f"caovan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -53,10 +62,6 @@ def build_alias_parser(command: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=module.ALIAS, description=module.HELP)
     parser.add_argument("--version", action="version", version=f"{module.ALIAS} (caovan {__version__})")
     return _add_command(parser, module)
-
-
-#: What a shell reports for a command stopped by SIGPIPE (128 + 13): ``caovan … | head`` ends as ``cat … | head`` does.
-EXIT_BROKEN_PIPE = 141
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -15,8 +15,12 @@ from .. import PLUGIN_NAME, __version__
 from ._streams import stdout_to_stderr
 
 NAME = "doctor"
-HELP = "Check Python, torch, Triton, CUDA, GPUs, vLLM, plugin discovery and the GDN interface family."
+HELP = "check Python, torch, Triton, CUDA, GPUs, vLLM, plugin discovery and the GDN interface family"
 ALIAS = "caovan-sm75-doctor"
+EPILOG = (
+    "Exit status: 0 PASS (vLLM will load caovan, a GDN family matches this vLLM, the cache folders are usable "
+    "and the kernels compile); 1 FAIL, the result line (result.verdict in --json) says why."
+)
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 
 

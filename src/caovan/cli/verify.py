@@ -16,6 +16,10 @@ import sys
 NAME = "verify"
 HELP = "run caovan's kernels on synthetic tensors at model shapes vs the float64 reference (GPU)"
 ALIAS = "caovan-sm75-verify"
+EPILOG = (
+    "Exit status: 0 every case PASS; 1 a case FAILs or the kernels are not importable; 2 verify cannot run "
+    "(no CUDA GPU, a bad --device or --launch-config). Every exit but 0 ends with a [Caovan] verify=FAIL line."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
