@@ -25,6 +25,7 @@ Where the facts come from (vLLM 0.21.0, read from its source):
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 from dataclasses import dataclass, field
@@ -278,6 +279,9 @@ def load_config(model_dir: str | Path) -> tuple[Path, dict[str, Any]]:
     if not folder.is_dir():
         raise ModelCheckError(f"not a folder: {folder} (give the model folder holding config.json)")
     config_path = folder / CONFIG_FILE_NAME
+    if config_path.is_symlink() and not config_path.exists():
+        # exists() follows the link: a dangling one would otherwise read as a missing file
+        raise ModelCheckError(f"{config_path}: a broken link to {os.readlink(config_path)}")
     if not config_path.exists():
         raise ModelCheckError(f"no {CONFIG_FILE_NAME} in {folder}")
     config = _read_json_file(config_path)
@@ -471,6 +475,9 @@ def check_model_dir(model_dir: str | Path) -> ModelReport:
             _check_gdn_heads(heads, report)
     _check_dtypes(top, text, report)
     _check_quantization(top, text, report)
+    if not report.is_candidate:
+        # A later check can fail after MTP passed: how to serve a model caovan will not accelerate is no advice.
+        report.advice = [item for item in report.advice if not item.startswith(SERVE_ADVICE)]
     return report
 
 
@@ -543,6 +550,10 @@ def _check_architecture(architecture: str | None, family: GdnArchitecture | None
         f"{architecture or 'no architectures field'}: not an architecture caovan knows ({known}); "
         "the plugin acts only if your vLLM builds these layers with GatedDeltaNetAttention",
     )
+
+
+#: How the advice to serve with MTP speculative decoding starts (dropped when the model is not a candidate).
+SERVE_ADVICE = "serve with "
 
 
 def _speculative_config_flag(num_tokens: int) -> str:
@@ -637,7 +648,7 @@ def _check_mtp(folder: Path, text: _Fields, family: GdnArchitecture | None, repo
         return
 
     report._advise(
-        f"serve with {_speculative_config_flag(DEFAULT_NUM_SPECULATIVE_TOKENS)} "
+        f"{SERVE_ADVICE}{_speculative_config_flag(DEFAULT_NUM_SPECULATIVE_TOKENS)} "
         f"({DEFAULT_NUM_SPECULATIVE_TOKENS} on 2 x 22 GB; 2 if memory is tight; 4 risks OOM on "
         "22 GB)"
     )
@@ -952,7 +963,7 @@ def format_report(report: ModelReport) -> str:
     arch = facts.get("architecture") or "(no architectures field)"
     row(
         "architecture",
-        f"{arch} (model_type {facts.get('model_type')}; fields from {facts.get('fields_from')})",
+        f"{arch} (model_type {facts.get('model_type') or 'not given'}; fields from {facts.get('fields_from')})",
     )
     layers = facts.get("layers") or {}
     if layers.get("gdn_layers"):
@@ -993,7 +1004,7 @@ def format_report(report: ModelReport) -> str:
             per_rank.append(f"TP={rank['tp']}: impossible ({', '.join(rank['not_divisible'])})")
     if per_rank:
         row("per TP rank", " | ".join(per_rank))
-    dtype_text = f"{facts.get('dtype') or 'not given'} weights"
+    dtype_text = f"{facts['dtype']} weights" if facts.get("dtype") else "weights' dtype not given"
     if facts.get("mamba_ssm_dtype"):
         dtype_text += f"; SSM state {facts['mamba_ssm_dtype']} (mamba_ssm_dtype)"
     row("dtype", dtype_text)

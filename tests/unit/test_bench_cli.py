@@ -64,20 +64,37 @@ def test_bench_json_into_missing_directory_exits_2(capsys, tmp_path):
     assert rc == 2 and err.startswith("caovan bench: error: --json") and "does not exist" in err
 
 
+@pytest.mark.parametrize("target", ["kernels", "tune", "layer"])
+@pytest.mark.parametrize("where", ["dir", "empty"])
+def test_bench_json_that_is_a_directory_or_empty_exits_2_before_running(monkeypatch, capsys, tmp_path, target, where):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the run would start on a GPU: it must not
+    value, expected = {
+        "dir": (str(tmp_path), f"--json {tmp_path}: a directory, not a file to write the record to"),
+        "empty": ("", "--json '': an empty file name"),
+    }[where]
+    rc = bench_cli.run(_parse(bench_cli, [target, "--json", value]))
+    captured = capsys.readouterr()
+    assert rc == 2 and captured.out == ""
+    assert captured.err == f"caovan bench: error: {expected}\n"
+
+
 def test_verify_without_gpu_exits_2_with_one_line(monkeypatch, capsys):
     _no_cuda(monkeypatch)
     rc = verify_cli.run(_parse(verify_cli, []))
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
-    assert rc == 2 and captured.out == ""
+    assert rc == 2
     assert len(err) == 1 and err[0].startswith("caovan verify: error: no CUDA GPU visible")
+    # the verdict line Turbo3's gate greps for, with the reason
+    assert captured.out.splitlines() == ["[Caovan] verify=FAIL (not run: " + err[0].split("error: ", 1)[1] + ")"]
 
 
 def test_verify_refuses_a_non_cuda_device(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     rc = verify_cli.run(_parse(verify_cli, ["--device", "cpu"]))
-    err = capsys.readouterr().err.strip()
-    assert rc == 2 and err == "caovan verify: error: --device 'cpu': verify runs on a CUDA device"
+    captured = capsys.readouterr()
+    assert rc == 2 and captured.err.strip() == "caovan verify: error: --device 'cpu': verify runs on a CUDA device"
+    assert captured.out == "[Caovan] verify=FAIL (not run: --device 'cpu': verify runs on a CUDA device)\n"
 
 
 def test_verify_refuses_a_garbage_device(monkeypatch, capsys):
@@ -95,10 +112,9 @@ def test_verify_refuses_an_unknown_launch_config_entry(monkeypatch, capsys):
     rc = verify_cli.run(_parse(verify_cli, ["--launch-config", "sm_75"]))
     captured = capsys.readouterr()
     known = ", ".join(sorted(LAUNCH_CONFIGS))
-    assert rc == 2 and captured.out == ""
-    assert captured.err.strip() == (
-        f"caovan verify: error: --launch-config 'sm_75': launch_configs.json has no such entry ({known})"
-    )
+    message = f"--launch-config 'sm_75': launch_configs.json has no such entry ({known})"
+    assert rc == 2 and captured.out == f"[Caovan] verify=FAIL (not run: {message})\n"
+    assert captured.err.strip() == f"caovan verify: error: {message}"
 
 
 def _fake_gpu(monkeypatch, major, minor):

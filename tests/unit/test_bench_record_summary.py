@@ -232,3 +232,77 @@ def test_docs_quote_the_committed_h200_layer_record():
         _numbers(r"caovan [\d.]+–[\d.]+ µs; speedup ([\d.]+)×–([\d.]+)× \(geometric mean ([\d.]+)×\)", bench_doc)
         == (expected[:3])
     )
+
+
+def _record(tmp_path, rows, name="r.json", **fields):
+    path = tmp_path / name
+    path.write_text(json.dumps({**fields, "cases": rows}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"ours": "fast"}, "ours should be an object of times, got 'fast'"),
+        ({"ours": [1]}, "ours should be an object of times, got [1]"),
+        ({"vllm": None}, "vllm should be an object of times, got None"),
+        ({"vllm": {}}, "vllm.eager_us should be a finite positive number, got None"),
+        ({"ours": {"eager_us": True, "graph_us": 1.0}}, "ours.eager_us should be a finite positive number, got True"),
+        (
+            {"ours": {"eager_us": 1.0, "graph_us": math.inf}},
+            "ours.graph_us should be a finite positive number, got inf",
+        ),
+        ({"ours": {**ROWS[1]["ours"], "graph_layers_us": "2"}}, "ours.graph_layers_us should be a finite positive"),
+        ({"roofline_us": -1}, "roofline_us should be a finite positive number or null, got -1"),
+        ({"accuracy_rule": None}, "accuracy_rule should be an object with a true/false 'passed', got None"),
+        ({"accuracy_rule": {"problems": []}}, "accuracy_rule should be an object with a true/false 'passed'"),
+    ],
+)
+def test_malformed_case_objects_are_one_clear_error(tmp_path, capsys, change, message):
+    path = _record(tmp_path, [ROWS[0], {**ROWS[1], **change}])
+    with pytest.raises(RecordError, match=re.escape(f"{path}: cases[1] ({ROWS[1]['id']}): {message}")):
+        load_record(path)
+    good = _record(tmp_path, ROWS, name="good.json")
+    for argv in (["summary", str(path)], ["summary", str(good), "--against", str(path)]):
+        rc, out, err = _run(argv, capsys)
+        assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_a_record_of_another_bench_is_the_wrong_kind(tmp_path, capsys):
+    layer = _record(
+        tmp_path, [{"id": "x", "ours": {"eager_us": 1.0}, "vllm": {"eager_us": 2.0}}], schema="caovan-bench-layer/1"
+    )
+    with pytest.raises(
+        RecordError, match=re.escape("a 'caovan-bench-layer/1' record (caovan bench layer --json), the wrong kind")
+    ):
+        load_record(layer)
+    assert load_record(_record(tmp_path, ROWS, name="new.json", schema="caovan-bench-kernels/1"))["cases"] == ROWS
+    rc, out, err = _run(["summary", str(_record(tmp_path, ROWS, name="k.json")), "--against", str(layer)], capsys)
+    assert rc == 2 and out == "" and "wrong kind" in err
+
+
+def test_against_a_record_without_common_model_cases_says_so(tmp_path, capsys):
+    old = [{**r, "id": r["id"].replace("/B", "/X")} for r in ROWS]
+    rc, out, _ = _run(
+        ["summary", str(_record(tmp_path, ROWS)), "--against", str(_record(tmp_path, old, name="old.json"))], capsys
+    )
+    assert rc == 0
+    assert out.splitlines()[-1] == "against the older record: no model case ran in both records, nothing to compare"
+
+
+def test_summary_into_a_closed_pipe_exits_quietly(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    path = _record(tmp_path, ROWS * 2000)  # more than a pipe holds
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "caovan", "bench", "summary", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    child.stdout.close()  # the reader is gone before the first line (``| head -0``)
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141 and err == ""

@@ -490,6 +490,30 @@ def test_bad_ratio_human_output(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "verdict: not a candidate" in out
 
 
+def test_not_a_candidate_gets_no_advice_to_serve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # MTP passes (the serve advice is made there), then the head ratio fails: no advice to serve it.
+    folder = variant(tmp_path, "qwen3_6_27b", set_text(linear_num_value_heads=64))
+    code, out, _ = run_cli(capsys, folder)
+    assert code == 1 and "verdict: not a candidate" in out
+    assert "serve with" not in out
+    code, report = run_json(capsys, folder)
+    assert not any(item.startswith("serve with") for item in report["advice"])
+    code, out, _ = run_cli(capsys, FIXTURES / "qwen3_6_27b")
+    assert code == 0 and f"serve with {SPEC_FLAG}" in out  # a candidate keeps it
+
+
+def test_missing_model_type_and_dtype_read_as_not_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        for fields in (config, text_fields(config)):
+            for key in ("model_type", "torch_dtype", "dtype"):
+                fields.pop(key, None)
+
+    code, out, _ = run_cli(capsys, variant(tmp_path, "qwen3_6_27b", edit))
+    assert "(model_type not given; fields from text_config)" in out
+    assert "  dtype         weights' dtype not given" in out
+    assert "None" not in out
+
+
 def test_envelope_is_data(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # When the kernels learn HV/H = 4, changing the table is all the check needs.
     wider = dataclasses.replace(model_check.KERNEL_ENVELOPE, value_heads_per_key_head=(1, 2, 3, 4))
@@ -709,6 +733,11 @@ def test_file_instead_of_folder(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_folder_without_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert_usage_error(capsys, tmp_path, f"no config.json in {tmp_path}")
+
+
+def test_config_json_that_is_a_broken_link(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").symlink_to(tmp_path / "gone.json")
+    assert_usage_error(capsys, tmp_path, f"{tmp_path / 'config.json'}: a broken link to {tmp_path / 'gone.json'}")
 
 
 def test_config_json_that_is_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,12 +8,14 @@ prints them, so every such number in the docs has a command behind it.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from caovan.bench import kernels, layer, tune
 from caovan.bench.cases import MODEL_HEADS
 from caovan.jsonfile import read_json
 
@@ -26,6 +28,8 @@ TIMES = ("eager_us", "graph_us")
 LAYERS = "graph_layers_us"
 NAMES = {"eager_us": "eager host-inclusive", "graph_us": "CUDA graph", LAYERS: "CUDA graph, layers (cold L2)"}
 TARGETS = {"eager_us": EAGER_TARGET, "graph_us": GRAPH_TARGET, LAYERS: GRAPH_TARGET}
+#: The other records caovan writes, by schema, to say which command wrote the file a user passed by mistake.
+OTHER_RECORDS = {layer.JSON_SCHEMA: "caovan bench layer --json", tune.JSON_SCHEMA: "caovan bench tune --json"}
 
 
 @dataclass(frozen=True)
@@ -47,9 +51,22 @@ class RecordError(ValueError):
     """A file that is not a usable ``bench kernels`` record; the message names the file and what is wrong."""
 
 
+def _positive(value: Any) -> bool:
+    """A recorded time: a finite number above 0 (JSON's true is a bool, Infinity parses as a float)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
 def load_record(path: Path) -> dict[str, Any]:
-    """Read and check a record: every row has an id and positive eager/graph times for ours and vLLM."""
+    """Read and check a record: every row that ran has an id, positive eager/graph times and an accuracy verdict."""
     record = read_json(path, RecordError)
+    schema = record.get("schema") if isinstance(record, dict) else None
+    if schema is not None and schema != kernels.JSON_SCHEMA:
+        # Records carry their schema since they were first written; one without is checked row by row below.
+        writer = OTHER_RECORDS.get(schema, "not caovan bench kernels")
+        raise RecordError(
+            f"{path}: a {schema!r} record ({writer}), the wrong kind: summary reads {kernels.JSON_SCHEMA!r} "
+            "records of caovan bench kernels --json"
+        )
     rows = record.get("cases") if isinstance(record, dict) else None
     if not isinstance(rows, list) or not rows:
         raise RecordError(f"{path}: expected an object with a non-empty 'cases' list (caovan bench kernels --json)")
@@ -59,11 +76,25 @@ def load_record(path: Path) -> dict[str, Any]:
             raise RecordError(f"{where}: expected an object with a string 'id'")
         if row.get("error"):
             continue  # a case that failed to run is reported, not summarised
+        where = f"{where} ({row['id']})"
         for impl in ("ours", "vllm"):
+            times = row.get(impl)
+            if not isinstance(times, dict):
+                raise RecordError(f"{where}: {impl} should be an object of times, got {times!r}")
             for key in TIMES:
-                value = (row.get(impl) or {}).get(key)
-                if not isinstance(value, (int, float)) or not value > 0:
-                    raise RecordError(f"{where} ({row['id']}): {impl}.{key} should be a positive number, got {value!r}")
+                if not _positive(times.get(key)):
+                    raise RecordError(
+                        f"{where}: {impl}.{key} should be a finite positive number, got {times.get(key)!r}"
+                    )
+            if times.get(LAYERS) is not None and not _positive(times[LAYERS]):
+                raise RecordError(f"{where}: {impl}.{LAYERS} should be a finite positive number, got {times[LAYERS]!r}")
+        roof = row.get("roofline_us")
+        if roof is not None and not _positive(roof):
+            raise RecordError(f"{where}: roofline_us should be a finite positive number or null, got {roof!r}")
+        rule = row.get("accuracy_rule")
+        # Without a verdict the row cannot be counted as within or over vLLM's error.
+        if not isinstance(rule, dict) or not isinstance(rule.get("passed"), bool):
+            raise RecordError(f"{where}: accuracy_rule should be an object with a true/false 'passed', got {rule!r}")
     return record
 
 
@@ -98,7 +129,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "speedup": Spread.of(speedups),
             "at_least": {t: sum(s >= t for s in speedups) for t in THRESHOLDS},
         }
-    out["accuracy_rule_failures"] = [r["id"] for r in ran if not (r.get("accuracy_rule") or {}).get("passed", False)]
+    out["accuracy_rule_failures"] = [r["id"] for r in ran if not r["accuracy_rule"]["passed"]]
     return out
 
 
@@ -181,7 +212,10 @@ def format_report(record: dict[str, Any], old: dict[str, Any] | None = None) -> 
         )
     if old is not None:
         c = compare(model, [r for r in old["cases"] if is_model_case(r)])
-        lines.append(f"against the older record, model cases in both: {c['common_cases']} (new / old time)")
+        if c["common_cases"]:
+            lines.append(f"against the older record, model cases in both: {c['common_cases']} (new / old time)")
+        else:
+            lines.append("against the older record: no model case ran in both records, nothing to compare")
         for impl in ("ours", "vllm") if c["common_cases"] else ():
             moved = ", ".join(f"{NAMES[key]} {_spread(spread, 'x', 3)}" for key, spread in c[impl].items())
             lines.append(f"  {impl}: {moved}")

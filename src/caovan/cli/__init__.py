@@ -1,6 +1,7 @@
 """The ``caovan`` command and its Turbo3 aliases (``caovan-sm75-doctor`` …).
 
-Each subcommand is a module here defining NAME, HELP, ALIAS, ``add_arguments(parser)`` and ``run(args) -> int``.
+Each subcommand is a module here defining NAME, HELP, ALIAS, ``add_arguments(parser)`` and ``run(args) -> int``,
+and EPILOG, its exit codes for ``--help``.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -16,6 +18,10 @@ from .. import __version__
 
 #: Subcommand modules, in the order ``caovan --help`` lists them.
 COMMAND_MODULES = ("doctor", "verify", "check_model", "bench")
+
+
+#: What a shell reports for a command stopped by SIGPIPE (128 + 13): ``caovan … | head`` ends as ``cat … | head`` does.
+EXIT_BROKEN_PIPE = 141
 
 
 def _commands() -> list[ModuleType]:
@@ -28,38 +34,65 @@ def _commands() -> list[ModuleType]:
     return found
 
 
+def _add_command(parser: argparse.ArgumentParser, module: ModuleType) -> argparse.ArgumentParser:
+    """The one definition of a command's arguments, under ``caovan NAME`` and under its alias alike."""
+    parser.epilog = module.EPILOG
+    module.add_arguments(parser)
+    parser.set_defaults(_run=module.run)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="caovan", description="caovan: Turbo3-compatible vLLM plugin for GDN + MTP on SM75."
+        prog="caovan",
+        description="caovan: Turbo3-compatible vLLM plugin for GDN + MTP on SM75.",
+        epilog=f"Each command's --help gives its exit status; any command whose stdout is closed early "
+        f"(| head) ends quietly with {EXIT_BROKEN_PIPE}.",
     )
     parser.add_argument("--version", action="version", version=f"caovan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _commands():
-        cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
-        module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        _add_command(sub.add_parser(module.NAME, help=module.HELP, description=module.HELP), module)
     return parser
 
 
+def build_alias_parser(command: str) -> argparse.ArgumentParser:
+    """``caovan-sm75-doctor`` and the others: the command's own parser under the alias's name, with --version."""
+    module = next(m for m in _commands() if m.NAME == command)
+    parser = argparse.ArgumentParser(prog=module.ALIAS, description=module.HELP)
+    parser.add_argument("--version", action="version", version=f"{module.ALIAS} (caovan {__version__})")
+    return _add_command(parser, module)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return int(args._run(args))
+    except BrokenPipeError:
+        # The reader stopped reading (``| head``): not an error worth a traceback. Point stdout at /dev/null so
+        # the flush at exit does not raise again.
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args._run(args))
+    return _run(build_parser().parse_args(argv))
 
 
-def _alias(command: str) -> int:
-    return main([command, *sys.argv[1:]])
+def _alias(command: str, argv: Sequence[str] | None = None) -> int:
+    return _run(build_alias_parser(command).parse_args(sys.argv[1:] if argv is None else argv))
 
 
-def doctor_alias() -> int:
+def doctor_alias(argv: Sequence[str] | None = None) -> int:
     """``caovan-sm75-doctor``."""
-    return _alias("doctor")
+    return _alias("doctor", argv)
 
 
-def verify_alias() -> int:
+def verify_alias(argv: Sequence[str] | None = None) -> int:
     """``caovan-sm75-verify``."""
-    return _alias("verify")
+    return _alias("verify", argv)
 
 
-def check_model_alias() -> int:
+def check_model_alias(argv: Sequence[str] | None = None) -> int:
     """``caovan-sm75-check-model``."""
-    return _alias("check-model")
+    return _alias("check-model", argv)

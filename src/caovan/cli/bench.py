@@ -15,10 +15,30 @@ from pathlib import Path
 NAME = "bench"
 HELP = "time caovan's GDN spec-decode kernels against vLLM's own path (needs a CUDA GPU), or summarise a record"
 ALIAS = None
+EPILOG = (
+    "Exit status: 0 done; 1 kernels: a case failed to run or our error exceeds vLLM's by more than the floor, "
+    "tune: no configuration valid, layer: a case failed or caovan's layer did not take the step; 2 the bench "
+    "cannot run (no CUDA GPU, vLLM missing, a bad --json FILE) or summary's record cannot be used."
+)
 
 
 def _json_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", metavar="FILE", type=Path, help="write the full record (JSON) to FILE")
+    # Kept as given (not a Path): Path("") is ".", a folder that would pass for a place to write to.
+    parser.add_argument("--json", metavar="FILE", help="write the full record (JSON) to FILE")
+
+
+def _json_problem(target: str | None) -> str | None:
+    """What is wrong with --json FILE, found before a run of minutes that would end unable to write it."""
+    if target is None:
+        return None
+    path = Path(target)
+    if not target:
+        return "--json '': an empty file name"
+    if path.is_dir():
+        return f"--json {target}: a directory, not a file to write the record to"
+    if not path.parent.is_dir():
+        return f"--json {target}: directory {path.parent} does not exist"
+    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description=(
             "Sweep the QK kernel's num_warps and the V/GDN kernel's BV x num_warps at the model shapes, each "
             "configuration checked against the float64 reference first; prints the ranking and the best "
-            "configuration; --json records every number (the source of an entry in launch_configs.py)."
+            "configuration; --json records every number (the source of an entry in launch_configs.json)."
         ),
     )
     _json_option(t)
@@ -79,12 +99,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     m.add_argument("record", type=Path, help="a JSON file written by `caovan bench kernels --json`")
     m.add_argument("--against", metavar="OLD", type=Path, help="an older record of the same cases to compare with")
+    for target in (k, t, ly, m):
+        target.epilog = EPILOG  # `caovan bench kernels --help` shows the exit codes too
 
 
-def _write_record(path: Path, report: dict) -> None:
+def _write_record(target: str, report: dict) -> None:
     """A bench record as strict JSON (NaN/inf as strings), and where it went."""
     from caovan.bench.kernels import _json_safe
 
+    path = Path(target)
     path.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
     print(f"wrote {path}", file=sys.stderr)
 
@@ -107,14 +130,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _gpu_problem(args: argparse.Namespace) -> str | None:
-    if args.json is not None and not args.json.parent.is_dir():
-        return f"--json {args.json}: directory {args.json.parent} does not exist"
+    json_problem = _json_problem(args.json)
+    if json_problem:
+        return json_problem
+    command = f"bench {args.bench_target}"
     try:
         import torch
     except ImportError as exc:
-        return f"PyTorch is not importable ({exc}); the kernel bench runs on a CUDA GPU"
+        return f"PyTorch is not importable ({exc}); {command} runs on a CUDA GPU"
     if not torch.cuda.is_available():
-        return "no CUDA GPU visible (torch.cuda.is_available() is False); the kernel bench runs on a GPU"
+        return f"no CUDA GPU visible (torch.cuda.is_available() is False); {command} runs on a GPU"
     return None
 
 

@@ -17,6 +17,8 @@ NAME = "check-model"
 HELP = "static check: could caovan's GDN spec-decode kernels serve this model folder?"
 ALIAS = "caovan-sm75-check-model"
 
+EPILOG = "Exit status: 0 candidate; 1 not a candidate; 2 the folder or its config.json cannot be read."
+
 EXIT_CANDIDATE = 0
 EXIT_NOT_CANDIDATE = 1
 EXIT_USAGE_ERROR = 2

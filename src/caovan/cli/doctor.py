@@ -12,10 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import PLUGIN_NAME, __version__
+from ._streams import stdout_to_stderr
 
 NAME = "doctor"
-HELP = "Check Python, torch, Triton, CUDA, GPUs, vLLM, plugin discovery and the GDN interface family."
+HELP = "check Python, torch, Triton, CUDA, GPUs, vLLM, plugin discovery and the GDN interface family"
 ALIAS = "caovan-sm75-doctor"
+EPILOG = (
+    "Exit status: 0 PASS (vLLM will load caovan, a GDN family matches this vLLM, the cache folders are usable "
+    "and the kernels compile); 1 FAIL, the result line (result.verdict in --json) says why."
+)
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 
 
@@ -59,10 +64,14 @@ def plugin_discovery(environ: dict[str, str] | None = None) -> dict[str, Any]:
     if allowed_raw is None:
         filtered, why = False, "VLLM_PLUGINS unset: every discovered plugin loads"
     else:
-        allowed = [p.strip() for p in allowed_raw.split(",") if p.strip()]
+        # As vLLM 0.21 reads it (envs.VLLM_PLUGINS, plugins.load_plugins_by_group): split on commas, each item
+        # compared as written, so "a, caovan_sm75_turbo3" does not load caovan and "" loads no plugin at all.
+        allowed = allowed_raw.split(",")
         filtered = PLUGIN_NAME not in allowed
+        spaced = [p for p in allowed if p != PLUGIN_NAME and p.strip() == PLUGIN_NAME]
+        hint = f" (vLLM does not strip spaces: {spaced[0]!r})" if spaced else ""
         why = (
-            f"VLLM_PLUGINS={allowed_raw!r} does not list {PLUGIN_NAME}: vLLM will not load caovan"
+            f"VLLM_PLUGINS={allowed_raw!r} does not list {PLUGIN_NAME}{hint}: vLLM will not load caovan"
             if filtered
             else f"VLLM_PLUGINS lists {PLUGIN_NAME}"
         )
@@ -76,10 +85,16 @@ def plugin_discovery(environ: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 def _writable(path: Path) -> tuple[bool, str]:
-    """A cache folder is usable when it, or the nearest folder above it that exists, is writable."""
+    """A cache folder is usable when it is a writable folder, or the nearest path above it that exists is one."""
     probe = path
-    while not probe.exists() and probe != probe.parent:
+    # lexists: a broken link is there (mkdir fails on it), not a folder still to be created
+    while not os.path.lexists(probe) and probe != probe.parent:
         probe = probe.parent
+    if not probe.is_dir():
+        what = f"a broken link to {os.readlink(probe)}" if probe.is_symlink() else "not a directory"
+        if probe == path:
+            return False, f"exists but is {what}, NOT usable"
+        return False, f"cannot be created: {probe} is {what}"
     ok = os.access(probe, os.W_OK)
     where = "exists" if probe == path else f"will be created under {probe}"
     return ok, f"{where}, {'writable' if ok else 'NOT writable'}"
@@ -108,10 +123,14 @@ def guard_facts(gpus: dict[str, Any]) -> list[dict[str, Any]]:
     from ..runtime_guards import plan_guards
 
     caps = [tuple(int(x) for x in d["capability"].split(".")) for d in gpus.get("devices", [])]
-    return [
-        {"guard": g.name, "env": g.env, "value": g.value, "applies": g.applies, "why": g.why}
-        for g in plan_guards(caps, os.environ)
-    ]
+    facts = []
+    for g in plan_guards(caps, os.environ):
+        why = g.why
+        if not g.applies and g.env not in os.environ and not why.startswith("no SM75 GPU"):
+            # A guard not set by the user applies on an SM75 GPU only; plan_guards' reason describes what it would do.
+            why = f"no SM75 GPU: left as it is; on an SM75 GPU {g.env}={g.value}, {why}"
+        facts.append({"guard": g.name, "env": g.env, "value": g.value, "applies": g.applies, "why": why})
+    return facts
 
 
 def kernel_compile_facts(gpus: dict[str, Any]) -> dict[str, Any]:
@@ -140,15 +159,19 @@ def kernel_compile_facts(gpus: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def collect() -> dict[str, Any]:
+def family_reports() -> list[Any]:
     from ..adapters import probe_all
     from ..adapters.base import installed_vllm_version
 
-    reports = probe_all() if installed_vllm_version() else ()
+    return list(probe_all()) if installed_vllm_version() else []
+
+
+def collect() -> dict[str, Any]:
+    reports = family_reports()
     passing = [r for r in reports if r.ok]
     gpus = gpu_facts()
     guards = guard_facts(gpus)
-    return {
+    facts = {
         "plugin": {"name": PLUGIN_NAME, "version": __version__},
         "python": f"{platform.python_version()} ({sys.implementation.name}, {platform.system().lower()} "
         f"{platform.machine()})",
@@ -162,8 +185,34 @@ def collect() -> dict[str, Any]:
         "kernels": kernel_compile_facts(gpus),
         "families": [r.as_dict() for r in reports],
         "family": passing[0].family_id if passing else None,
-        "ok": bool(passing),
+        "family_ok": bool(passing),
     }
+    ok, text = verdict(facts)
+    facts["result"] = {"ok": ok, "verdict": text}
+    facts["ok"] = ok  # the overall result, as the exit code and the text's result line say
+    return facts
+
+
+def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
+    """Doctor's one verdict (text, JSON and exit code all use it): PASS only when vLLM will load a working caovan."""
+    problems = []
+    if not facts["family_ok"]:
+        problems.append("no GDN family passes" + ("" if facts["vllm"] else " (vLLM is not installed)"))
+    disc = facts["discovery"]
+    if not disc["discovered"]:
+        problems.append(
+            f"entry point {PLUGIN_NAME} not discovered in {disc['entry_point_group']}: vLLM will not load caovan"
+        )
+    elif disc["filtered_by_vllm_plugins"]:
+        problems.append(disc["vllm_plugins"])
+    problems += [
+        f"cache folder {c['path']} is not usable ({c['detail']})" for c in facts["caches"] if not c["writable"]
+    ]
+    if not facts["kernels"]["ok"]:
+        problems.append(f"caovan's kernels do not compile for {facts['kernels']['target']}")
+    if problems:
+        return False, "FAIL: " + "; ".join(problems)
+    return True, f"PASS family={facts['family']}"
 
 
 def render(facts: dict[str, Any], verbose: bool = False) -> str:
@@ -211,26 +260,16 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         lines.append(f"cache         {c['cache']}: {c['path']} ({c['detail']})")
     k = facts["kernels"]
     lines.append(f"kernels       compile for {k['target']}: {'PASS' if k['ok'] else 'FAIL'} ({k['detail']})")
-    if not facts["ok"]:
-        verdict = "FAIL: no GDN family passes"
-    elif not all(c["writable"] for c in facts["caches"]):
-        verdict = "FAIL: a cache folder is not writable"
-    elif not facts["kernels"]["ok"]:
-        verdict = "FAIL: caovan's kernels do not compile for this GPU"
-    else:
-        verdict = f"PASS family={facts['family']}"
-    lines.append(f"result        {verdict}")
+    lines.append(f"result        {facts['result']['verdict']}")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
-    facts = collect()
+    # Importing vLLM logs to stdout (and its C extensions may write to fd 1): the report alone goes there.
+    with stdout_to_stderr():
+        facts = collect()
     if args.json:
         print(json.dumps(facts, indent=2, sort_keys=True))
     else:
         print(render(facts, verbose=args.verbose))
-    return 0 if _healthy(facts) else 1
-
-
-def _healthy(facts: dict[str, Any]) -> bool:
-    return facts["ok"] and facts["kernels"]["ok"] and all(c["writable"] for c in facts["caches"])
+    return 0 if facts["result"]["ok"] else 1

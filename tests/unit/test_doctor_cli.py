@@ -1,0 +1,176 @@
+"""CPU tests of ``caovan doctor``: stdout holds the report alone, one verdict, discovery and cache checks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from caovan.cli import doctor
+from caovan.cli._streams import stdout_to_stderr
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _caovan(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "PYTHONPATH": str(SRC), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "caovan", *argv], capture_output=True, text=True, env=environ, timeout=300
+    )
+
+
+def test_doctor_json_stdout_is_the_json_alone():
+    # vLLM logs to stdout on import (Transformers v4, Triton driver, vllm._C lines): none of it may land there.
+    done = _caovan("doctor", "--json")
+    facts = json.loads(done.stdout)
+    assert facts["plugin"]["name"] == "caovan_sm75_turbo3"
+    assert done.returncode == (0 if facts["ok"] else 1)
+
+
+def test_stdout_to_stderr_moves_python_and_fd_writes(tmp_path):
+    script = (
+        "import os, sys\n"
+        "from caovan.cli._streams import stdout_to_stderr\n"
+        "held = sys.stdout\n"
+        "print('before')\n"
+        "with stdout_to_stderr():\n"
+        "    print('python')\n"
+        "    held.write('held object\\n')\n"
+        "    os.write(1, b'fd one\\n')\n"
+        "print('after')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)}
+    )
+    assert done.stdout == "before\nafter\n"
+    assert sorted(done.stderr.splitlines()) == ["fd one", "held object", "python"]
+
+
+def test_stdout_to_stderr_restores_stdout(capsys):
+    with stdout_to_stderr():
+        print("inside")
+    print("outside")
+    captured = capsys.readouterr()
+    assert captured.out == "outside\n" and captured.err == "inside\n"
+
+
+# --- the verdict: one function, the same in text, JSON and exit code --------------------------------------------
+
+
+class _EntryPoint:
+    name = "caovan_sm75_turbo3"
+    value = "caovan.plugin:register"
+
+
+@pytest.fixture
+def healthy(monkeypatch, tmp_path):
+    """A doctor run that passes on a CPU machine without importing vLLM or compiling: each case breaks one fact."""
+    from caovan.adapters.base import HookPoint, ProbeReport
+
+    report = ProbeReport("gdn-test", ">=0.1", "0.21.0", (HookPoint("hook", True, "found"),))
+    monkeypatch.setattr(doctor, "family_reports", lambda: [report])
+    monkeypatch.setattr(doctor, "gpu_facts", lambda: {"available": False, "reason": "no CUDA device", "devices": []})
+    monkeypatch.setattr(doctor, "kernel_compile_facts", lambda gpus: {"target": "sm_75", "ok": True, "detail": "ok"})
+    monkeypatch.setattr(doctor, "entry_points", lambda group: [_EntryPoint()])
+    for name in ("VLLM_PLUGINS", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CAOVAN_CACHE_DIR", str(tmp_path / "caovan-cache"))
+    return tmp_path
+
+
+def _doctor(capsys, *argv: str) -> tuple[int, str]:
+    rc = doctor.run(argparse.Namespace(json="--json" in argv, verbose=False))
+    return rc, capsys.readouterr().out
+
+
+def _verdicts(capsys) -> tuple[int, dict, str]:
+    """Exit code, JSON facts and the text's result line of the same state; asserts they agree."""
+    rc, out = _doctor(capsys, "--json")
+    facts = json.loads(out)
+    rc_text, text = _doctor(capsys)
+    result = text.splitlines()[-1]
+    assert rc == rc_text == (0 if facts["ok"] else 1)
+    assert facts["ok"] is facts["result"]["ok"]
+    assert result == f"result        {facts['result']['verdict']}"
+    return rc, facts, result
+
+
+def test_doctor_passes_when_every_fact_is_fine(healthy, capsys):
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 0 and facts["result"] == {"ok": True, "verdict": "PASS family=gdn-test"}
+    assert facts["family_ok"] is True
+
+
+def test_triton_cache_dir_that_is_a_file_fails_in_json_too(healthy, capsys, monkeypatch):
+    (healthy / "file").write_text("")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(healthy / "file"))
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1 and facts["ok"] is False and facts["family_ok"] is True
+    assert "not a directory" in facts["result"]["verdict"] and str(healthy / "file") in result
+
+
+def test_kernels_that_do_not_compile_fail(healthy, capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "kernel_compile_facts", lambda gpus: {"target": "sm_75", "ok": False, "detail": "x"})
+    rc, facts, _ = _verdicts(capsys)
+    assert rc == 1 and facts["result"]["verdict"] == "FAIL: caovan's kernels do not compile for sm_75"
+
+
+# --- will vLLM load the plugin? -----------------------------------------------------------------------------------
+
+
+def test_entry_point_not_discovered_fails(healthy, capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "entry_points", lambda group: [])
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1 and "entry point caovan_sm75_turbo3 not discovered in vllm.general_plugins" in result
+
+
+@pytest.mark.parametrize(
+    "value, loads",
+    [
+        ("caovan_sm75_turbo3", True),
+        ("other,caovan_sm75_turbo3", True),
+        ("", False),  # vLLM loads no plugin at all
+        ("other", False),
+        ("other, caovan_sm75_turbo3", False),  # vLLM compares items as written: " caovan_sm75_turbo3" is not it
+        ("caovan_sm75_turbo3 ", False),
+    ],
+)
+def test_vllm_plugins_is_read_as_vllm_reads_it(healthy, capsys, monkeypatch, value, loads):
+    monkeypatch.setenv("VLLM_PLUGINS", value)
+    rc, facts, result = _verdicts(capsys)
+    assert facts["discovery"]["filtered_by_vllm_plugins"] is not loads
+    assert (rc == 0) is loads
+    if not loads:
+        assert f"VLLM_PLUGINS={value!r} does not list caovan_sm75_turbo3" in result
+        assert "vLLM will not load caovan" in result
+        # the name is there with a space vLLM keeps: doctor says so
+        assert ("does not strip spaces" in result) is ("caovan_sm75_turbo3" in value)
+
+
+# --- cache folders and guards ---------------------------------------------------------------------------------------
+
+
+def test_cache_path_that_is_a_file_or_under_one_is_not_usable(tmp_path):
+    (tmp_path / "file").write_text("")
+    assert doctor._writable(tmp_path / "file") == (False, "exists but is not a directory, NOT usable")
+    ok, detail = doctor._writable(tmp_path / "file" / "sub")
+    assert not ok and detail == f"cannot be created: {tmp_path / 'file'} is not a directory"
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    assert doctor._writable(tmp_path / "link") == (
+        False,
+        f"exists but is a broken link to {tmp_path / 'gone'}, NOT usable",
+    )
+    assert doctor._writable(tmp_path / "new" / "dir") == (True, f"will be created under {tmp_path}, writable")
+    assert doctor._writable(tmp_path) == (True, "exists, writable")
+
+
+def test_guard_not_applied_says_why(healthy, capsys):
+    _, text = _doctor(capsys)
+    line = next(x for x in text.splitlines() if x.startswith("guard         triton_cache"))
+    assert line.startswith("guard         triton_cache: not applied (no SM75 GPU:")
+    assert "isolated per caovan/Python/torch" in line
