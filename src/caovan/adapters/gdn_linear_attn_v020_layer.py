@@ -128,10 +128,48 @@ def _as_kernel_args(a_log, dt_bias, weight, bias, conv_state, ssm_state, conv_di
     return (a_log, dt_bias, weight.view(weight.size(0), weight.size(2)), bias, conv_view, ssm_state)
 
 
-def unsupported_reasons(layer: Any, is_cuda: bool) -> list[str]:
+def gpu_reason(capability: tuple[int, int] | None) -> str | None:
+    """Why the kernels cannot run on a GPU of this compute capability, or None when they can.
+
+    Decided here, at layer construction, through the same ``config_for`` the kernels call on their first launch:
+    a GPU it refuses (older than sm_75) would otherwise make that first launch raise in the worker, at the
+    first spec batch or during CUDA-graph capture.  A layer that passes never reaches that error at run time:
+    its tensors live on the device checked here.
+    """
+    from ..kernels.gdn_spec_decode.launch_configs import config_for
+
+    if capability is None:
+        return "the GPU's compute capability could not be read"
+    try:
+        config_for(capability)
+    except ValueError:
+        return f"GPU sm{capability[0]}{capability[1]} is older than the kernels' sm_75 target"
+    return None
+
+
+def current_gpu_capability() -> tuple[int, int] | None:
+    """Compute capability of the device this process builds the model on; None when it cannot be read."""
+    import torch
+    from vllm.platforms import current_platform
+
+    try:
+        if torch.cuda.is_initialized():
+            # vLLM's workers select their device before building the model; this is the query the kernels make.
+            capability = torch.cuda.get_device_capability(torch.cuda.current_device())
+        else:
+            # Device 0 is the one CUDA would pick; vLLM's platform reads it without initialising CUDA.
+            capability = current_platform.get_device_capability(0)
+    except Exception:  # a failed query leaves the layer to vLLM (reported as unknown), never breaks the build
+        return None
+    return None if capability is None else (int(capability[0]), int(capability[1]))
+
+
+def unsupported_reasons(layer: Any, is_cuda: bool, capability: tuple[int, int] | None) -> list[str]:
     reasons = []
     if not is_cuda:
         reasons.append("platform is not CUDA")
+    elif (why := gpu_reason(capability)) is not None:
+        reasons.append(why)
     if not getattr(layer, "num_spec", 0):
         reasons.append("speculative decoding is off (no --speculative-config): no spec-decode step to accelerate")
     tp = layer.tp_size
@@ -158,7 +196,8 @@ def plan_for_layer(layer: Any) -> LayerPlan | None:
     if not options.enabled:
         _once("off", logging.INFO, "%s: off (%s); vLLM's own GDN kernels run", PLUGIN_NAME, options.source)
         return None
-    reasons = unsupported_reasons(layer, current_platform.is_cuda())
+    is_cuda = current_platform.is_cuda()
+    reasons = unsupported_reasons(layer, is_cuda, current_gpu_capability() if is_cuda else None)
     if reasons:
         why = "; ".join(reasons)
         if options.require:
