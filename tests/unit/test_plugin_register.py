@@ -22,15 +22,11 @@ class _BrokenAdapter(_Adapter):
 
 
 @pytest.fixture
-def fresh_state(monkeypatch):
+def fresh_state(monkeypatch, caovan_records):
+    # caovan_records (conftest.py) lets vLLM configure logging first: the handler survives when run alone.
     monkeypatch.setattr(plugin, "_state", plugin._PluginState())
     monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    plugin.logger.addHandler(handler)
-    yield records
-    plugin.logger.removeHandler(handler)
+    return caovan_records
 
 
 def _select(adapter, reason):
