@@ -6,6 +6,7 @@ import pytest
 
 import caovan.adapters
 from caovan import plugin
+from caovan.adapters import model_loader
 from caovan.adapters.registry import Selection
 
 
@@ -26,6 +27,8 @@ def fresh_state(monkeypatch, caovan_records):
     # caovan_records (conftest.py) lets vLLM configure logging first: the handler survives when run alone.
     monkeypatch.setattr(plugin, "_state", plugin._PluginState())
     monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
+    # The inert path wraps vLLM's model loader (test_model_loader_checks.py): keep the real one untouched here.
+    monkeypatch.setattr(model_loader, "install", lambda before=None, after=None: False)
     return caovan_records
 
 

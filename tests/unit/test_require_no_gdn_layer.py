@@ -5,7 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from caovan.adapters.gdn_linear_attn_v020_layer import check_required_model, wrap_load_model
+from caovan.adapters.gdn_linear_attn_v020_layer import check_required_model
+from caovan.adapters.model_loader import wrap_load_model
 from caovan.options import CaovanRequireError
 
 
@@ -50,7 +51,7 @@ def test_wrapped_loader_checks_after_building(monkeypatch):
     def load_model(self, vllm_config, model_config, prefix=""):
         return _Model(planned=False)
 
-    wrapped = wrap_load_model(load_model)
+    wrapped = wrap_load_model(load_model, after=check_required_model)
     assert wrapped._caovan_wrapped is load_model
     with pytest.raises(CaovanRequireError):
         wrapped(object(), vllm_config, model_config)

@@ -16,18 +16,15 @@ Patch of upstream behaviour, documented in place:
   In mixed prefill + spec batches the spec tokens are ours and the rest is handed to the in-tree core.
 * Remove when: this family leaves the matrix (vLLM 0.22 moved the class to ``layers/mamba/gdn/``).
 
-A second, smaller patch serves require mode: a model without any GDN layer never builds this class, so
-nothing here would notice that caovan cannot act. ``install()`` wraps ``BaseModelLoader.load_model``
-(``vllm/model_executor/model_loader/base_loader.py``, 0.21.0) so that, after the *target* model is built
-(not the MTP draft, which has no GDN layer of its own), require mode fails start-up when no layer of the model
-was taken over. Loaders that override ``load_model`` (GGUF, tensorizer) are not covered. Remove together with
-the layer override.
+A second, smaller patch serves a model without any GDN layer, which never builds this class, so nothing here
+would notice that caovan cannot act: ``install()`` wraps vLLM's model loader (``model_loader.py``) so that, after
+the *target* model is built (not the MTP draft, which has no GDN layer of its own), require mode fails start-up
+when no layer of the model was taken over. Remove together with the layer override.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +33,7 @@ from .. import PLUGIN_NAME
 from ..dispatch import counters
 from ..log import logger
 from ..options import CaovanRequireError, parse_options
+from . import model_loader
 
 FAMILY_ID = "gdn-linear-attn-v020"
 IN_TREE_NAME = "GatedDeltaNetAttention"
@@ -324,7 +322,7 @@ def build_override_class(base: type) -> type:
 
 def check_required_model(vllm_config: Any, model_config: Any, model: Any) -> None:
     """Require mode: fail start-up when the target model has no GDN layer caovan took over."""
-    if model_config is not getattr(vllm_config, "model_config", None):
+    if not model_loader.is_target_model(vllm_config, model_config):
         return  # the MTP draft (or another auxiliary model) has no GDN layer of its own
     options = parse_options(getattr(vllm_config, "additional_config", None))
     if not options.require:
@@ -338,22 +336,10 @@ def check_required_model(vllm_config: Any, model_config: Any, model: Any) -> Non
     )
 
 
-def wrap_load_model(original: Any) -> Any:
-    @functools.wraps(original)
-    def load_model(self: Any, vllm_config: Any, model_config: Any, *args: Any, **kwargs: Any) -> Any:
-        model = original(self, vllm_config, model_config, *args, **kwargs)
-        check_required_model(vllm_config, model_config, model)
-        return model
-
-    load_model._caovan_wrapped = original  # type: ignore[attr-defined]
-    return load_model
-
-
 def install() -> str:
     """Register the override once per process; returns what happened (for the status line)."""
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
-    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     existing = op_registry_oot.get(IN_TREE_NAME)
     if existing is not None:
@@ -363,20 +349,18 @@ def install() -> str:
             f"{IN_TREE_NAME} is already replaced by {existing.__module__}.{existing.__qualname__}; "
             "two plugins cannot both replace it"
         )
+    # The loader first: should registering the layer fail, the inert plugin replaces this check with its own.
+    if not model_loader.install(after=check_required_model):
+        raise RuntimeError(f"{model_loader.LOADER_CLASS}.load_model(vllm_config, model_config) not found")
     gdn.GatedDeltaNetAttention.register_oot(build_override_class(gdn.GatedDeltaNetAttention), name=IN_TREE_NAME)
-    if not hasattr(BaseModelLoader.load_model, "_caovan_wrapped"):
-        BaseModelLoader.load_model = wrap_load_model(BaseModelLoader.load_model)
     return "installed"
 
 
 def uninstall() -> bool:
     """Remove the override (tests; ``pip uninstall`` needs nothing: vLLM then never loads caovan)."""
     from vllm.model_executor.custom_op import op_registry_oot
-    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-    original = getattr(BaseModelLoader.load_model, "_caovan_wrapped", None)
-    if original is not None:
-        BaseModelLoader.load_model = original
+    model_loader.uninstall()
     existing = op_registry_oot.get(IN_TREE_NAME)
     if existing is not None and getattr(existing, "_caovan_override", False):
         del op_registry_oot[IN_TREE_NAME]
