@@ -19,7 +19,8 @@ Patch of upstream behaviour, documented in place:
 A second, smaller patch serves a model without any GDN layer, which never builds this class, so nothing here
 would notice that caovan cannot act: ``install()`` wraps vLLM's model loader (``model_loader.py``) so that, after
 the *target* model is built (not the MTP draft, which has no GDN layer of its own), require mode fails start-up
-when no layer of the model was taken over. Remove together with the layer override.
+when no layer of the model was taken over, and an enabled caovan says in one line when the model has no GDN layer.
+Remove together with the layer override.
 """
 
 from __future__ import annotations
@@ -321,19 +322,24 @@ def build_override_class(base: type) -> type:
 
 
 def check_required_model(vllm_config: Any, model_config: Any, model: Any) -> None:
-    """Require mode: fail start-up when the target model has no GDN layer caovan took over."""
+    """After the target model is built: require mode fails start-up when caovan took over none of its layers, and
+    an enabled caovan says in one line when the model has no GDN layer at all (otherwise the start-up PASS line
+    would be the last word, and the user would believe caovan active)."""
     if not model_loader.is_target_model(vllm_config, model_config):
         return  # the MTP draft (or another auxiliary model) has no GDN layer of its own
     options = parse_options(getattr(vllm_config, "additional_config", None))
-    if not options.require:
+    if not options.enabled:
         return
-    if any(getattr(module, "_caovan_plan", None) is not None for module in model.modules()):
+    # Every layer of ours carries _caovan_plan (None when it stays vLLM's; it then said why when it was built).
+    plans = [module._caovan_plan for module in model.modules() if hasattr(module, "_caovan_plan")]
+    if any(plan is not None for plan in plans):
         return
     name = getattr(model_config, "model", "this model")
-    raise CaovanRequireError(
-        f"{PLUGIN_NAME}: require mode is on but {name} has no GDN layer caovan can take over "
-        f"(model class {type(model).__name__})"
-    )
+    what = f"{name} has no GDN layer caovan can take over (model class {type(model).__name__})"
+    if options.require:
+        raise CaovanRequireError(f"{PLUGIN_NAME}: require mode is on but {what}")
+    if not plans:
+        _once("no-gdn-layer", logging.WARNING, "%s: caovan is enabled but %s: vLLM's own path runs", PLUGIN_NAME, what)
 
 
 def install() -> str:
