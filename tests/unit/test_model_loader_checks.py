@@ -7,7 +7,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 import caovan.adapters
-from caovan import plugin
+from caovan import plugin, runtime_guards
 from caovan.adapters import model_loader
 from caovan.adapters.registry import Selection
 from caovan.options import CaovanConfigError, CaovanRequireError
@@ -20,6 +20,10 @@ class _Loader:
 
 @pytest.fixture
 def fake_loader(monkeypatch):
+    # register() applies the environment guards: give them an environment of their own, never this process's.
+    apply_guards = runtime_guards.apply_guards
+    monkeypatch.setattr(runtime_guards, "apply_guards", lambda environ=None: apply_guards({}))
+    monkeypatch.setattr(runtime_guards, "nvml_capabilities", lambda environ=None: [])
     module = ModuleType(model_loader.LOADER_MODULE)
 
     class BaseModelLoader(_Loader):
