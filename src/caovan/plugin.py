@@ -18,7 +18,7 @@ from typing import Any
 
 from . import PLUGIN_NAME, __version__
 from .log import logger
-from .options import CaovanConfigError, CaovanRequireError, parse_options, require_from_env
+from .options import CaovanConfigError, CaovanRequireError, parse_options, require_from_env, unknown_env
 
 
 @dataclass
@@ -47,6 +47,9 @@ def register() -> None:
         except CaovanConfigError as exc:
             # A require switch we cannot read may be a user trying to require: refuse to guess.
             raise CaovanRequireError(f"{PLUGIN_NAME}: {exc}") from None
+        unknown = unknown_env()
+        if unknown:  # a switch the user believes in must not be ignored silently
+            logger.warning("%s: environment variables caovan ignores: %s", PLUGIN_NAME, ", ".join(unknown))
         try:
             from .adapters import select_adapter
 

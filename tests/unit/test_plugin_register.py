@@ -1,6 +1,7 @@
 """register() logic with a stand-in selection (the real-vLLM version lives in tests/discovery)."""
 
 import logging
+import os
 
 import pytest
 
@@ -26,7 +27,9 @@ class _BrokenAdapter(_Adapter):
 def fresh_state(monkeypatch, caovan_records):
     # caovan_records (conftest.py) lets vLLM configure logging first: the handler survives when run alone.
     monkeypatch.setattr(plugin, "_state", plugin._PluginState())
-    monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
+    for name in list(os.environ):
+        if name.upper().startswith("CAOVAN_"):
+            monkeypatch.delenv(name)
     # The inert path wraps vLLM's model loader (test_model_loader_checks.py): keep the real one untouched here.
     monkeypatch.setattr(model_loader, "install", lambda before=None, after=None: False)
     # The guards see two SM75 GPUs and a clean environment of their own, never this process's.
@@ -117,4 +120,17 @@ def test_inert_status_line_says_runtime_fail_and_keeps_the_tokens(fresh_state, m
             "caovan_sm75_turbo3 0.1.0: vLLM 0.21.0, runtime=FAIL sm75=0/1 flashinfer_sampler=default "
             "triton_cache=default post_start_warmup=disabled-default, GDN interface check: FAIL, plugin inert: "
         )
+    )
+
+
+def test_unknown_caovan_environment_variables_get_one_warning_line(fresh_state, monkeypatch):
+    monkeypatch.setenv("CAOVAN_GDN_LEGACY_DISABLE", "1")
+    monkeypatch.setenv("CAOVAN_REQUIRE", "1")
+    monkeypatch.setenv("CAOVAN_CACHE_DIR", "/cache")
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(_Adapter(), "family=gdn-linear-attn-v020"))
+    plugin.register()
+    assert [r.levelno for r in fresh_state] == [logging.WARNING, logging.INFO]
+    assert fresh_state[0].getMessage() == (
+        "caovan_sm75_turbo3: environment variables caovan ignores: CAOVAN_GDN_LEGACY_DISABLE (it has no effect, "
+        "caovan has no legacy bridge), CAOVAN_REQUIRE (not read by caovan; did you mean CAOVAN_REQUIRE_TURBO3?)"
     )
