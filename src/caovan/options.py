@@ -112,18 +112,21 @@ def _bool_key(config: Mapping[str, Any], key: str, where: str) -> bool | None:
     return value
 
 
-def require_from_env(environ: Mapping[str, str] | None = None) -> bool:
-    """``CAOVAN_REQUIRE_TURBO3`` as a bool; any other value than the usual spellings is an error."""
+def env_flag(name: str, environ: Mapping[str, str] | None = None, meaning: str = "on") -> bool:
+    """A boolean ``CAOVAN_*`` switch: 1/true/yes/on or 0/false/no/off (or unset); anything else is an error."""
     env = os.environ if environ is None else environ
-    raw = env.get(REQUIRE_ENV, "")
+    raw = env.get(name, "")
     value = raw.strip().lower()
     if value in _ENV_TRUE:
         return True
     if value in _ENV_FALSE:
         return False
-    raise CaovanConfigError(
-        f"environment variable {REQUIRE_ENV}={raw!r} is not understood: use 1 (require) or 0 (do not)"
-    )
+    raise CaovanConfigError(f"environment variable {name}={raw!r} is not understood: use 1 ({meaning}) or 0 (do not)")
+
+
+def require_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """``CAOVAN_REQUIRE_TURBO3`` as a bool; any other value than the usual spellings is an error."""
+    return env_flag(REQUIRE_ENV, environ, "require")
 
 
 def parse_options(
