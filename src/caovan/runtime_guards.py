@@ -58,11 +58,24 @@ def _dist_version(name: str) -> str:
         return "none"
 
 
+def _device_toolkit() -> str:
+    """The CUDA (or ROCm) version torch was built for, as in wheel tags: ``cu130``; ``cpu`` for a CPU build."""
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    cuda = getattr(torch.version, "cuda", None)
+    if cuda:
+        return "cu" + cuda.replace(".", "")
+    hip = getattr(torch.version, "hip", None)
+    return f"rocm{hip.split('-')[0]}" if hip else "cpu"
+
+
 def isolated_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """One folder per caovan / Python / torch stack: a different stack never reuses these kernels."""
+    """One folder per caovan / Python / torch / CUDA stack: a different stack never reuses these kernels."""
     py = ".".join(platform.python_version_tuple()[:2])
     torch_version = _dist_version("torch").replace("+", "-")
-    return base_cache_dir(environ) / f"caovan{__version__}-py{py}-torch{torch_version}"
+    return base_cache_dir(environ) / f"caovan{__version__}-py{py}-torch{torch_version}-{_device_toolkit()}"
 
 
 #: Names of the variables a guard set, for the processes vLLM starts after it: they inherit the value, and without
@@ -177,7 +190,7 @@ def plan_guards(capabilities: Sequence[tuple[int, int]], environ: Mapping[str, s
         value = environ["TRITON_CACHE_DIR"]
         guards.append(Guard("triton_cache", "TRITON_CACHE_DIR", value, False, "set by the user", "set-by-user"))
     else:
-        why = "isolated per caovan/Python/torch" if sm75 else "no SM75 GPU: left to Triton"
+        why = "isolated per caovan/Python/torch/CUDA" if sm75 else "no SM75 GPU: left to Triton"
         guards.append(
             Guard("triton_cache", "TRITON_CACHE_DIR", cache, sm75 > 0, why, "isolated" if sm75 else "default")
         )

@@ -104,3 +104,20 @@ def test_nvml_capabilities_count_only_the_visible_gpus(monkeypatch):
     assert nvml_capabilities({}) == caps
     assert nvml_capabilities({"CUDA_VISIBLE_DEVICES": "1"}) == [(7, 5)]
     assert nvml_capabilities({"CUDA_VISIBLE_DEVICES": "0,2"}) == [(8, 6), (7, 5)]
+
+
+@pytest.mark.parametrize(
+    ("cuda", "hip", "tag"),
+    [
+        ("13.0", None, "cu130"),
+        ("12.8", None, "cu128"),
+        (None, None, "cpu"),
+        (None, "6.4.43482-0f2d60242", "rocm6.4.43482"),
+    ],
+)
+def test_cache_folder_is_isolated_per_cuda_version(monkeypatch, tmp_path, cuda, hip, tag):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    name = isolated_cache_dir({"CAOVAN_CACHE_DIR": str(tmp_path)}).name
+    assert name.endswith(f"-{tag}") and "-torch" in name
