@@ -7,12 +7,14 @@ Turbo3 users enable the plugin in two styles, both accepted here:
 
 and ``CAOVAN_REQUIRE_TURBO3=1`` in the environment.  vLLM only hands ``additional_config`` to code that runs
 while the model is built, so these options are read at layer construction, never at plugin load.
-Any key starting with ``caovan`` that is not listed here is a mistake (a typo would otherwise silently leave the
-plugin off), so it is an error naming the key.
+Any key starting with ``caovan`` (in any letter case) that is not listed here is a mistake (a typo would otherwise
+silently leave the plugin off), so it is an error naming the key.  Likewise a ``CAOVAN_*`` environment variable
+caovan does not read is never ignored silently: the plugin logs one warning line naming each (``unknown_env``).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Mapping
@@ -33,6 +35,48 @@ KNOWN_KEYS: dict[str, str] = {
     "caovan_mode": '"auto", "on" or "off"',
     "caovan_require_turbo3": "true or false",
 }
+
+
+#: Every ``CAOVAN_*`` environment variable caovan reads, with who reads it.  The matrix tooling's and the test
+#: suites' count too: they are set in environments where vLLM (and so the plugin) also runs.
+KNOWN_ENV: dict[str, str] = {
+    REQUIRE_ENV: "plugin: require mode",
+    "CAOVAN_CACHE_DIR": "plugin: JIT cache folder",
+    "CAOVAN_COUNTERS_FILE": "plugin: dispatch counters written at exit",
+    "CAOVAN_LOG_COUNTERS": "plugin: dispatch counters logged at exit",
+    "CAOVAN_GUARDS_APPLIED": "plugin: set by its own environment guard for the processes vLLM starts",
+    "CAOVAN_RUNNER": "matrix (nox)",
+    "CAOVAN_TIERS": "matrix (nox)",
+    "CAOVAN_REDO": "matrix (nox)",
+    "CAOVAN_STRICT": "matrix (nox)",
+    "CAOVAN_WHEELHOUSE": "matrix (nox)",
+    "CAOVAN_SYSTEM_SITE_PACKAGES": "matrix (nox)",
+    "CAOVAN_MATRIX_CACHE": "matrix (nox)",
+    "CAOVAN_SITE": "matrix (tools/run-gpu-row-offline.sh)",
+    "CAOVAN_SERVE_DTYPE": "serve tests",
+    "CAOVAN_SERVE_LOGPROB_TOL": "serve tests",
+    "CAOVAN_SERVE_JOBS": "serve tests",
+    "CAOVAN_SERVE_TIMEOUT_S": "serve tests",
+    "CAOVAN_SERVE_ARTIFACTS": "serve tests",
+}
+
+#: Switches Turbo3 users may still set, with what they do here (nothing).
+RETIRED_ENV: dict[str, str] = {
+    "CAOVAN_GDN_LEGACY_DISABLE": "it has no effect, caovan has no legacy bridge",
+}
+
+
+def unknown_env(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One description per ``CAOVAN_*`` variable (any letter case) caovan does not read, sorted by name."""
+    env = os.environ if environ is None else environ
+    described = []
+    for name in sorted(n for n in env if n.upper().startswith("CAOVAN_") and n not in KNOWN_ENV):
+        if name in RETIRED_ENV:
+            described.append(f"{name} ({RETIRED_ENV[name]})")
+            continue
+        close = difflib.get_close_matches(name.upper(), KNOWN_ENV, n=1, cutoff=0.75)
+        described.append(f"{name} (not read by caovan{f'; did you mean {close[0]}?' if close else ''})")
+    return described
 
 
 class CaovanConfigError(ValueError):
@@ -68,18 +112,21 @@ def _bool_key(config: Mapping[str, Any], key: str, where: str) -> bool | None:
     return value
 
 
-def require_from_env(environ: Mapping[str, str] | None = None) -> bool:
-    """``CAOVAN_REQUIRE_TURBO3`` as a bool; any other value than the usual spellings is an error."""
+def env_flag(name: str, environ: Mapping[str, str] | None = None, meaning: str = "on") -> bool:
+    """A boolean ``CAOVAN_*`` switch: 1/true/yes/on or 0/false/no/off (or unset); anything else is an error."""
     env = os.environ if environ is None else environ
-    raw = env.get(REQUIRE_ENV, "")
+    raw = env.get(name, "")
     value = raw.strip().lower()
     if value in _ENV_TRUE:
         return True
     if value in _ENV_FALSE:
         return False
-    raise CaovanConfigError(
-        f"environment variable {REQUIRE_ENV}={raw!r} is not understood: use 1 (require) or 0 (do not)"
-    )
+    raise CaovanConfigError(f"environment variable {name}={raw!r} is not understood: use 1 ({meaning}) or 0 (do not)")
+
+
+def require_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """``CAOVAN_REQUIRE_TURBO3`` as a bool; any other value than the usual spellings is an error."""
+    return env_flag(REQUIRE_ENV, environ, "require")
 
 
 def parse_options(
@@ -103,10 +150,12 @@ def parse_options(
     if not isinstance(config, Mapping):
         raise CaovanConfigError(f"{where}: must be a JSON object, got {type(config).__name__}")
 
-    unknown = sorted(k for k in config if str(k).startswith("caovan") and k not in KNOWN_KEYS)
+    # Any letter case: {"CAOVAN": true} would otherwise leave the plugin silently off.
+    unknown = sorted(str(k) for k in config if str(k).lower().startswith("caovan") and k not in KNOWN_KEYS)
     if unknown:
         accepted = ", ".join(f"{k} ({v})" for k, v in KNOWN_KEYS.items())
-        raise CaovanConfigError(f"{where}: unknown key {unknown[0]!r}; caovan accepts: {accepted}")
+        hint = f" (did you mean {unknown[0].lower()!r}?)" if unknown[0].lower() in KNOWN_KEYS else ""
+        raise CaovanConfigError(f"{where}: unknown key {unknown[0]!r}{hint}; caovan accepts: {accepted}")
 
     legacy = _bool_key(config, "caovan_sm75_turbo3", where)
     modern = _bool_key(config, "caovan", where)

@@ -4,17 +4,21 @@ vLLM calls ``register()`` in every process it starts (front end, engine core, ea
 subprocess) and does not guard the call: an exception here aborts vLLM.  So ``register()`` only raises when the
 user asked caovan to be required (``CAOVAN_REQUIRE_TURBO3=1``); otherwise it logs one status line and stays
 inert when anything is off.  The ``--additional-config`` switches are not visible here (vLLM's config exists only
-while the model is built); they are read when the GDN layers are constructed.
+while the model is built); they are read when the GDN layers are constructed and, through a check on vLLM's model
+loader (``adapters/model_loader.py``), when the model is loaded: so an inert plugin still reports malformed caovan
+keys and still fails start-up when ``caovan_require_turbo3`` asks for it.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from . import PLUGIN_NAME, __version__
 from .log import logger
-from .options import CaovanConfigError, CaovanRequireError, require_from_env
+from .options import CaovanConfigError, CaovanRequireError, parse_options, require_from_env, unknown_env
 
 
 @dataclass
@@ -43,6 +47,9 @@ def register() -> None:
         except CaovanConfigError as exc:
             # A require switch we cannot read may be a user trying to require: refuse to guess.
             raise CaovanRequireError(f"{PLUGIN_NAME}: {exc}") from None
+        unknown = unknown_env()
+        if unknown:  # a switch the user believes in must not be ignored silently
+            logger.warning("%s: environment variables caovan ignores: %s", PLUGIN_NAME, ", ".join(unknown))
         try:
             from .adapters import select_adapter
 
@@ -62,11 +69,16 @@ def register() -> None:
         try:
             from .runtime_guards import apply_guards
 
-            applied = [f"{g.name}={g.why}" for g in apply_guards() if g.applies]
+            guards = apply_guards().tokens()
         except Exception as exc:  # a guard is a convenience; it never stops vLLM
-            applied = [f"guards skipped ({type(exc).__name__}: {exc})"]
-        guards = f" guards: {', '.join(applied)};" if applied else ""
-        head = f"{PLUGIN_NAME} {__version__}: vLLM {vllm_version or 'unknown'},{guards}"
+            guards = f"guards skipped ({type(exc).__name__}: {exc})"
+        # The Turbo3 tokens users grep for, always present: runtime= is the interface check's verdict, and there
+        # is no in-process warm-up to enable (Turbo3's raced the engine's own first compile and killed it).
+        runtime = "PASS" if family is not None else "FAIL"
+        head = (
+            f"{PLUGIN_NAME} {__version__}: vLLM {vllm_version or 'unknown'}, runtime={runtime} {guards} "
+            "post_start_warmup=disabled-default,"
+        )
         if family is not None:
             _state.status_line = f"{head} GDN interface check: PASS {reason}"
             logger.info(_state.status_line)
@@ -75,3 +87,31 @@ def register() -> None:
         if require:
             raise CaovanRequireError(f"{_state.status_line} (CAOVAN_REQUIRE_TURBO3=1 requires caovan)")
         logger.warning(_state.status_line)
+        _install_inert_check(reason)
+
+
+def inert_check(reason: str) -> Callable[[Any, Any], None]:
+    """What the inert plugin checks before vLLM loads the served model: the caovan options parse (a malformed key
+    is the usual ``CaovanConfigError``) and, under ``caovan_require_turbo3``, start-up fails with ``reason``."""
+
+    def check(vllm_config: Any, model_config: Any) -> None:
+        from .adapters.model_loader import is_target_model
+
+        if not is_target_model(vllm_config, model_config):
+            return  # the MTP draft: the served model's load already checked
+        options = parse_options(getattr(vllm_config, "additional_config", None))
+        if options.require:
+            raise CaovanRequireError(
+                f"{PLUGIN_NAME}: caovan_require_turbo3=true requires caovan, but the plugin is inert: {reason}"
+            )
+
+    return check
+
+
+def _install_inert_check(reason: str) -> None:
+    try:
+        from .adapters import model_loader
+
+        model_loader.install(before=inert_check(reason))  # False (no such loader): skipped quietly
+    except Exception:  # the check only serves require mode and bad keys; it never stops vLLM by failing itself
+        pass

@@ -8,6 +8,12 @@ Each guard only fills in a default (never overrides what the user set) and says 
   ``${XDG_CACHE_HOME:-~/.cache}/caovan-sm75-turbo3``) used for Triton's cache when ``TRITON_CACHE_DIR`` is unset,
   so kernels built by another stack are never picked up and nothing is wiped between starts.
 
+The plugin's status line always carries ``sm75=N/M`` (SM75 GPUs / GPUs visible to this process) and each guard's
+token, whether it acted or not: ``flashinfer_sampler=`` ``disabled-sm75-guard``, ``disabled-by-user``,
+``enabled-by-user``, ``set-by-user`` (a value vLLM cannot read) or ``default`` (left to vLLM);
+``triton_cache=`` ``isolated``, ``set-by-user`` or ``default``.  The processes vLLM starts after the guard inherit
+its values; ``CAOVAN_GUARDS_APPLIED`` tells them which were the guard's.
+
 GPU capabilities are read through NVML (``pynvml``, a vLLM dependency) so that loading the plugin never
 initialises CUDA in vLLM's front-end process (vLLM forks workers after it).
 """
@@ -33,6 +39,8 @@ class Guard:
     value: str
     applies: bool
     why: str
+    #: The value of the Turbo3 status-line token ``name=status``: what the variable is and who set it.
+    status: str = ""
 
 
 def base_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -50,15 +58,68 @@ def _dist_version(name: str) -> str:
         return "none"
 
 
+def _device_toolkit() -> str:
+    """The CUDA (or ROCm) version torch was built for, as in wheel tags: ``cu130``; ``cpu`` for a CPU build."""
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    cuda = getattr(torch.version, "cuda", None)
+    if cuda:
+        return "cu" + cuda.replace(".", "")
+    hip = getattr(torch.version, "hip", None)
+    return f"rocm{hip.split('-')[0]}" if hip else "cpu"
+
+
 def isolated_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """One folder per caovan / Python / torch stack: a different stack never reuses these kernels."""
+    """One folder per caovan / Python / torch / CUDA stack: a different stack never reuses these kernels."""
     py = ".".join(platform.python_version_tuple()[:2])
     torch_version = _dist_version("torch").replace("+", "-")
-    return base_cache_dir(environ) / f"caovan{__version__}-py{py}-torch{torch_version}"
+    return base_cache_dir(environ) / f"caovan{__version__}-py{py}-torch{torch_version}-{_device_toolkit()}"
 
 
-def nvml_capabilities() -> list[tuple[int, int]]:
-    """Compute capabilities of visible GPUs without initialising CUDA; [] when NVML is unavailable."""
+#: Names of the variables a guard set, for the processes vLLM starts after it: they inherit the value, and without
+#: this mark would report it as the user's.
+GUARDS_ENV = "CAOVAN_GUARDS_APPLIED"
+
+
+def visible_indices(cuda_visible_devices: str | None, uuids: Sequence[str]) -> list[int | None]:
+    """NVML indices of the GPUs this process sees through ``CUDA_VISIBLE_DEVICES``, in its order.
+
+    As CUDA reads it: indices or (prefixes of) ``GPU-`` UUIDs, the list ending at the first entry that names no
+    GPU (or one already named).  NVML's index is taken as CUDA's, as vLLM's own platform does.  A ``MIG-``
+    instance is visible but has no NVML index here: None (MIG starts with sm_80, so it is never an SM75 GPU).
+    """
+    if cuda_visible_devices is None:
+        return list(range(len(uuids)))
+    visible: list[int | None] = []
+    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
+        if entry.lstrip("-").isdigit():
+            index: int | None = int(entry)
+            if not 0 <= index < len(uuids):
+                break
+        elif entry.startswith("GPU-"):
+            matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
+            if len(matches) != 1:
+                break
+            index = matches[0]
+        elif entry.startswith("MIG-"):
+            index = None
+        else:
+            break
+        if index is not None and index in visible:
+            break
+        visible.append(index)
+    return visible
+
+
+def nvml_capabilities(environ: Mapping[str, str] | None = None) -> list[tuple[int, int]]:
+    """Compute capabilities of the GPUs visible to this process without initialising CUDA; [] without NVML.
+
+    NVML lists every GPU of the host: ``CUDA_VISIBLE_DEVICES`` decides which of them this process (and the
+    workers vLLM starts from it) can use.
+    """
+    env = os.environ if environ is None else environ
     try:
         import pynvml
     except ImportError:
@@ -68,50 +129,96 @@ def nvml_capabilities() -> list[tuple[int, int]]:
     except Exception:
         return []
     try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        uuids = [_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
         caps = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            caps.append(tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)))
+        for index in visible_indices(env.get("CUDA_VISIBLE_DEVICES"), uuids):
+            if index is None:
+                caps.append((0, 0))  # a MIG instance (see visible_indices)
+            else:
+                caps.append(tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handles[index])))
         return caps
+    except Exception:  # a query NVML refuses: no GPU facts rather than a broken plugin load
+        return []
     finally:
         pynvml.nvmlShutdown()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _set_by_guard(env_name: str, value: str, environ: Mapping[str, str]) -> bool:
+    """Whether a guard of an earlier caovan process (vLLM's front end, before it started this one) set it."""
+    return env_name in environ.get(GUARDS_ENV, "").split(",") and environ.get(env_name) == value
+
+
+def _sampler_status(value: str) -> str:
+    # As vLLM reads it: int(value) != 0.
+    try:
+        return "enabled-by-user" if int(value) else "disabled-by-user"
+    except ValueError:
+        return "set-by-user"
 
 
 def plan_guards(capabilities: Sequence[tuple[int, int]], environ: Mapping[str, str]) -> list[Guard]:
     sm75 = sum(tuple(c) == SM75 for c in capabilities)
     guards = []
-    if "VLLM_USE_FLASHINFER_SAMPLER" in environ:
+    sampler = "VLLM_USE_FLASHINFER_SAMPLER"
+    if sampler in environ and _set_by_guard(sampler, "0", environ):
+        guards.append(Guard("flashinfer_sampler", sampler, "0", False, "set by caovan's guard", "disabled-sm75-guard"))
+    elif sampler in environ:
+        value = environ[sampler]
+        guards.append(Guard("flashinfer_sampler", sampler, value, False, "set by the user", _sampler_status(value)))
+    elif sm75:
         guards.append(
             Guard(
                 "flashinfer_sampler",
-                "VLLM_USE_FLASHINFER_SAMPLER",
-                environ["VLLM_USE_FLASHINFER_SAMPLER"],
-                False,
-                "set by the user",
-            )
-        )
-    else:
-        guards.append(
-            Guard(
-                "flashinfer_sampler",
-                "VLLM_USE_FLASHINFER_SAMPLER",
+                sampler,
                 "0",
-                sm75 > 0,
-                f"disabled-sm75-guard (sm75={sm75}/{len(capabilities)})" if sm75 else "no SM75 GPU: left to vLLM",
+                True,
+                f"disabled-sm75-guard (sm75={sm75}/{len(capabilities)})",
+                "disabled-sm75-guard",
             )
         )
-    if "TRITON_CACHE_DIR" in environ:
-        guards.append(Guard("triton_cache", "TRITON_CACHE_DIR", environ["TRITON_CACHE_DIR"], False, "set by the user"))
     else:
-        cache = str(isolated_cache_dir(environ) / "triton")
-        guards.append(Guard("triton_cache", "TRITON_CACHE_DIR", cache, sm75 > 0, "isolated per caovan/Python/torch"))
+        guards.append(Guard("flashinfer_sampler", sampler, "0", False, "no SM75 GPU: left to vLLM", "default"))
+    cache = str(isolated_cache_dir(environ) / "triton")
+    if "TRITON_CACHE_DIR" in environ and _set_by_guard("TRITON_CACHE_DIR", cache, environ):
+        guards.append(Guard("triton_cache", "TRITON_CACHE_DIR", cache, False, "set by caovan's guard", "isolated"))
+    elif "TRITON_CACHE_DIR" in environ:
+        value = environ["TRITON_CACHE_DIR"]
+        guards.append(Guard("triton_cache", "TRITON_CACHE_DIR", value, False, "set by the user", "set-by-user"))
+    else:
+        why = "isolated per caovan/Python/torch/CUDA" if sm75 else "no SM75 GPU: left to Triton"
+        guards.append(
+            Guard("triton_cache", "TRITON_CACHE_DIR", cache, sm75 > 0, why, "isolated" if sm75 else "default")
+        )
     return guards
 
 
-def apply_guards(environ: MutableMapping[str, str] | None = None) -> list[Guard]:
+@dataclass(frozen=True)
+class GuardReport:
+    """What the guards found and did in this process, for the plugin's status line."""
+
+    capabilities: tuple[tuple[int, int], ...]
+    guards: tuple[Guard, ...]
+
+    def tokens(self) -> str:
+        """``sm75=N/M`` (SM75 GPUs / GPUs visible to this process) and each guard's ``name=status``."""
+        sm75 = sum(tuple(c) == SM75 for c in self.capabilities)
+        return " ".join([f"sm75={sm75}/{len(self.capabilities)}", *(f"{g.name}={g.status}" for g in self.guards)])
+
+
+def apply_guards(environ: MutableMapping[str, str] | None = None) -> GuardReport:
     env = os.environ if environ is None else environ
-    guards = plan_guards(nvml_capabilities(), env)
+    capabilities = tuple(nvml_capabilities(env))
+    guards = plan_guards(capabilities, env)
+    applied = [name for name in env.get(GUARDS_ENV, "").split(",") if name]
     for guard in guards:
         if guard.applies:
             env.setdefault(guard.env, guard.value)
-    return guards
+            applied.append(guard.env)
+    if applied:
+        env[GUARDS_ENV] = ",".join(dict.fromkeys(applied))
+    return GuardReport(capabilities, tuple(guards))

@@ -1,11 +1,13 @@
 """register() logic with a stand-in selection (the real-vLLM version lives in tests/discovery)."""
 
 import logging
+import os
 
 import pytest
 
 import caovan.adapters
-from caovan import plugin
+from caovan import plugin, runtime_guards
+from caovan.adapters import model_loader
 from caovan.adapters.registry import Selection
 
 
@@ -22,15 +24,19 @@ class _BrokenAdapter(_Adapter):
 
 
 @pytest.fixture
-def fresh_state(monkeypatch):
+def fresh_state(monkeypatch, caovan_records):
+    # caovan_records (conftest.py) lets vLLM configure logging first: the handler survives when run alone.
     monkeypatch.setattr(plugin, "_state", plugin._PluginState())
-    monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    plugin.logger.addHandler(handler)
-    yield records
-    plugin.logger.removeHandler(handler)
+    for name in list(os.environ):
+        if name.upper().startswith("CAOVAN_"):
+            monkeypatch.delenv(name)
+    # The inert path wraps vLLM's model loader (test_model_loader_checks.py): keep the real one untouched here.
+    monkeypatch.setattr(model_loader, "install", lambda before=None, after=None: False)
+    # The guards see two SM75 GPUs and a clean environment of their own, never this process's.
+    monkeypatch.setattr(runtime_guards, "nvml_capabilities", lambda environ=None: [(7, 5), (7, 5)])
+    apply_guards, guard_env = runtime_guards.apply_guards, {"CAOVAN_CACHE_DIR": "/cache"}
+    monkeypatch.setattr(runtime_guards, "apply_guards", lambda environ=None: apply_guards(guard_env))
+    return caovan_records
 
 
 def _select(adapter, reason):
@@ -50,8 +56,8 @@ def test_register_logs_one_status_line_and_is_idempotent(fresh_state, monkeypatc
     assert len(calls) == 1
     assert len(fresh_state) == 1
     line = fresh_state[0].getMessage()
-    assert line.startswith("caovan_sm75_turbo3 0.1.0: vLLM 0.21.0, GDN interface check: PASS")
-    assert "family=gdn-linear-attn-v020, layer override installed" in line
+    assert line.startswith("caovan_sm75_turbo3 0.1.0: vLLM 0.21.0, runtime=PASS ")
+    assert "GDN interface check: PASS family=gdn-linear-attn-v020, layer override installed" in line
     assert plugin.status().family_id == "gdn-linear-attn-v020"
 
 
@@ -90,4 +96,41 @@ def test_install_failure_stays_inert(fresh_state, monkeypatch):
     assert plugin.status().family_id is None
     assert "installing its override failed: RuntimeError: GatedDeltaNetAttention is already replaced" in (
         fresh_state[0].getMessage()
+    )
+
+
+def test_status_line_always_has_the_turbo3_tokens(fresh_state, monkeypatch):
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(_Adapter(), "family=gdn-linear-attn-v020"))
+    plugin.register()
+    assert fresh_state[0].getMessage() == (
+        "caovan_sm75_turbo3 0.1.0: vLLM 0.21.0, runtime=PASS sm75=2/2 flashinfer_sampler=disabled-sm75-guard "
+        "triton_cache=isolated post_start_warmup=disabled-default, "
+        "GDN interface check: PASS family=gdn-linear-attn-v020, layer override installed"
+    )
+
+
+def test_inert_status_line_says_runtime_fail_and_keeps_the_tokens(fresh_state, monkeypatch):
+    monkeypatch.setattr(runtime_guards, "nvml_capabilities", lambda environ=None: [(8, 6)])
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(None, "no GDN family matches vLLM 9.9.9: x"))
+    plugin.register()
+    assert (
+        fresh_state[0]
+        .getMessage()
+        .startswith(
+            "caovan_sm75_turbo3 0.1.0: vLLM 0.21.0, runtime=FAIL sm75=0/1 flashinfer_sampler=default "
+            "triton_cache=default post_start_warmup=disabled-default, GDN interface check: FAIL, plugin inert: "
+        )
+    )
+
+
+def test_unknown_caovan_environment_variables_get_one_warning_line(fresh_state, monkeypatch):
+    monkeypatch.setenv("CAOVAN_GDN_LEGACY_DISABLE", "1")
+    monkeypatch.setenv("CAOVAN_REQUIRE", "1")
+    monkeypatch.setenv("CAOVAN_CACHE_DIR", "/cache")
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(_Adapter(), "family=gdn-linear-attn-v020"))
+    plugin.register()
+    assert [r.levelno for r in fresh_state] == [logging.WARNING, logging.INFO]
+    assert fresh_state[0].getMessage() == (
+        "caovan_sm75_turbo3: environment variables caovan ignores: CAOVAN_GDN_LEGACY_DISABLE (it has no effect, "
+        "caovan has no legacy bridge), CAOVAN_REQUIRE (not read by caovan; did you mean CAOVAN_REQUIRE_TURBO3?)"
     )

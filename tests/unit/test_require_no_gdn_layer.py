@@ -1,20 +1,32 @@
-"""Require mode when the model has no GDN layer (stand-in loader and model; the wrap itself is
-checked against vLLM's real BaseModelLoader in tests/discovery)."""
+"""Require mode, and the enabled-but-idle line, when the model has no GDN layer (stand-in loader and model; the
+wrap itself is checked against vLLM's real BaseModelLoader in tests/discovery)."""
 
+import logging
 from types import SimpleNamespace
 
 import pytest
 
-from caovan.adapters.gdn_linear_attn_v020_layer import check_required_model, wrap_load_model
+from caovan.adapters import gdn_linear_attn_v020_layer as layer_mod
+from caovan.adapters.gdn_linear_attn_v020_layer import check_required_model
+from caovan.adapters.model_loader import wrap_load_model
 from caovan.options import CaovanRequireError
 
 
 class _Model:
+    """A model with one GDN layer of caovan's (taken over or not)."""
+
     def __init__(self, planned: bool):
         self.layer = SimpleNamespace(_caovan_plan=object() if planned else None)
 
     def modules(self):
         return [self, self.layer]
+
+
+class _LlamaForCausalLM:
+    """A model without any GDN layer."""
+
+    def modules(self):
+        return [self, SimpleNamespace()]
 
 
 def _configs(additional):
@@ -35,12 +47,37 @@ def test_require_with_a_taken_over_layer_passes(monkeypatch):
     check_required_model(vllm_config, model_config, _Model(planned=True))
 
 
-def test_draft_model_and_no_require_are_left_alone(monkeypatch):
+def test_draft_model_and_no_require_are_left_alone(monkeypatch, caovan_records):
     monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
     vllm_config, _ = _configs({"caovan": True, "caovan_require_turbo3": True})
     check_required_model(vllm_config, SimpleNamespace(model="draft"), _Model(planned=False))
+    check_required_model(vllm_config, SimpleNamespace(model="draft"), _LlamaForCausalLM())
+    # A GDN layer that stays vLLM's already said why when it was built: nothing more here.
     vllm_config, model_config = _configs({"caovan": True})
     check_required_model(vllm_config, model_config, _Model(planned=False))
+    assert caovan_records == []
+
+
+def test_enabled_without_any_gdn_layer_says_so_once(monkeypatch, caovan_records):
+    monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
+    monkeypatch.setattr(layer_mod, "_announced", set())
+    vllm_config, model_config = _configs({"caovan": True})
+    check_required_model(vllm_config, model_config, _LlamaForCausalLM())
+    check_required_model(vllm_config, model_config, _LlamaForCausalLM())
+    assert [r.levelno for r in caovan_records] == [logging.WARNING]
+    assert caovan_records[0].getMessage() == (
+        "caovan_sm75_turbo3: caovan is enabled but /models/llama has no GDN layer caovan can take over "
+        "(model class _LlamaForCausalLM): vLLM's own path runs"
+    )
+
+
+def test_not_enabled_without_any_gdn_layer_stays_silent(monkeypatch, caovan_records):
+    monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
+    monkeypatch.setattr(layer_mod, "_announced", set())
+    for additional in (None, {}, {"caovan": False}, {"gdn_prefill_backend": "x"}):
+        vllm_config, model_config = _configs(additional)
+        check_required_model(vllm_config, model_config, _LlamaForCausalLM())
+    assert caovan_records == []
 
 
 def test_wrapped_loader_checks_after_building(monkeypatch):
@@ -50,7 +87,7 @@ def test_wrapped_loader_checks_after_building(monkeypatch):
     def load_model(self, vllm_config, model_config, prefix=""):
         return _Model(planned=False)
 
-    wrapped = wrap_load_model(load_model)
+    wrapped = wrap_load_model(load_model, after=check_required_model)
     assert wrapped._caovan_wrapped is load_model
     with pytest.raises(CaovanRequireError):
         wrapped(object(), vllm_config, model_config)

@@ -16,18 +16,16 @@ Patch of upstream behaviour, documented in place:
   In mixed prefill + spec batches the spec tokens are ours and the rest is handed to the in-tree core.
 * Remove when: this family leaves the matrix (vLLM 0.22 moved the class to ``layers/mamba/gdn/``).
 
-A second, smaller patch serves require mode: a model without any GDN layer never builds this class, so
-nothing here would notice that caovan cannot act. ``install()`` wraps ``BaseModelLoader.load_model``
-(``vllm/model_executor/model_loader/base_loader.py``, 0.21.0) so that, after the *target* model is built
-(not the MTP draft, which has no GDN layer of its own), require mode fails start-up when no layer of the model
-was taken over. Loaders that override ``load_model`` (GGUF, tensorizer) are not covered. Remove together with
-the layer override.
+A second, smaller patch serves a model without any GDN layer, which never builds this class, so nothing here
+would notice that caovan cannot act: ``install()`` wraps vLLM's model loader (``model_loader.py``) so that, after
+the *target* model is built (not the MTP draft, which has no GDN layer of its own), require mode fails start-up
+when no layer of the model was taken over, and an enabled caovan says in one line when the model has no GDN layer.
+Remove together with the layer override.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +34,7 @@ from .. import PLUGIN_NAME
 from ..dispatch import counters
 from ..log import logger
 from ..options import CaovanRequireError, parse_options
+from . import model_loader
 
 FAMILY_ID = "gdn-linear-attn-v020"
 IN_TREE_NAME = "GatedDeltaNetAttention"
@@ -128,10 +127,48 @@ def _as_kernel_args(a_log, dt_bias, weight, bias, conv_state, ssm_state, conv_di
     return (a_log, dt_bias, weight.view(weight.size(0), weight.size(2)), bias, conv_view, ssm_state)
 
 
-def unsupported_reasons(layer: Any, is_cuda: bool) -> list[str]:
+def gpu_reason(capability: tuple[int, int] | None) -> str | None:
+    """Why the kernels cannot run on a GPU of this compute capability, or None when they can.
+
+    Decided here, at layer construction, through the same ``config_for`` the kernels call on their first launch:
+    a GPU it refuses (older than sm_75) would otherwise make that first launch raise in the worker, at the
+    first spec batch or during CUDA-graph capture.  A layer that passes never reaches that error at run time:
+    its tensors live on the device checked here.
+    """
+    from ..kernels.gdn_spec_decode.launch_configs import config_for
+
+    if capability is None:
+        return "the GPU's compute capability could not be read"
+    try:
+        config_for(capability)
+    except ValueError:
+        return f"GPU sm{capability[0]}{capability[1]} is older than the kernels' sm_75 target"
+    return None
+
+
+def current_gpu_capability() -> tuple[int, int] | None:
+    """Compute capability of the device this process builds the model on; None when it cannot be read."""
+    import torch
+    from vllm.platforms import current_platform
+
+    try:
+        if torch.cuda.is_initialized():
+            # vLLM's workers select their device before building the model; this is the query the kernels make.
+            capability = torch.cuda.get_device_capability(torch.cuda.current_device())
+        else:
+            # Device 0 is the one CUDA would pick; vLLM's platform reads it without initialising CUDA.
+            capability = current_platform.get_device_capability(0)
+    except Exception:  # a failed query leaves the layer to vLLM (reported as unknown), never breaks the build
+        return None
+    return None if capability is None else (int(capability[0]), int(capability[1]))
+
+
+def unsupported_reasons(layer: Any, is_cuda: bool, capability: tuple[int, int] | None) -> list[str]:
     reasons = []
     if not is_cuda:
         reasons.append("platform is not CUDA")
+    elif (why := gpu_reason(capability)) is not None:
+        reasons.append(why)
     if not getattr(layer, "num_spec", 0):
         reasons.append("speculative decoding is off (no --speculative-config): no spec-decode step to accelerate")
     tp = layer.tp_size
@@ -158,7 +195,8 @@ def plan_for_layer(layer: Any) -> LayerPlan | None:
     if not options.enabled:
         _once("off", logging.INFO, "%s: off (%s); vLLM's own GDN kernels run", PLUGIN_NAME, options.source)
         return None
-    reasons = unsupported_reasons(layer, current_platform.is_cuda())
+    is_cuda = current_platform.is_cuda()
+    reasons = unsupported_reasons(layer, is_cuda, current_gpu_capability() if is_cuda else None)
     if reasons:
         why = "; ".join(reasons)
         if options.require:
@@ -284,37 +322,30 @@ def build_override_class(base: type) -> type:
 
 
 def check_required_model(vllm_config: Any, model_config: Any, model: Any) -> None:
-    """Require mode: fail start-up when the target model has no GDN layer caovan took over."""
-    if model_config is not getattr(vllm_config, "model_config", None):
+    """After the target model is built: require mode fails start-up when caovan took over none of its layers, and
+    an enabled caovan says in one line when the model has no GDN layer at all (otherwise the start-up PASS line
+    would be the last word, and the user would believe caovan active)."""
+    if not model_loader.is_target_model(vllm_config, model_config):
         return  # the MTP draft (or another auxiliary model) has no GDN layer of its own
     options = parse_options(getattr(vllm_config, "additional_config", None))
-    if not options.require:
+    if not options.enabled:
         return
-    if any(getattr(module, "_caovan_plan", None) is not None for module in model.modules()):
+    # Every layer of ours carries _caovan_plan (None when it stays vLLM's; it then said why when it was built).
+    plans = [module._caovan_plan for module in model.modules() if hasattr(module, "_caovan_plan")]
+    if any(plan is not None for plan in plans):
         return
     name = getattr(model_config, "model", "this model")
-    raise CaovanRequireError(
-        f"{PLUGIN_NAME}: require mode is on but {name} has no GDN layer caovan can take over "
-        f"(model class {type(model).__name__})"
-    )
-
-
-def wrap_load_model(original: Any) -> Any:
-    @functools.wraps(original)
-    def load_model(self: Any, vllm_config: Any, model_config: Any, *args: Any, **kwargs: Any) -> Any:
-        model = original(self, vllm_config, model_config, *args, **kwargs)
-        check_required_model(vllm_config, model_config, model)
-        return model
-
-    load_model._caovan_wrapped = original  # type: ignore[attr-defined]
-    return load_model
+    what = f"{name} has no GDN layer caovan can take over (model class {type(model).__name__})"
+    if options.require:
+        raise CaovanRequireError(f"{PLUGIN_NAME}: require mode is on but {what}")
+    if not plans:
+        _once("no-gdn-layer", logging.WARNING, "%s: caovan is enabled but %s: vLLM's own path runs", PLUGIN_NAME, what)
 
 
 def install() -> str:
     """Register the override once per process; returns what happened (for the status line)."""
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
-    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     existing = op_registry_oot.get(IN_TREE_NAME)
     if existing is not None:
@@ -324,20 +355,18 @@ def install() -> str:
             f"{IN_TREE_NAME} is already replaced by {existing.__module__}.{existing.__qualname__}; "
             "two plugins cannot both replace it"
         )
+    # The loader first: should registering the layer fail, the inert plugin replaces this check with its own.
+    if not model_loader.install(after=check_required_model):
+        raise RuntimeError(f"{model_loader.LOADER_CLASS}.load_model(vllm_config, model_config) not found")
     gdn.GatedDeltaNetAttention.register_oot(build_override_class(gdn.GatedDeltaNetAttention), name=IN_TREE_NAME)
-    if not hasattr(BaseModelLoader.load_model, "_caovan_wrapped"):
-        BaseModelLoader.load_model = wrap_load_model(BaseModelLoader.load_model)
     return "installed"
 
 
 def uninstall() -> bool:
     """Remove the override (tests; ``pip uninstall`` needs nothing: vLLM then never loads caovan)."""
     from vllm.model_executor.custom_op import op_registry_oot
-    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-    original = getattr(BaseModelLoader.load_model, "_caovan_wrapped", None)
-    if original is not None:
-        BaseModelLoader.load_model = original
+    model_loader.uninstall()
     existing = op_registry_oot.get(IN_TREE_NAME)
     if existing is not None and getattr(existing, "_caovan_override", False):
         del op_registry_oot[IN_TREE_NAME]

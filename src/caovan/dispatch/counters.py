@@ -6,7 +6,8 @@ and replays are invisible here, so the engine tests that count calls run eagerly
 
 ``CAOVAN_COUNTERS_FILE``: when set, each process writes its counters as JSON at exit to this path, with
 ``{pid}`` replaced by the process id (vLLM runs the model in worker processes the caller cannot inspect).
-``CAOVAN_LOG_COUNTERS=1``: also log the counters at exit.
+``CAOVAN_LOG_COUNTERS=1``: also log the counters at exit (a boolean switch like the others: 1/true/yes/on or
+0/false/no/off).  Neither ever makes the exit fail: a value that cannot be used is one warning line.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..log import logger
+from ..options import CaovanConfigError, env_flag
 
 ACTIVE_LINE = "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed"
 
@@ -62,14 +64,27 @@ def reset() -> None:
 
 def _at_exit() -> None:
     snap = snapshot()
-    if os.environ.get("CAOVAN_LOG_COUNTERS", "") not in ("", "0"):
+    try:
+        log_counters = env_flag("CAOVAN_LOG_COUNTERS", meaning="log the counters")
+    except CaovanConfigError as exc:
+        logger.warning("caovan dispatch counters not logged: %s", exc)
+        log_counters = False
+    if log_counters:
         logger.info("caovan dispatch counters: %s", json.dumps(snap, sort_keys=True))
     target = os.environ.get("CAOVAN_COUNTERS_FILE")
     if target:
         path = Path(target.replace("{pid}", str(os.getpid())))
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(snap, sort_keys=True))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(snap, sort_keys=True))
+            os.replace(tmp, path)
+        except OSError as exc:  # a traceback at exit helps nobody: say where and why, once
+            logger.warning(
+                "caovan dispatch counters not written: CAOVAN_COUNTERS_FILE=%s: %s: %s",
+                target,
+                type(exc).__name__,
+                exc.strerror or exc,
+            )
 
 
 def install_exit_hook() -> None:

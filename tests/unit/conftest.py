@@ -1,0 +1,28 @@
+import logging
+
+import pytest
+
+
+@pytest.fixture
+def caovan_records():
+    """The records caovan's logger emits during the test.
+
+    vLLM configures logging when ``vllm.logger`` is first imported, and ``dictConfig`` then strips the handlers of
+    every existing child of the ``vllm`` logger, caovan's among them.  A test that triggers that first import
+    (register() probing the real vLLM) would lose a handler added before it, so vLLM's set-up runs first.
+    """
+    try:
+        import vllm.logger  # noqa: F401
+    except ImportError:  # unit tests also run without vLLM: then nothing strips the handler
+        pass
+    from caovan.log import logger
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    yield records
+    logger.removeHandler(handler)
+    logger.setLevel(level)

@@ -1,0 +1,108 @@
+"""The inert plugin still checks the caovan options when vLLM loads the model (stand-in loader module; the wrap of
+vLLM's real BaseModelLoader is checked in tests/discovery)."""
+
+import sys
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+import caovan.adapters
+from caovan import plugin, runtime_guards
+from caovan.adapters import model_loader
+from caovan.adapters.registry import Selection
+from caovan.options import CaovanConfigError, CaovanRequireError
+
+
+class _Loader:
+    def load_model(self, vllm_config, model_config, prefix=""):
+        return "model"
+
+
+@pytest.fixture
+def fake_loader(monkeypatch):
+    # register() applies the environment guards: give them an environment of their own, never this process's.
+    apply_guards = runtime_guards.apply_guards
+    monkeypatch.setattr(runtime_guards, "apply_guards", lambda environ=None: apply_guards({}))
+    monkeypatch.setattr(runtime_guards, "nvml_capabilities", lambda environ=None: [])
+    module = ModuleType(model_loader.LOADER_MODULE)
+
+    class BaseModelLoader(_Loader):
+        pass
+
+    module.BaseModelLoader = BaseModelLoader
+    monkeypatch.setitem(sys.modules, model_loader.LOADER_MODULE, module)
+    return BaseModelLoader
+
+
+@pytest.fixture
+def inert_plugin(monkeypatch, fake_loader):
+    monkeypatch.setattr(plugin, "_state", plugin._PluginState())
+    monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
+    monkeypatch.setattr(
+        caovan.adapters, "select_adapter", lambda: Selection("9.9.9", None, "no GDN family matches vLLM 9.9.9: x")
+    )
+    plugin.register()
+    return fake_loader
+
+
+def _load(loader_cls, additional, target=True):
+    model_config = SimpleNamespace(model="/models/qwen")
+    vllm_config = SimpleNamespace(model_config=model_config, additional_config=additional)
+    return loader_cls().load_model(vllm_config, model_config if target else SimpleNamespace(model="draft"))
+
+
+def test_inert_plugin_enforces_require_from_the_config_key(inert_plugin):
+    with pytest.raises(CaovanRequireError, match="plugin is inert: no GDN family matches vLLM 9.9.9"):
+        _load(inert_plugin, {"caovan": True, "caovan_require_turbo3": True})
+
+
+def test_inert_plugin_reports_malformed_keys(inert_plugin):
+    with pytest.raises(CaovanConfigError, match="key 'caovan' must be true or false, got str 'yes'"):
+        _load(inert_plugin, {"caovan": "yes"})
+
+
+def test_inert_plugin_without_require_loads_and_drafts_are_skipped(inert_plugin):
+    assert _load(inert_plugin, {"caovan": True}) == "model"
+    assert _load(inert_plugin, None) == "model"
+    assert _load(inert_plugin, {"caovan": "yes"}, target=False) == "model"
+
+
+def test_install_failure_also_gets_the_inert_check(monkeypatch, fake_loader):
+    class Broken:
+        family_id = "gdn-linear-attn-v020"
+
+        def install(self):
+            model_loader.install(after=lambda *a: None)  # the family's check went in before the failure
+            raise RuntimeError("GatedDeltaNetAttention is already replaced by other.Plugin")
+
+    monkeypatch.setattr(plugin, "_state", plugin._PluginState())
+    monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
+    monkeypatch.setattr(caovan.adapters, "select_adapter", lambda: Selection("0.21.0", Broken(), "family=x"))
+    plugin.register()
+    with pytest.raises(CaovanRequireError, match="installing its override failed"):
+        _load(fake_loader, {"caovan": True, "caovan_require_turbo3": True})
+
+
+def test_install_wraps_once_replaces_checks_and_uninstall_restores(fake_loader):
+    original = fake_loader.load_model
+    check = plugin.inert_check("x")
+    assert model_loader.install(before=check)
+    wrapped = fake_loader.load_model
+    assert wrapped._caovan_wrapped is original
+    assert model_loader.install(before=check) and fake_loader.load_model is wrapped
+    assert model_loader.install(after=check)  # another set of checks: replaces, never stacks
+    assert fake_loader.load_model._caovan_wrapped is original
+    assert model_loader.uninstall() and fake_loader.load_model is original
+    assert not model_loader.uninstall()
+
+
+def test_a_missing_or_different_loader_is_skipped_quietly(monkeypatch, fake_loader):
+    def load_model(self, config):
+        return None
+
+    monkeypatch.setattr(fake_loader, "load_model", load_model)
+    assert not model_loader.install(before=plugin.inert_check("x"))
+    monkeypatch.delattr(sys.modules[model_loader.LOADER_MODULE], "BaseModelLoader")
+    assert not model_loader.install(before=plugin.inert_check("x"))
+    monkeypatch.setitem(sys.modules, model_loader.LOADER_MODULE, None)  # import fails
+    assert not model_loader.install(before=plugin.inert_check("x"))
