@@ -123,14 +123,11 @@ def guard_facts(gpus: dict[str, Any]) -> list[dict[str, Any]]:
     from ..runtime_guards import plan_guards
 
     caps = [tuple(int(x) for x in d["capability"].split(".")) for d in gpus.get("devices", [])]
-    facts = []
-    for g in plan_guards(caps, os.environ):
-        why = g.why
-        if not g.applies and g.env not in os.environ and not why.startswith("no SM75 GPU"):
-            # A guard not set by the user applies on an SM75 GPU only; plan_guards' reason describes what it would do.
-            why = f"no SM75 GPU: left as it is; on an SM75 GPU {g.env}={g.value}, {why}"
-        facts.append({"guard": g.name, "env": g.env, "value": g.value, "applies": g.applies, "why": why})
-    return facts
+    # plan_guards' reason already says why a guard does not apply (set by the user, or no SM75 GPU).
+    return [
+        {"guard": g.name, "env": g.env, "value": g.value, "applies": g.applies, "why": g.why}
+        for g in plan_guards(caps, os.environ)
+    ]
 
 
 def kernel_compile_facts(gpus: dict[str, Any]) -> dict[str, Any]:
