@@ -94,17 +94,24 @@ def parse_matrix_options(
 ) -> MatrixOptions:
     parser = argparse.ArgumentParser(prog='nox -s "matrix(<row>)" --', add_help=False, exit_on_error=False)
     add_matrix_options(parser)
+    known = "--runner NAME, --tiers discovery,kernel,serve, --redo, --strict, --wheelhouse DIR"
+    args = _parse_posargs(parser, posargs, what="matrix posargs", known=known)
+    return matrix_options(args, environ, detect_runner=detect_runner)
+
+
+def _parse_posargs(parser: argparse.ArgumentParser, posargs: Sequence[str], *, what: str, known: str):
+    """A nox session's posargs; every problem is one MatrixError, never argparse's usage text and exit.
+
+    (argparse's parse_args still exits on unknown arguments even with exit_on_error=False, hence
+    parse_known_args.)
+    """
     try:
         args, unknown = parser.parse_known_args(list(posargs))
     except argparse.ArgumentError as exc:
-        raise MatrixError(f"matrix posargs: {exc}") from exc
+        raise MatrixError(f"{what}: {exc}") from None
     if unknown:
-        raise MatrixError(
-            f"matrix posargs: unknown argument(s) {' '.join(unknown)} "
-            "(known: --runner NAME, --tiers discovery,kernel,serve, --redo, --strict, --wheelhouse "
-            "DIR)"
-        )
-    return matrix_options(args, environ, detect_runner=detect_runner)
+        raise MatrixError(f"{what}: unrecognized arguments: {' '.join(unknown)} (known: {known})")
+    return args
 
 
 def matrix_options(
@@ -147,18 +154,8 @@ class WheelhouseOptions:
 
 def parse_wheelhouse_options(posargs: Sequence[str], *, row_id: str, default_out: Path) -> WheelhouseOptions:
     """Posargs of ``nox -s "wheelhouse(<row>)"``: ``--out DIR``, ``--without-host-provided``."""
-    # No argparse exit or usage text inside a nox session: every problem is one MatrixError (argparse's
-    # parse_args still exits on unknown arguments even with exit_on_error=False, hence parse_known_args).
     parser = argparse.ArgumentParser(prog=f"nox -s 'wheelhouse({row_id})' --", add_help=False, exit_on_error=False)
     parser.add_argument("--out", type=Path, default=default_out)
     parser.add_argument("--without-host-provided", action="store_true")
-    try:
-        args, unknown = parser.parse_known_args(list(posargs))
-    except argparse.ArgumentError as exc:
-        raise MatrixError(f"wheelhouse posargs: {exc}") from None
-    if unknown:
-        raise MatrixError(
-            f"wheelhouse posargs: unrecognized arguments: {' '.join(unknown)} "
-            "(known: --out DIR, --without-host-provided)"
-        )
+    args = _parse_posargs(parser, posargs, what="wheelhouse posargs", known="--out DIR, --without-host-provided")
     return WheelhouseOptions(out=args.out, without_host_provided=args.without_host_provided)
