@@ -68,6 +68,10 @@ matrix_files=(matrix/*.yaml matrix/*.yml)
 [ -d "$bundle" ] || die "bundle folder '$bundle' does not exist"
 plugin_wheels=("$bundle"/dist/*.whl)
 [ ${#plugin_wheels[@]} -eq 1 ] || die "'$bundle/dist/' must hold one plugin wheel (uv build --wheel -o $bundle/dist), found ${#plugin_wheels[@]}"
+case $(basename "${plugin_wheels[0]}") in
+caovan_vllm_sm75_turbo3-*.whl) ;;
+*) die "'${plugin_wheels[0]}' is not caovan's wheel (caovan_vllm_sm75_turbo3-*.whl)" ;;
+esac
 wheels=("${plugin_wheels[@]}")
 if [ -d "$bundle/wheels" ]; then
     row_wheels=("$bundle"/wheels/*.whl)
@@ -83,6 +87,8 @@ fi
 site=${CAOVAN_SITE:-/tmp/caovan-site}
 mkdir -p "$site" "$out"
 if [ -f "$bundle/vllm-py.tgz" ]; then tar xzf "$bundle/vllm-py.tgz" -C "$site"; fi
+# A caovan left in a reused site folder by an earlier run must not stand in for this bundle's wheel.
+rm -rf "$site/caovan"
 python3 -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target "$site" "${wheels[@]}"
 # The plugin that runs is the wheel's, but the result records this checkout's source fingerprint: they must
 # be the same source, or the result would vouch for code that did not run.

@@ -136,6 +136,8 @@ def parse_options(
 ) -> CaovanOptions:
     """Read caovan's options from vLLM's ``additional_config`` (a dict, or its JSON text) and the environment.
 
+    A non-dict config object of the kind vLLM also accepts (one with ``compute_hash()``) has no caovan keys.
+
     Keys that do not start with ``caovan`` belong to vLLM or other plugins and are ignored.
     """
     if additional_config is None:
@@ -145,6 +147,11 @@ def parse_options(
             config = json.loads(additional_config) if additional_config.strip() else {}
         except json.JSONDecodeError as exc:
             raise CaovanConfigError(f"{where}: not valid JSON ({exc})") from None
+    elif not isinstance(additional_config, Mapping) and callable(getattr(additional_config, "compute_hash", None)):
+        # vLLM types the field ``dict | SupportsHash``: a platform or another plugin may pass its own config
+        # object. It holds no caovan keys, so caovan is off; an error here would stop vLLM over someone else's
+        # setting.
+        config = {}
     else:
         config = additional_config
     if not isinstance(config, Mapping):

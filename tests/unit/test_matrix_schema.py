@@ -192,6 +192,21 @@ def test_options_may_come_before_the_positionals(tmp_path, monkeypatch, capsys):
     assert "row vllm-0.21.0 has none of the selected tiers (kernel;" in capsys.readouterr().err
 
 
+def test_run_here_has_no_wheelhouse_and_ignores_caovan_wheelhouse(tmp_path, monkeypatch, capsys):
+    # run-here installs nothing: a wheelhouse option would be a promise it does not keep.
+    (tmp_path / "matrix").mkdir()
+    write(tmp_path / "matrix", "m.yaml", "rows:\n" + VALID_ROW.replace("[discovery, kernel, serve]", "[discovery]"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CAOVAN_WHEELHOUSE", str(tmp_path / "nope"))
+    # Reaches the tier check (not a "wheelhouse ... does not exist" error over a variable run-here never uses).
+    assert matrix_cli(["run-here", "vllm-0.21.0", "--runner", "cpu", "--tiers", "kernel"]) == 2
+    assert "has none of the selected tiers" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as caught:
+        matrix_cli(["run-here", "vllm-0.21.0", "--wheelhouse", str(tmp_path)])
+    assert caught.value.code == 2
+    assert "unrecognized arguments: --wheelhouse" in capsys.readouterr().err
+
+
 def test_run_here_options_are_refused_by_validate(capsys):
     with pytest.raises(SystemExit) as caught:
         matrix_cli(["validate", "--redo"])

@@ -106,3 +106,14 @@ def test_a_missing_or_different_loader_is_skipped_quietly(monkeypatch, fake_load
     assert not model_loader.install(before=plugin.inert_check("x"))
     monkeypatch.setitem(sys.modules, model_loader.LOADER_MODULE, None)  # import fails
     assert not model_loader.install(before=plugin.inert_check("x"))
+
+
+def test_a_config_object_of_another_plugin_is_not_caovans_business(inert_plugin):
+    # vLLM types additional_config as dict | SupportsHash: an object with compute_hash() holds no caovan keys.
+    class PlatformConfig:
+        def compute_hash(self) -> str:
+            return "h"
+
+    assert _load(inert_plugin, PlatformConfig()) == "model"
+    with pytest.raises(CaovanConfigError, match="must be a JSON object, got list"):
+        _load(inert_plugin, ["caovan"])

@@ -91,3 +91,19 @@ def test_wrapped_loader_checks_after_building(monkeypatch):
     assert wrapped._caovan_wrapped is load_model
     with pytest.raises(CaovanRequireError):
         wrapped(object(), vllm_config, model_config)
+
+
+def test_draft_model_method_draft_is_not_the_served_model(monkeypatch, caovan_records):
+    # vLLM's draft_model method loads the draft with a vllm_config whose model_config *is* the draft's
+    # (DraftModelProposer._create_draft_vllm_config); only speculative_config.draft_model_config tells them apart.
+    monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
+    monkeypatch.setattr(layer_mod, "_announced", set())
+    draft = SimpleNamespace(model="/models/llama-draft")
+    for additional in ({"caovan": True, "caovan_require_turbo3": True}, {"caovan": True}):
+        draft_vllm_config = SimpleNamespace(
+            model_config=draft,
+            speculative_config=SimpleNamespace(draft_model_config=draft),
+            additional_config=additional,
+        )
+        check_required_model(draft_vllm_config, draft, _LlamaForCausalLM())
+    assert caovan_records == []

@@ -59,6 +59,7 @@ def test_too_few_arguments_print_the_usage_and_exit_2(tmp_path, count):
     [
         (["{missing}", ROW, "cpu", "{out}"], "bundle folder '{missing}' does not exist"),
         (["{empty}", ROW, "cpu", "{out}"], "'{empty}/dist/' must hold one plugin wheel"),
+        (["{foreign}", ROW, "cpu", "{out}"], "'{foreign}/dist/foo-1.0-py3-none-any.whl' is not caovan's wheel"),
         (["{bundle}", "vllm-9.9.9", "cpu", "{out}"], "row 'vllm-9.9.9' is not in matrix/*.yaml"),
         (["{bundle}", "vllm-0.21", "cpu", "{out}"], "row 'vllm-0.21' is not in matrix/*.yaml"),
         (["{bundle}", ROW, "My Box", "{out}"], "runner name 'My Box' must be a slug"),
@@ -70,6 +71,7 @@ def test_too_few_arguments_print_the_usage_and_exit_2(tmp_path, count):
     ids=[
         "no-bundle",
         "no-plugin-wheel",
+        "foreign-wheel",
         "unknown-row",
         "row-prefix",
         "runner",
@@ -81,7 +83,15 @@ def test_too_few_arguments_print_the_usage_and_exit_2(tmp_path, count):
 )
 def test_bad_arguments_are_one_error_and_nothing_is_created(tmp_path, bundle, args, message):
     (tmp_path / "empty").mkdir()
-    names = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "bundle": bundle, "out": tmp_path / "out"}
+    (tmp_path / "foreign" / "dist").mkdir(parents=True)
+    (tmp_path / "foreign" / "dist" / "foo-1.0-py3-none-any.whl").write_bytes(b"")
+    names = {
+        "missing": tmp_path / "missing",
+        "empty": tmp_path / "empty",
+        "foreign": tmp_path / "foreign",
+        "bundle": bundle,
+        "out": tmp_path / "out",
+    }
     done = run(tmp_path, *(arg.format(**names) for arg in args))
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("run-gpu-row-offline: error: " + message.format(**names))

@@ -34,8 +34,17 @@ After = Callable[[Any, Any, Any], None]
 
 
 def is_target_model(vllm_config: Any, model_config: Any) -> bool:
-    """True for the served model; False for the MTP draft or another auxiliary model loaded beside it."""
-    return model_config is getattr(vllm_config, "model_config", None)
+    """True for the served model; False for a speculative draft or another auxiliary model loaded beside it.
+
+    An MTP or EAGLE draft is loaded with the served model's ``vllm_config`` and its own ``model_config``; the
+    ``draft_model`` method instead builds a ``vllm_config`` whose ``model_config`` *is* the draft's
+    (``DraftModelProposer._create_draft_vllm_config``, vLLM 0.21.0), so the draft is also recognised as the
+    speculative config's ``draft_model_config``.
+    """
+    if model_config is not getattr(vllm_config, "model_config", None):
+        return False
+    speculative = getattr(vllm_config, "speculative_config", None)
+    return model_config is not getattr(speculative, "draft_model_config", None)
 
 
 def wrap_load_model(original: Any, before: Before | None = None, after: After | None = None) -> Any:

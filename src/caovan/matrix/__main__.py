@@ -24,18 +24,23 @@ from .schema import load_matrix, matrix_files
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m caovan.matrix", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m caovan.matrix",
+        description="validate|list [FILES...]: check the matrix files or print their rows (default: matrix/*.yaml). "
+        "run-here ROW [options]: run ROW's tiers with this interpreter, for a GPU host without network where the "
+        "row's packages and the plugin are already installed; run it from the repository root.",
+    )
     parser.add_argument("command", choices=("validate", "list", "run-here"))
     parser.add_argument("files", nargs="*", help="matrix files (default: matrix/*.yaml); run-here: ROW")
     parser.add_argument("--matrix-dir", type=Path, default=Path("matrix"))
     run_here_options = parser.add_argument_group("run-here options (as for nox -s matrix)")
-    add_matrix_options(run_here_options)
+    add_matrix_options(run_here_options, wheelhouse=False)
     # Intermixed: options may come before, between or after the positionals (plain parsing lets
     # nargs="*" take nothing when an option comes first, and the positionals after it are left over).
     args = parser.parse_intermixed_args(argv)
     if args.command == "run-here":
         return run_here(args.files, args, args.matrix_dir)
-    given = [f"--{name}" for name in ("runner", "tiers", "wheelhouse", "redo", "strict") if getattr(args, name)]
+    given = [f"--{name}" for name in ("runner", "tiers", "redo", "strict") if getattr(args, name)]
     if given:
         parser.error(f"{given[0]} is an option of run-here, not of {args.command}")
     args.files = [Path(f) for f in args.files]

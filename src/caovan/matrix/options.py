@@ -73,8 +73,9 @@ def parse_tiers(text: str, *, source: str) -> tuple[str, ...]:
     return tiers
 
 
-def add_matrix_options(parser: argparse.ArgumentParser) -> None:
-    """The matrix run options, for the nox session's posargs and ``python -m caovan.matrix run-here``."""
+def add_matrix_options(parser: argparse.ArgumentParser, *, wheelhouse: bool = True) -> None:
+    """The matrix run options, for the nox session's posargs and ``python -m caovan.matrix run-here`` (which
+    installs nothing, so it has no ``--wheelhouse``: ``wheelhouse=False``)."""
     parser.add_argument(
         "--runner", metavar="NAME", help="runner name (default: CAOVAN_RUNNER, else the GPU's name or cpu)"
     )
@@ -83,7 +84,8 @@ def add_matrix_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--redo", action="store_true", help="rerun tiers whose stored result is current")
     parser.add_argument("--strict", action="store_true", help="exit non-zero when a tier failed or errored")
-    parser.add_argument("--wheelhouse", metavar="DIR", help="install offline from DIR/<row>/ (nox session only)")
+    if wheelhouse:
+        parser.add_argument("--wheelhouse", metavar="DIR", help="install offline from DIR/<row>/")
 
 
 def parse_matrix_options(
@@ -139,7 +141,12 @@ def matrix_options(
 
     redo = args.redo or environ.get("CAOVAN_REDO", "").strip().lower() in TRUE_WORDS
     strict = args.strict or environ.get("CAOVAN_STRICT", "").strip().lower() in TRUE_WORDS
-    wheelhouse_text = args.wheelhouse if args.wheelhouse is not None else environ.get("CAOVAN_WHEELHOUSE") or None
+    if not hasattr(args, "wheelhouse"):  # run-here installs nothing: CAOVAN_WHEELHOUSE is not its business
+        wheelhouse_text = None
+    elif args.wheelhouse is not None:
+        wheelhouse_text = args.wheelhouse
+    else:
+        wheelhouse_text = environ.get("CAOVAN_WHEELHOUSE") or None
     wheelhouse = Path(wheelhouse_text) if wheelhouse_text else None
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise MatrixError(f"wheelhouse {wheelhouse}: folder does not exist (make it with `nox -s wheelhouse`)")
