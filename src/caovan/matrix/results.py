@@ -20,11 +20,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
 from ..jsonfile import read_json
 from . import RESULT_SCHEMA_VERSION, TIERS, MatrixError
-from .schema import CUDA_TAG_PATTERN, PYTHON_PATTERN, ROW_ID_PATTERN, MatrixRow
+from .schema import CUDA_TAG_PATTERN, PYTHON_PATTERN, ROW_ID_PATTERN, MatrixRow, pep440_form
 from .tiers import FINAL_TIER_OUTCOMES, TIER_OUTCOMES
 
 RUNNER_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -144,11 +142,8 @@ def _kind(value: Any) -> str:
 
 
 def _is_version(text: str) -> bool:
-    try:
-        Version(text)
-    except InvalidVersion:
-        return False
-    return text == text.strip()
+    # The matrix's own rule for pins (results record the row's pins and the plugin's version in that form).
+    return pep440_form(text) == text
 
 
 def _is_timestamp(text: str) -> bool:

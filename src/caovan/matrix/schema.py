@@ -107,6 +107,17 @@ def spec_fingerprint(spec: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def pep440_form(text: str) -> str | None:
+    """``text`` as PEP 440 writes the version it names (``v0.21`` -> ``0.21``), or None if it names none.
+
+    Pins must be written in this form: it is what pip and envinfo report, and what the result files record.
+    """
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        return None
+
+
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
@@ -178,15 +189,14 @@ class _RowChecker:
         value = self.string(row, name, hint=self.quote_hint(row, name, "versions"))
         if value is None:
             return None
-        try:
-            version = Version(value)
-        except InvalidVersion:
+        canonical = pep440_form(value)
+        if canonical is None:
             self.error(name, f'{value!r} is not an exact version (e.g. "0.21.0"; ranges are not pins)')
             return None
         # The pin goes into `name==value` and the result files: only the form PEP 440 writes compares
         # equal to what pip and envinfo report (no "v" prefix, no spaces).
-        if str(version) != value:
-            self.error(name, f"{value!r} is not written as PEP 440 writes it: {str(version)!r}")
+        if canonical != value:
+            self.error(name, f"{value!r} is not written as PEP 440 writes it: {canonical!r}")
             return None
         return value
 
