@@ -25,6 +25,8 @@ Mode = Literal["auto", "on", "off"]
 MODES: tuple[Mode, ...] = ("auto", "on", "off")
 
 REQUIRE_ENV = "CAOVAN_REQUIRE_TURBO3"
+#: Set by ``caovan serve`` when its AutoSpec chose the MTP depth (the routing line says ``speculative_config=auto``).
+AUTOSPEC_ENV = "CAOVAN_SERVE_AUTOSPEC"
 _ENV_TRUE = frozenset({"1", "true", "yes", "on"})
 _ENV_FALSE = frozenset({"", "0", "false", "no", "off"})
 
@@ -45,6 +47,7 @@ KNOWN_ENV: dict[str, str] = {
     "CAOVAN_COUNTERS_FILE": "plugin: dispatch counters written at exit",
     "CAOVAN_LOG_COUNTERS": "plugin: dispatch counters logged at exit",
     "CAOVAN_GUARDS_APPLIED": "plugin: set by its own environment guard for the processes vLLM starts",
+    AUTOSPEC_ENV: "plugin: set by caovan serve when its AutoSpec chose the MTP depth",
     "CAOVAN_RUNNER": "matrix (nox)",
     "CAOVAN_TIERS": "matrix (nox)",
     "CAOVAN_REDO": "matrix (nox)",

@@ -72,15 +72,14 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
+import serve_env
 import serve_workload
 import token_agreement
 
-from caovan import PLUGIN_NAME
 from caovan.testing.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
 
 pytestmark = pytest.mark.serve
@@ -165,55 +164,6 @@ JOBS = _env_number("CAOVAN_SERVE_JOBS", len(CASES), int)
 TIMEOUT_S = _env_number("CAOVAN_SERVE_TIMEOUT_S", 540.0)
 
 
-def _require_cuda() -> None:
-    try:
-        import torch
-    except ImportError as exc:
-        pytest.skip(f"no CUDA GPU: torch is not importable ({exc})")
-    if not torch.cuda.is_available():
-        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-        hint = (
-            f"; CUDA_VISIBLE_DEVICES={hidden!r} hides the GPUs (tests/discovery/conftest.py sets it to '' when "
-            "collected in the same session: run `pytest -m serve tests/serve`)"
-            if hidden is not None
-            else ""
-        )
-        pytest.skip(f"no CUDA GPU: the serve tier starts real vLLM engines{hint}")
-
-
-def _require_plugin_entry_point() -> None:
-    entry_points = metadata.entry_points(group="vllm.general_plugins")
-    ours = [ep for ep in entry_points if ep.name == PLUGIN_NAME]
-    if not ours:
-        pytest.fail(
-            f"vLLM cannot load caovan: no '{PLUGIN_NAME}' entry point in group vllm.general_plugins "
-            "(install the package, e.g. `pip install -e .`; PYTHONPATH alone gives no entry point)"
-        )
-
-
-def _subprocess_env(case_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for key in ("CAOVAN_REQUIRE_TURBO3", "CAOVAN_LOG_COUNTERS", "VLLM_PLUGINS"):
-        env.pop(key, None)
-    env.update(
-        {
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "VLLM_USE_FLASHINFER_SAMPLER": "0",
-            # Turbo3 users who restrict plugins must list this name; the tier does the same.
-            "VLLM_PLUGINS": PLUGIN_NAME,
-            "VLLM_LOGGING_LEVEL": "INFO",
-            "VLLM_CONFIGURE_LOGGING": "1",
-            "CAOVAN_COUNTERS_FILE": str(case_dir / "counters-{pid}.json"),
-            "PYTHONUNBUFFERED": "1",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-        }
-    )
-    return env
-
-
 def _command(case: Case, model_dirs: dict[str, Path], case_dir: Path) -> list[str]:
     return [
         sys.executable,
@@ -251,7 +201,7 @@ def _run_all(model_dirs: dict[str, Path], work_dir: Path) -> dict[str, EngineRun
                 _command(case, model_dirs, case_dir),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_subprocess_env(case_dir),
+                env=serve_env.engine_env(case_dir, VLLM_ENABLE_V1_MULTIPROCESSING="0"),
                 cwd=case_dir,
                 start_new_session=True,  # its own process group, so a timeout can stop all it started
             )
@@ -275,8 +225,8 @@ def _run_all(model_dirs: dict[str, Path], work_dir: Path) -> dict[str, EngineRun
 
 @pytest.fixture(scope="module")
 def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EngineRun]:
-    _require_cuda()
-    _require_plugin_entry_point()
+    serve_env.require_cuda()
+    serve_env.require_plugin_entry_point()
     artifacts = os.environ.get("CAOVAN_SERVE_ARTIFACTS")
     work_dir = Path(artifacts) if artifacts else tmp_path_factory.mktemp("serve")
     work_dir.mkdir(parents=True, exist_ok=True)

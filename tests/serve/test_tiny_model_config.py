@@ -126,3 +126,26 @@ def test_vllm_reads_the_tiny_dense_model_as_a_plain_model(tmp_path):
     target = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float16", max_model_len=512, seed=0)
     assert target.architectures == ["Qwen3ForCausalLM"]
     assert not target.is_hybrid
+
+
+@pytest.mark.discovery
+def test_vllm_loads_the_tiny_word_tokenizer(tmp_path):
+    # The HTTP test of the serve tier sends text prompts through this tokenizer; vLLM loads it as it loads any.
+    from vllm.tokenizers import get_tokenizer
+
+    from caovan.testing.tiny_tokenizer import KNOWN_WORDS, write_word_tokenizer
+
+    folder = write_word_tokenizer(tiny_models.write_tiny_qwen3_next(tmp_path / "m"), 2048)
+    tokenizer = get_tokenizer(str(folder))
+    ids = tokenizer.encode("the model w5 unknown-word")
+    assert ids == [2, 2 + KNOWN_WORDS.index("model"), 2 + len(KNOWN_WORDS) + 5, 0]
+    assert tokenizer.eos_token_id == 1
+    assert max(tokenizer.get_vocab().values()) == 2047
+    assert tokenizer.decode(ids[:2]) == "the model"
+
+
+def test_tiny_tokenizer_refuses_a_vocabulary_too_small(tmp_path):
+    from caovan.testing.tiny_tokenizer import write_word_tokenizer
+
+    with pytest.raises(ValueError, match="vocab_size=8 is smaller than its fixed words"):
+        write_word_tokenizer(tmp_path, 8)

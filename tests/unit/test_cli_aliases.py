@@ -10,6 +10,7 @@ ALIASES = [
     (cli.doctor_alias, "caovan-sm75-doctor"),
     (cli.verify_alias, "caovan-sm75-verify"),
     (cli.check_model_alias, "caovan-sm75-check-model"),
+    (cli.serve_alias, "caovan-vllm-serve"),
 ]
 
 

@@ -20,7 +20,7 @@ def _help(capsys, *argv: str) -> str:
 
 
 def test_every_command_is_here():
-    assert [m.NAME for m in COMMANDS] == ["doctor", "verify", "check-model", "bench"]
+    assert [m.NAME for m in COMMANDS] == ["doctor", "verify", "check-model", "bench", "serve"]
 
 
 @pytest.mark.parametrize("module", COMMANDS, ids=lambda m: m.NAME)
@@ -38,6 +38,7 @@ def test_help_line_style_is_shared(module):
         (["bench"], ["0 done", "1 kernels:", "2 the bench cannot run"]),
         (["bench", "kernels"], ["0 done", "1 kernels:", "2 the bench cannot run"]),
         (["bench", "summary"], ["0 done", "2 the bench cannot run"]),
+        (["serve"], ["vLLM's own once it runs", "0 after --caovan-dry-run", "2 the arguments cannot be handed"]),
     ],
 )
 def test_help_gives_the_exit_codes(capsys, argv, codes):

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .. import PLUGIN_NAME
 from ..dispatch import counters
 from ..log import logger
-from ..options import CaovanRequireError, parse_options
+from ..options import AUTOSPEC_ENV, CaovanRequireError, parse_options
 from . import model_loader
 
 FAMILY_ID = "gdn-linear-attn-v020"
@@ -185,6 +187,14 @@ def unsupported_reasons(layer: Any, is_cuda: bool, capability: tuple[int, int] |
     return reasons
 
 
+def speculative_config_token(num_spec: int, environ: Mapping[str, str] | None = None) -> str:
+    """Turbo3's ``speculative_config=auto MTP=3`` when ``caovan serve``'s AutoSpec chose this depth, else the
+    depth the user passed (``speculative_config MTP=3``)."""
+    env = os.environ if environ is None else environ
+    chosen = env.get(AUTOSPEC_ENV, "") == str(num_spec)
+    return f"speculative_config{'=auto' if chosen else ''} MTP={num_spec}"
+
+
 def plan_for_layer(layer: Any) -> LayerPlan | None:
     """Decide, once per layer at construction, whether caovan takes this layer's spec-decode core."""
     from vllm.config import get_current_vllm_config
@@ -213,12 +223,12 @@ def plan_for_layer(layer: Any) -> LayerPlan | None:
     _once(
         "on",
         logging.INFO,
-        "%s: family=%s caovan_mode=%s require=%s speculative_config MTP=%d: GDN spec-decode core routed to caovan",
+        "%s: family=%s caovan_mode=%s require=%s %s: GDN spec-decode core routed to caovan",
         PLUGIN_NAME,
         FAMILY_ID,
         options.mode,
         options.require,
-        layer.num_spec,
+        speculative_config_token(layer.num_spec),
     )
     return LayerPlan(
         num_k_heads=layer.num_k_heads // layer.tp_size,

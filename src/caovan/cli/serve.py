@@ -1,0 +1,129 @@
+"""``caovan serve MODEL [vllm serve arguments…]`` (Turbo3: ``caovan-vllm-serve``).
+
+Runs ``vllm serve`` with the user's own arguments, caovan switched on, AutoSpec's MTP speculative config when the
+user gave none, and vLLM's timeouts raised for the first compile (:mod:`caovan.serve_command` decides; this module
+prints the decisions and replaces itself with vLLM, so signals and the exit status are vLLM's own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+
+NAME = "serve"
+HELP = "run `vllm serve` with caovan on, AutoSpec's MTP speculative config and raised timeouts"
+ALIAS = "caovan-vllm-serve"
+EPILOG = (
+    "Every argument after MODEL goes to `vllm serve` as written, except the --caovan-* options, which may come "
+    "anywhere. Exit status: vLLM's own once it runs; 0 after --caovan-dry-run; 2 the arguments cannot be handed "
+    "to vLLM (malformed --additional-config, a caovan key error, an unknown --caovan-* option) or vLLM is not "
+    "installed here."
+)
+
+
+def _add_caovan_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--caovan-dry-run",
+        action="store_true",
+        help="print the vllm serve command and the environment it would get, and exit without running it",
+    )
+    parser.add_argument(
+        "--caovan-mtp",
+        type=int,
+        metavar="N",
+        help="AutoSpec's number of speculative tokens per step (default 3, Turbo3's choice on 2x22 GB); "
+        "an error if you also give --speculative-config",
+    )
+    parser.add_argument(
+        "--caovan-no-autospec",
+        action="store_true",
+        help="do not add a speculative config (caovan then has no spec-decode step to accelerate)",
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Start vLLM's OpenAI-compatible server for MODEL (a folder or a Hugging Face name) with caovan on: "
+        '{"caovan": true, "caovan_mode": "auto"} merged into your --additional-config unless you set a caovan '
+        "switch yourself; without a --speculative-config, AutoSpec adds MTP speculative decoding when "
+        "`caovan check-model` finds the model a candidate (its config.json must be local: a folder or the "
+        "Hugging Face cache); VLLM_ENGINE_ITERATION_TIMEOUT_S, VLLM_RPC_TIMEOUT and "
+        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS raised unless set. AutoMem, DynamicTP and Elastic-KV are not built: "
+        "your --gpu-memory-utilization and --tensor-parallel-size pass through."
+    )
+    _add_caovan_options(parser)
+    parser.add_argument("model", metavar="MODEL", help="the model vllm serve loads")
+    parser.add_argument(
+        "vllm_args", nargs=argparse.REMAINDER, metavar="VLLM_ARGS", help="arguments for vllm serve, as written"
+    )
+
+
+def _error(message: str) -> int:
+    print(f"caovan {NAME}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
+    """The vLLM arguments with the --caovan-* options taken out into ``args``; a message for an unknown one."""
+    picker = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    _add_caovan_options(picker)
+    try:
+        ours, rest = picker.parse_known_args(args.vllm_args)
+    except argparse.ArgumentError as exc:
+        return str(exc)
+    args.caovan_dry_run = args.caovan_dry_run or ours.caovan_dry_run
+    args.caovan_no_autospec = args.caovan_no_autospec or ours.caovan_no_autospec
+    if ours.caovan_mtp is not None:
+        args.caovan_mtp = ours.caovan_mtp
+    known = [opt for action in picker._actions for opt in action.option_strings]
+    for token in rest:
+        if token == "--":
+            break
+        if token.split("=", 1)[0].lower().replace("_", "-").startswith("--caovan"):
+            close = difflib.get_close_matches(token.split("=", 1)[0], known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            return f"unknown option {token}{hint}; caovan serve takes {', '.join(known)}"
+    return rest
+
+
+def _vllm_env_names() -> set[str] | str:
+    """The variables the installed vLLM reads, or why vLLM cannot be asked."""
+    try:
+        import vllm.envs
+    except ImportError as exc:
+        return f"vLLM is not importable here ({exc}); install vLLM next to caovan"
+    return set(vllm.envs.environment_variables)
+
+
+def run(args: argparse.Namespace) -> int:
+    from caovan.serve_command import ServeArgsError, plan_serve
+
+    vllm_args = _split_caovan_options(args)
+    if isinstance(vllm_args, str):
+        return _error(vllm_args)
+    env_names = _vllm_env_names()
+    if isinstance(env_names, str):
+        return _error(env_names)
+    try:
+        plan = plan_serve(
+            args.model,
+            vllm_args,
+            os.environ,
+            mtp=args.caovan_mtp,
+            autospec=not args.caovan_no_autospec,
+            vllm_env_names=env_names,
+        )
+    except ServeArgsError as exc:
+        return _error(str(exc))
+    # stderr: vLLM's own output follows on both streams; these lines say what caovan changed before it starts.
+    for note in plan.notes:
+        print(f"[Caovan] serve: {note}", file=sys.stderr)
+    if args.caovan_dry_run:
+        print(plan.display)
+        return 0
+    print(f"[Caovan] serve: {plan.display}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os.execve(plan.argv[0], plan.argv, plan.environment(os.environ))
+    return 0  # not reached: execve replaces this process

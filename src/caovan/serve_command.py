@@ -1,0 +1,337 @@
+"""What ``caovan serve`` (Turbo3: ``caovan-vllm-serve``) hands to ``vllm serve``.
+
+The user's own ``vllm serve`` arguments, unchanged, plus three things Turbo3 users had from ``caovan-vllm-serve``:
+
+* caovan switched on: ``{"caovan": true, "caovan_mode": "auto"}`` merged into the user's ``--additional-config``
+  (their keys kept; any caovan key of theirs, ``"caovan": false`` included, is left as they wrote it);
+* AutoSpec: when the user gave no speculative config and the model is a caovan candidate (:mod:`caovan.model_check`),
+  ``--speculative-config '{"method":"mtp","num_speculative_tokens":N}'`` (N = 3 unless ``--caovan-mtp``), and
+  ``CAOVAN_SERVE_AUTOSPEC=N`` so the plugin's routing line can say ``speculative_config=auto``;
+* vLLM's timeouts raised for the first compile on TP=2 (only variables the user has not set, and only those the
+  installed vLLM reads).
+
+AutoMem, DynamicTP and Elastic-KV are not built: the user's ``--gpu-memory-utilization`` and
+``--tensor-parallel-size`` pass through as given.
+
+The argument forms follow vLLM's ``FlexibleArgumentParser`` (``vllm/utils/argparse_utils.py``, 0.21.0): ``_`` and
+``-`` are the same in a flag name, ``--flag=value`` and ``--flag value`` are the same, ``--flag.key value`` sets
+one key of a JSON flag, and every dotted form of a flag is gathered into one JSON object appended after the other
+arguments, so that it replaces a plain ``--flag JSON`` given anywhere.  ``--config FILE.yaml`` values come before
+the command line's.  The discovery tier parses what :func:`plan_serve` builds with the installed vLLM's own serve
+parser (``tests/discovery/test_serve_command_vllm_parser.py``), so a vLLM that reads these forms differently fails
+there rather than in a user's start-up.  This module only computes; ``caovan.cli.serve`` prints and execs.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from caovan.model_check import (
+    DEFAULT_NUM_SPECULATIVE_TOKENS,
+    STATUS_FAIL,
+    ModelCheckError,
+    ModelReport,
+    check_model_dir,
+)
+from caovan.options import AUTOSPEC_ENV, CaovanConfigError, parse_options
+
+#: What ``caovan serve`` adds to ``--additional-config`` when the user set none of caovan's switches.
+ENABLE_KEYS: dict[str, Any] = {"caovan": True, "caovan_mode": "auto"}
+#: Any of these in the user's config means they decided themselves; caovan serve then adds nothing.
+SWITCH_KEYS = ("caovan", "caovan_sm75_turbo3", "caovan_mode")
+
+#: Turbo3's advice for the first TP=2 compile, which can outlast vLLM's defaults (60 s, 10 s, 300 s).
+COLD_START_TIMEOUTS: dict[str, str] = {
+    "VLLM_ENGINE_ITERATION_TIMEOUT_S": "1800",
+    "VLLM_RPC_TIMEOUT": "1800000",
+    "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1800",
+}
+
+
+#: How the command is run: the ``vllm`` console script's own entry, with the interpreter caovan runs under, so the
+#: served vLLM is the one caovan was installed next to (not whichever ``vllm`` comes first on PATH).
+VLLM_CLI_MODULE = "vllm.entrypoints.cli.main"
+
+
+class ServeArgsError(ValueError):
+    """The arguments cannot be handed to vLLM as they are; the message names the argument and what is wrong."""
+
+
+@dataclass(frozen=True)
+class FlagUse:
+    """One use of a flag in an argument list: ``args[index:index + width]``."""
+
+    index: int
+    width: int  # 1: --flag=value, 2: --flag value
+    key_path: tuple[str, ...]  # () for the whole flag, ("a", "b") for --flag.a.b
+    value: str
+
+
+@dataclass
+class ServePlan:
+    """The ``vllm serve`` command caovan serve runs, and why it looks the way it does."""
+
+    model: str
+    vllm_args: list[str]
+    env_added: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def argv(self) -> list[str]:
+        """What is executed: this interpreter running vLLM's CLI."""
+        return [sys.executable, "-m", VLLM_CLI_MODULE, "serve", self.model, *self.vllm_args]
+
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        """``base`` with the variables caovan serve sets; a stale AutoSpec mark from an earlier run is dropped."""
+        env = {name: value for name, value in base.items() if name != AUTOSPEC_ENV}
+        env.update(self.env_added)
+        return env
+
+    @property
+    def display(self) -> str:
+        """The command as a user would type it."""
+        env = " ".join(f"{name}={shlex.quote(value)}" for name, value in self.env_added.items())
+        command = shlex.join(["vllm", "serve", self.model, *self.vllm_args])
+        return f"{env} {command}" if env else command
+
+
+def _flag_name(token: str) -> str:
+    """``--additional_config.caovan=x`` → ``--additional-config``: vLLM's normalisation of a flag's name."""
+    name = token.split("=", 1)[0].split(".", 1)[0]
+    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
+def find_flag(args: Sequence[str], long: str, short: str | None = None) -> list[FlagUse]:
+    """Every use of ``long`` (or ``short``) in ``args``, in order, in the forms vLLM accepts."""
+    uses = []
+    index = 0
+    while index < len(args):
+        token = args[index]
+        if token == "--":
+            break
+        name = _flag_name(token)
+        if name == long or (short is not None and name == short):
+            head, has_inline, inline = token.partition("=")
+            key_path = tuple(head.split(".")[1:]) if name == long else ()
+            if has_inline:
+                uses.append(FlagUse(index, 1, key_path, inline))
+            elif index + 1 < len(args):
+                uses.append(FlagUse(index, 2, key_path, args[index + 1]))
+                index += 1
+            else:
+                raise ServeArgsError(f"{token} needs a value")
+        index += 1
+    return uses
+
+
+def _json_object(text: str, where: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ServeArgsError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise ServeArgsError(f"{where}: must be a JSON object, got {type(value).__name__}: {text!r}")
+    return value
+
+
+def _dotted_value(text: str) -> Any:
+    # vLLM reads a dotted value as JSON when it can, else keeps the text (``true`` is a bool, ``triton`` a string).
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """The ``--config`` YAML file vLLM would read, as a dict with vLLM's flag spelling (dashes) for its keys."""
+    try:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ServeArgsError(f"--config {path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ServeArgsError(f"--config {path}: not valid YAML: {exc}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ServeArgsError(f"--config {path}: must be a YAML mapping of vLLM arguments, got {type(loaded).__name__}")
+    return {str(key).replace("_", "-"): value for key, value in loaded.items()}
+
+
+def _config_file(args: Sequence[str]) -> tuple[str | None, dict[str, Any]]:
+    uses = find_flag(args, "--config")
+    if not uses:
+        return None, {}
+    if len(uses) > 1:
+        raise ServeArgsError("--config is given more than once; vLLM reads one config file")
+    return uses[0].value, read_config_file(uses[0].value)
+
+
+def _file_json_flag(config: Mapping[str, Any], key: str, path: str) -> dict[str, Any] | None:
+    if key not in config:
+        return None
+    value = config[key]
+    if isinstance(value, str):
+        return _json_object(value, f"--config {path}: {key}")
+    if not isinstance(value, dict):
+        raise ServeArgsError(f"--config {path}: {key} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _merge_additional_config(
+    args: list[str], config_path: str | None, config: Mapping[str, Any]
+) -> tuple[list[str], dict[str, Any], list[str]]:
+    """The arguments with caovan switched on in ``--additional-config``, the config vLLM will see, and notes."""
+    uses = find_flag(args, "--additional-config")
+    dotted = [use for use in uses if use.key_path]
+    plain = [use for use in uses if not use.key_path]
+    if dotted:
+        # vLLM gathers the dotted forms into one object that replaces any plain one: add caovan's keys the same way.
+        effective: dict[str, Any] = {}
+        for use in dotted:
+            node = effective
+            for key in use.key_path[:-1]:
+                child = node.get(key)
+                node = node[key] = child if isinstance(child, dict) else {}
+            node[use.key_path[-1]] = _dotted_value(use.value)
+        added = {} if any(key in effective for key in SWITCH_KEYS) else dict(ENABLE_KEYS)
+        new_args = list(args)
+        for key, value in added.items():
+            new_args += [f"--additional-config.{key}", json.dumps(value)]
+        where = "--additional-config.KEY arguments"
+    elif plain:
+        last = plain[-1]
+        effective = _json_object(last.value, "--additional-config")
+        added = {} if any(key in effective for key in SWITCH_KEYS) else dict(ENABLE_KEYS)
+        merged = {**effective, **added}
+        dropped = {use.index + offset for use in plain for offset in range(use.width)}
+        new_args = []
+        for index, token in enumerate(args):
+            if index == last.index:
+                new_args += ["--additional-config", json.dumps(merged, separators=(",", ":"))]
+            elif index not in dropped:
+                new_args.append(token)
+        where = "--additional-config"
+    else:
+        effective = _file_json_flag(config, "additional-config", config_path or "") or {}
+        added = {} if any(key in effective for key in SWITCH_KEYS) else dict(ENABLE_KEYS)
+        merged = {**effective, **added}
+        # A command-line value replaces the file's, so the file's keys are carried over into it.
+        new_args = [*args, "--additional-config", json.dumps(merged, separators=(",", ":"))]
+        where = f"--config {config_path}: additional-config" if effective else "--additional-config"
+    seen = {**effective, **added}
+    shown = ", ".join(f"{key}={json.dumps(seen[key])}" for key in SWITCH_KEYS if key in seen)
+    notes = [f"caovan: {shown} added to {where}" if added else f"caovan: {shown}, as you set it in {where}"]
+    return new_args, seen, notes
+
+
+def _has_speculative_config(args: Sequence[str], config: Mapping[str, Any]) -> bool:
+    return bool(find_flag(args, "--speculative-config", "-sc")) or "speculative-config" in config
+
+
+def find_model_folder(model: str) -> Path | None:
+    """A local folder holding ``model``'s ``config.json``: the path itself, or its Hugging Face cache snapshot."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        cached = try_to_load_from_cache(repo_id=model, filename="config.json")
+    except Exception:  # a name that is not a valid repo id: nothing cached under it
+        return None
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
+def _autospec(
+    model: str,
+    depth: int | None,
+    locate: Callable[[str], Path | None],
+    check: Callable[[Path], ModelReport],
+) -> tuple[int | None, str]:
+    """The MTP depth AutoSpec picks for ``model`` (None: none) and the note saying why."""
+    folder = locate(model)
+    if folder is None:
+        return None, (
+            f"AutoSpec: not added: {model} is not a local folder and its config.json is not in the Hugging Face "
+            "cache; pass --speculative-config yourself"
+        )
+    try:
+        report = check(folder)
+    except ModelCheckError as exc:
+        return None, f"AutoSpec: not added: {exc}"
+    if not report.is_candidate:
+        failed = "; ".join(c.message for c in report.checks if c.status == STATUS_FAIL)
+        return None, f"AutoSpec: not added, {folder} is not a caovan candidate: {failed}"
+    chosen = depth if depth is not None else DEFAULT_NUM_SPECULATIVE_TOKENS
+    mtp = report.facts.get("mtp", {})
+    return chosen, (
+        f"AutoSpec: MTP speculative decoding, {chosen} token(s) per step "
+        f"({'--caovan-mtp' if depth is not None else 'default'}; the model's MTP depth is {mtp.get('depth')})"
+    )
+
+
+def plan_serve(
+    model: str,
+    vllm_args: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    mtp: int | None = None,
+    autospec: bool = True,
+    vllm_env_names: Collection[str] | None = None,
+    locate: Callable[[str], Path | None] = find_model_folder,
+    check: Callable[[Path], ModelReport] = check_model_dir,
+) -> ServePlan:
+    """The ``vllm serve`` command for ``model`` and the user's ``vllm_args``; :class:`ServeArgsError` if impossible.
+
+    ``vllm_env_names``: the variables the installed vLLM reads (``vllm.envs.environment_variables``); a timeout it
+    does not read is not set.  None: set them all (the caller could not ask vLLM).
+    """
+    if mtp is not None and mtp < 1:
+        raise ServeArgsError(f"--caovan-mtp {mtp}: the MTP depth is a number of tokens, at least 1")
+    args = list(vllm_args)
+    config_path, config = _config_file(args)
+    args, additional, notes = _merge_additional_config(args, config_path, config)
+    try:
+        options = parse_options(additional, environ, where="--additional-config")
+    except CaovanConfigError as exc:
+        raise ServeArgsError(str(exc)) from None
+    if not options.enabled:
+        notes.append(f"caovan: off ({options.source}): vLLM's own GDN kernels will run")
+    plan = ServePlan(model=model, vllm_args=args, notes=notes)
+
+    if _has_speculative_config(args, config):
+        if mtp is not None:
+            raise ServeArgsError("--caovan-mtp sets AutoSpec's depth, but you gave --speculative-config yourself")
+        plan.notes.append("AutoSpec: not needed, you gave a speculative config")
+    elif not autospec:
+        plan.notes.append("AutoSpec: off (--caovan-no-autospec); no speculative decoding unless you ask vLLM for it")
+    else:
+        depth, note = _autospec(model, mtp, locate, check)
+        plan.notes.append(note)
+        if depth is not None:
+            value = json.dumps({"method": "mtp", "num_speculative_tokens": depth}, separators=(",", ":"))
+            plan.vllm_args += ["--speculative-config", value]
+            plan.env_added[AUTOSPEC_ENV] = str(depth)
+
+    raised = []
+    for name, value in COLD_START_TIMEOUTS.items():
+        if name in environ:
+            continue
+        if vllm_env_names is not None and name not in vllm_env_names:
+            plan.notes.append(f"timeouts: {name} not set (this vLLM does not read it)")
+            continue
+        plan.env_added[name] = value
+        raised.append(f"{name}={value}")
+    if raised:
+        plan.notes.append(f"timeouts: raised for the first compile ({', '.join(raised)}; set them to override)")
+    return plan

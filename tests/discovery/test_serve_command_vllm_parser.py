@@ -1,0 +1,109 @@
+"""``caovan serve`` against the real vLLM of the row: its serve parser reads what caovan serve builds as intended.
+
+caovan serve edits the user's ``vllm serve`` arguments following vLLM's ``FlexibleArgumentParser`` rules (flag
+names with ``_`` or ``-``, ``=`` or a separate value, dotted keys gathered into one JSON object that replaces a
+plain one, ``--config`` files below the command line).  Here every form goes through vLLM's own ``serve`` parser,
+built as ``vllm serve`` builds it; a vLLM that reads these forms differently fails this test, not a user's start-up.
+
+The parser is built in a child process: without a GPU, vLLM's device config cannot infer a device and vLLM's own
+CLI switches to its CPU platform for that case (``vllm/entrypoints/cli/main.py``, ``bench``), which the child does
+too; on a GPU row the platform is the GPU's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from caovan.serve_command import COLD_START_TIMEOUTS, VLLM_CLI_MODULE, plan_serve
+from caovan.testing.tiny_models import write_tiny_qwen3_next
+
+pytestmark = pytest.mark.discovery
+
+PARSE_IN_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from vllm import platforms
+    if platforms.current_platform.is_unspecified():
+        from vllm.platforms.cpu import CpuPlatform
+        platforms.current_platform = CpuPlatform()
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    results = []
+    for argv in json.loads(sys.stdin.read()):
+        parser = FlexibleArgumentParser()
+        ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+        args = parser.parse_args(["serve", *argv])
+        results.append(
+            {"model": args.model_tag, "additional_config": args.additional_config,
+             "speculative_config": args.speculative_config, "port": args.port}
+        )
+    print("RESULTS=" + json.dumps(results))
+    """
+)
+
+ENABLED = {"caovan": True, "caovan_mode": "auto"}
+AUTOSPEC = {"method": "mtp", "num_speculative_tokens": 3}
+
+
+def _cases(tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text("port: 8123\nadditional_config:\n  gdn_prefill_backend: triton\n")
+    user_spec = {"method": "mtp", "num_speculative_tokens": 1}
+    return [
+        ([], ENABLED, AUTOSPEC),
+        (
+            ["--additional-config", '{"a": 1}', '--additional_config={"gdn_prefill_backend": "triton"}'],
+            {"gdn_prefill_backend": "triton", **ENABLED},
+            AUTOSPEC,
+        ),
+        (["--additional-config.gdn_prefill_backend", "triton"], {"gdn_prefill_backend": "triton", **ENABLED}, AUTOSPEC),
+        (["--additional-config", '{"caovan": false}'], {"caovan": False}, AUTOSPEC),
+        (["--config", str(config)], {"gdn_prefill_backend": "triton", **ENABLED}, AUTOSPEC),
+        (["-sc", json.dumps(user_spec)], ENABLED, user_spec),
+        (
+            ["--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens", "1"],
+            ENABLED,
+            user_spec,
+        ),
+    ]
+
+
+def test_vllm_serve_parser_reads_what_caovan_serve_builds(tmp_path):
+    model = write_tiny_qwen3_next(tmp_path / "model")
+    cases = _cases(tmp_path)
+    plans = [plan_serve(str(model), args, {}, vllm_env_names=set(COLD_START_TIMEOUTS)) for args, _, _ in cases]
+    child = subprocess.run(
+        [sys.executable, "-c", PARSE_IN_CHILD],
+        input=json.dumps([[p.model, *p.vllm_args] for p in plans]),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULTS=")]
+    assert child.returncode == 0 and lines, f"vLLM's serve parser failed:\n{child.stderr[-4000:]}"
+    results = json.loads(lines[-1].removeprefix("RESULTS="))
+    for (args, additional, speculative), plan, parsed in zip(cases, plans, results, strict=True):
+        assert parsed["model"] == str(model), args
+        assert parsed["additional_config"] == additional, (args, plan.vllm_args)
+        assert parsed["speculative_config"] == speculative, (args, plan.vllm_args)
+    assert results[4]["port"] == 8123  # the --config file's other values still reach vLLM
+
+
+def test_vllm_reads_the_timeouts_caovan_serve_raises():
+    import vllm.envs
+
+    # Fails once vLLM stops reading one: then caovan serve skips it, and COLD_START_TIMEOUTS should drop it.
+    assert set(COLD_START_TIMEOUTS) <= set(vllm.envs.environment_variables)
+
+
+def test_vllm_cli_module_caovan_serve_runs_is_there():
+    import importlib
+
+    module = importlib.import_module(VLLM_CLI_MODULE)
+    assert callable(module.main)

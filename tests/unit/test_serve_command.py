@@ -1,0 +1,280 @@
+"""``caovan serve``: the vllm serve command it builds from the user's arguments (no vLLM started here).
+
+The model check is faked where a test is about argument handling; the tests that read a model folder use the tiny
+model configs of the serve tier.  That vLLM's own parser reads the result as intended is the discovery tier's
+``test_serve_command_vllm_parser.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from caovan.cli import serve as serve_cli
+from caovan.model_check import check_model_dir
+from caovan.serve_command import (
+    COLD_START_TIMEOUTS,
+    ServeArgsError,
+    find_flag,
+    plan_serve,
+)
+from caovan.testing.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
+
+ALL_TIMEOUTS = set(COLD_START_TIMEOUTS)
+
+
+@pytest.fixture(scope="module")
+def candidate(tmp_path_factory) -> Path:
+    return write_tiny_qwen3_next(tmp_path_factory.mktemp("models") / "next")
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory) -> Path:
+    return write_tiny_qwen3_dense(tmp_path_factory.mktemp("models") / "dense")
+
+
+def plan(model, args, environ=None, **kwargs):
+    kwargs.setdefault("vllm_env_names", ALL_TIMEOUTS)
+    return plan_serve(str(model), args, {} if environ is None else environ, **kwargs)
+
+
+def value_after(args: list[str], flag: str) -> str:
+    positions = [i for i, token in enumerate(args) if token == flag]
+    assert len(positions) == 1, f"{flag} appears {len(positions)} times in {args}"
+    return args[positions[0] + 1]
+
+
+def test_enables_caovan_and_adds_mtp_for_a_candidate(candidate):
+    result = plan(candidate, ["--port", "8001", "-tp", "2"])
+    assert result.vllm_args[:4] == ["--port", "8001", "-tp", "2"]
+    assert json.loads(value_after(result.vllm_args, "--additional-config")) == {"caovan": True, "caovan_mode": "auto"}
+    assert json.loads(value_after(result.vllm_args, "--speculative-config")) == {
+        "method": "mtp",
+        "num_speculative_tokens": 3,
+    }
+    assert result.env_added["CAOVAN_SERVE_AUTOSPEC"] == "3"
+    assert result.argv[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", str(candidate)]
+
+
+def test_user_additional_config_keys_are_kept_in_one_merged_flag(candidate):
+    last = '--additional_config={"gdn_prefill_backend": "triton"}'
+    args = ["--additional-config", '{"a": 1}', "--port", "1", last]
+    result = plan(candidate, args)
+    # argparse keeps the last plain value: that one is merged, the earlier one (ignored by vLLM too) is dropped.
+    assert json.loads(value_after(result.vllm_args, "--additional-config")) == {
+        "gdn_prefill_backend": "triton",
+        "caovan": True,
+        "caovan_mode": "auto",
+    }
+    assert result.vllm_args[:3] == ["--port", "1", "--additional-config"]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"caovan": False}, {"caovan_sm75_turbo3": True}, {"caovan_mode": "off"}],
+    ids=["caovan-false", "legacy-key", "mode-off"],
+)
+def test_a_switch_the_user_set_is_left_as_written(candidate, config):
+    result = plan(candidate, ["--additional-config", json.dumps(config)])
+    assert json.loads(value_after(result.vllm_args, "--additional-config")) == config
+
+
+def test_caovan_off_still_gets_autospec_for_a_fair_baseline(candidate):
+    result = plan(candidate, ["--additional-config", '{"caovan": false}'])
+    assert "--speculative-config" in result.vllm_args
+    assert any("caovan: off (caovan=false)" in note for note in result.notes)
+
+
+def test_dotted_additional_config_gets_dotted_caovan_keys(candidate):
+    # vLLM gathers dotted keys into one object that replaces a plain --additional-config: caovan's keys join them.
+    result = plan(candidate, ["--additional-config.gdn_prefill_backend", "triton"])
+    assert result.vllm_args[:2] == ["--additional-config.gdn_prefill_backend", "triton"]
+    assert result.vllm_args[2:6] == ["--additional-config.caovan", "true", "--additional-config.caovan_mode", '"auto"']
+
+
+def test_dotted_caovan_switch_of_the_user_is_respected(candidate):
+    result = plan(candidate, ["--additional-config.caovan=false"])
+    assert [t for t in result.vllm_args if t.startswith("--additional-config")] == ["--additional-config.caovan=false"]
+
+
+def test_additional_config_from_a_config_file_is_carried_over(candidate, tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text("port: 8123\nadditional_config:\n  gdn_prefill_backend: triton\n")
+    result = plan(candidate, ["--config", str(config)])
+    assert json.loads(value_after(result.vllm_args, "--additional-config")) == {
+        "gdn_prefill_backend": "triton",
+        "caovan": True,
+        "caovan_mode": "auto",
+    }
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'],
+        ['--speculative_config={"method": "mtp"}'],
+        ["-sc", '{"method": "mtp"}'],
+        ["--speculative-config.method", "mtp"],
+    ],
+    ids=["plain", "underscore-equals", "short", "dotted"],
+)
+def test_users_speculative_config_turns_autospec_off(candidate, args):
+    result = plan(candidate, args)
+    assert result.vllm_args.count("--speculative-config") == (1 if args[0] == "--speculative-config" else 0)
+    assert "CAOVAN_SERVE_AUTOSPEC" not in result.env_added
+    assert "AutoSpec: not needed, you gave a speculative config" in result.notes
+
+
+def test_speculative_config_in_the_config_file_turns_autospec_off(candidate, tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text("speculative-config:\n  method: mtp\n  num_speculative_tokens: 2\n")
+    assert "--speculative-config" not in plan(candidate, ["--config", str(config)]).vllm_args
+
+
+def test_caovan_mtp_sets_the_depth_and_conflicts_with_a_users_config(candidate):
+    assert (
+        json.loads(value_after(plan(candidate, [], mtp=2).vllm_args, "--speculative-config"))["num_speculative_tokens"]
+        == 2
+    )
+    with pytest.raises(ServeArgsError, match="--caovan-mtp sets AutoSpec's depth"):
+        plan(candidate, ["-sc", "{}"], mtp=2)
+    with pytest.raises(ServeArgsError, match="at least 1"):
+        plan(candidate, [], mtp=0)
+
+
+def test_no_autospec_for_a_model_that_is_not_a_candidate(dense):
+    result = plan(dense, [])
+    assert "--speculative-config" not in result.vllm_args
+    note = next(n for n in result.notes if n.startswith("AutoSpec"))
+    assert "is not a caovan candidate: " in note
+    assert "no GDN" in note or "GatedDeltaNet" in note, note
+
+
+def test_no_autospec_when_the_config_is_not_local():
+    result = plan("org/not-downloaded", [], locate=lambda model: None)
+    assert "--speculative-config" not in result.vllm_args
+    assert any("not in the Hugging Face cache" in note for note in result.notes)
+
+
+def test_no_autospec_option(candidate):
+    result = plan(candidate, [], autospec=False)
+    assert "--speculative-config" not in result.vllm_args
+
+
+def test_timeouts_are_raised_only_where_unset_and_read_by_vllm(candidate):
+    environ = {"VLLM_RPC_TIMEOUT": "5"}
+    names = {"VLLM_RPC_TIMEOUT", "VLLM_ENGINE_ITERATION_TIMEOUT_S"}
+    result = plan(candidate, [], environ, vllm_env_names=names)
+    assert result.env_added.get("VLLM_ENGINE_ITERATION_TIMEOUT_S") == "1800"
+    assert "VLLM_RPC_TIMEOUT" not in result.env_added
+    assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" not in result.env_added
+    assert any("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS not set (this vLLM does not read it)" in n for n in result.notes)
+
+
+def test_stale_autospec_mark_is_dropped_from_the_environment(candidate):
+    result = plan(candidate, ["-sc", '{"method": "mtp", "num_speculative_tokens": 3}'])
+    env = result.environment({"CAOVAN_SERVE_AUTOSPEC": "3", "HOME": "/h"})
+    assert "CAOVAN_SERVE_AUTOSPEC" not in env and env["HOME"] == "/h"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--additional-config", "{not json"], "--additional-config: not valid JSON"),
+        (["--additional-config", "[1]"], "--additional-config: must be a JSON object, got list"),
+        (["--additional-config", '{"caovan": "yes"}'], "key 'caovan' must be true or false"),
+        (["--additional-config", '{"Caovan": true}'], "unknown key 'Caovan'"),
+        (["--additional-config"], "--additional-config needs a value"),
+        (["--config", "/nonexistent/serve.yaml"], "--config /nonexistent/serve.yaml: cannot read"),
+    ],
+)
+def test_bad_arguments_are_one_error_naming_the_argument(candidate, args, message):
+    with pytest.raises(ServeArgsError, match=message.replace("[", r"\[").replace("{", r"\{")):
+        plan(candidate, args)
+
+
+def test_malformed_config_file_is_named(candidate, tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text("- a list\n")
+    with pytest.raises(ServeArgsError, match="must be a YAML mapping"):
+        plan(candidate, ["--config", str(config)])
+
+
+def test_arguments_after_double_dash_are_not_read_as_flags():
+    assert find_flag(["--", "--additional-config", "{}"], "--additional-config") == []
+
+
+def test_model_check_of_the_candidate_agrees(candidate):
+    # The fixture is what the serve tier serves: AutoSpec must take it.
+    assert check_model_dir(candidate).is_candidate
+
+
+def _cli_args(argv):
+    parser = argparse.ArgumentParser()
+    serve_cli.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_cli_dry_run_prints_the_command_and_runs_nothing(candidate, monkeypatch, capsys):
+    monkeypatch.setattr(serve_cli, "_vllm_env_names", lambda: ALL_TIMEOUTS)
+    monkeypatch.setattr(serve_cli.os, "execve", lambda *a: pytest.fail("dry run must not exec"))
+    for name in ALL_TIMEOUTS:
+        monkeypatch.delenv(name, raising=False)
+    assert serve_cli.run(_cli_args([str(candidate), "--port", "8001", "--caovan-mtp", "2", "--caovan-dry-run"])) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("CAOVAN_SERVE_AUTOSPEC=2 ")
+    assert f"vllm serve {candidate} --port 8001 --additional-config " in out
+    assert "[Caovan] serve: AutoSpec: MTP speculative decoding, 2 token(s) per step" in err
+
+
+def test_cli_execs_vllm_with_the_plan(candidate, monkeypatch, capsys):
+    monkeypatch.setattr(serve_cli, "_vllm_env_names", lambda: ALL_TIMEOUTS)
+    called = {}
+
+    def fake_execve(path, argv, env):
+        called.update(path=path, argv=argv, env=env)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(serve_cli.os, "execve", fake_execve)
+    monkeypatch.setenv("CAOVAN_SERVE_AUTOSPEC", "9")
+    with pytest.raises(SystemExit):
+        serve_cli.run(_cli_args(["--caovan-no-autospec", str(candidate)]))
+    assert called["argv"][1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", str(candidate)]
+    assert "--speculative-config" not in called["argv"]
+    assert "CAOVAN_SERVE_AUTOSPEC" not in called["env"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["M", "--caovan-mpt", "2"], "unknown option --caovan-mpt (did you mean --caovan-mtp?)"),
+        (["M", "--caovan-mtp", "two"], "argument --caovan-mtp: invalid int value: 'two'"),
+    ],
+)
+def test_cli_bad_caovan_options(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr(serve_cli, "_vllm_env_names", lambda: ALL_TIMEOUTS)
+    assert serve_cli.run(_cli_args(argv)) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_without_vllm_is_one_error(candidate, monkeypatch, capsys):
+    monkeypatch.setattr(serve_cli, "_vllm_env_names", lambda: "vLLM is not importable here (x)")
+    assert serve_cli.run(_cli_args([str(candidate)])) == 2
+    assert capsys.readouterr().err == "caovan serve: error: vLLM is not importable here (x)\n"
+
+
+@pytest.mark.parametrize(
+    ("environ", "token"),
+    [
+        ({"CAOVAN_SERVE_AUTOSPEC": "3"}, "speculative_config=auto MTP=3"),
+        ({"CAOVAN_SERVE_AUTOSPEC": "2"}, "speculative_config MTP=3"),  # AutoSpec's depth was overridden
+        ({}, "speculative_config MTP=3"),
+    ],
+)
+def test_routing_line_says_auto_only_for_autospecs_depth(environ, token):
+    from caovan.adapters.gdn_linear_attn_v020_layer import speculative_config_token
+
+    assert speculative_config_token(3, environ) == token
