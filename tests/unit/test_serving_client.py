@@ -305,6 +305,24 @@ def test_read_completion_stream_on_vllms_format():
     assert result == sc.Completion(prompt_tokens=7, completion_tokens=3, latency_s=1.0, ttft_s=0.5)
 
 
+def test_ttft_is_the_first_chunk_that_carries_a_choice():
+    # a clock that is the number of lines read so far: the time each chunk arrived is its line number
+    lines = [
+        'data: {"choices":[],"usage":null}',  # e.g. a role-only or usage-only chunk first: no token yet
+        "",
+        *VLLM_STREAM.splitlines(),
+    ]
+    read = [0]
+
+    def arriving():
+        for line in lines:
+            read[0] += 1
+            yield line
+
+    result = sc.read_completion_stream(arriving(), 0.0, lambda: float(read[0]))
+    assert (result.ttft_s, result.latency_s) == (3.0, float(len(lines) - 1))  # [DONE] is the last line but one
+
+
 def test_read_completion_stream_rejects_broken_streams():
     lines = VLLM_STREAM.splitlines()
     with pytest.raises(sc.RequestFailed, match=r"ended without 'data: \[DONE\]'"):
