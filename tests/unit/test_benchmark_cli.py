@@ -384,3 +384,12 @@ def test_compare_two_records_refuses_different_settings(fake_openai, tmp_path, c
     capsys.readouterr()
     assert _run(["--compare", str(tmp_path / "base.json"), str(tmp_path / "more.json")]) == 2
     assert "(baseline vs record: repeats 2 vs 3)" in capsys.readouterr().err
+
+
+def test_compare_two_records_writes_nothing(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json")
+    capsys.readouterr()
+    base = str(tmp_path / "base.json")
+    assert _run(["--compare", base, base, "--output", str(tmp_path / "x.json")]) == 2
+    assert capsys.readouterr().err.startswith("caovan benchmark: error: --output: nothing is run when --compare")
+    assert not (tmp_path / "x.json").exists()

@@ -5,7 +5,7 @@ run it once against the server without the plugin (``--label baseline --output b
 flags, and compare (``--compare base.json``). Not ``caovan bench``, which times caovan's kernels alone on a GPU.
 
 For each ``--load`` (decode-heavy, prefill-heavy, mixed: see :mod:`caovan.serving_bench`), ``--warmup-requests``
-uncounted requests first (first-request JIT is excluded, as Turbo3 taught), then ``--repeats`` rounds of
+uncounted requests first (first-request JIT is excluded, as Turbo3 taught), then ``--repeats`` repeats of
 ``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in flight. Each request is timed
 from the stream: time to the first token, end-to-end latency, tokens from the usage chunk. A table goes to stdout,
 the full record (JSON, written atomically) to ``--output``.
@@ -14,7 +14,7 @@ the full record (JSON, written atomically) to ``--output``.
 Settings that must match (model, loads, --max-tokens, --requests, --concurrency, --repeats, --warmup-requests and
 the prompt set) are checked before any request is sent, the model once the server names it; a difference is
 refused, a different vLLM version on the server only warned about. ``--compare BASELINE.json RECORD.json`` compares
-two records already written and contacts no server (the run options are then unused).
+two records already written and contacts no server (the run options are then unused; --output is refused).
 
 Comparisons are information: the exit status says whether requests failed, never which run was faster.
 """
@@ -48,7 +48,14 @@ DEFAULT_LOAD = "decode-heavy"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = HELP + "."
+    parser.description = (
+        "Streamed greedy completions (ignore_eos) against a running vLLM server's OpenAI API. Per load: "
+        "--warmup-requests uncounted requests (first-request JIT excluded), then --repeats repeats of --requests "
+        "requests, --concurrency in flight; per repeat: output tokens/s, latency, time to first token (TTFT) and "
+        "inter-token latency (ITL), then the median over the repeats with min and max. Run it once without the "
+        "plugin (--label baseline --output base.json) and once with it, same flags, with --compare base.json; "
+        "--compare BASE.json RECORD.json compares two records without a server."
+    )
     sc.add_server_arguments(parser, wait_s=60.0, request_timeout_s=900.0)
     parser.add_argument(
         "--max-tokens", type=int, default=768, metavar="N", help="tokens out per request (default: 768)"
@@ -58,9 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=2,
         metavar="N",
-        help="rounds per load; the summary is the median over them with min and max, never a single peak (default: 2)",
+        help="repeats per load; the summary is the median over them with min and max, never a single peak (default: 2)",
     )
-    parser.add_argument("--requests", type=int, default=8, metavar="N", help="requests per load per round (default: 8)")
+    parser.add_argument(
+        "--requests", type=int, default=8, metavar="N", help="requests per load per repeat (default: 8)"
+    )
     parser.add_argument(
         "--concurrency", type=int, default=1, metavar="N", help="requests in flight at once (default: 1)"
     )
@@ -69,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="uncounted requests per load before its rounds, so first-request JIT is excluded (default: 1)",
+        help="uncounted requests per load before its repeats, so first-request JIT is excluded (default: 1)",
     )
     loads = "; ".join(f"{name}: {text}" for name, text in sb.LOADS.items())
     parser.add_argument(
@@ -360,6 +369,8 @@ def _print_comparison(baseline: dict[str, Any], record: dict[str, Any], baseline
 
 def _compare_records(args: argparse.Namespace) -> int:
     baseline_file, record_file = args.compare
+    if args.output is not None:
+        raise sc.UsageError("--output: nothing is run when --compare is given two records, so nothing to write")
     baseline, record = _read_record(baseline_file), _read_record(record_file)
     _refuse(sb.settings_differences(baseline["settings"], record["settings"]), baseline_file, "record")
     print(f"record: {record_file}")

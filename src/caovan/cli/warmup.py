@@ -48,7 +48,12 @@ PROMPT = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = HELP + "."
+    parser.description = (
+        "Run it once the server has logged 'Application startup complete'. Waits for the server (GET /health, "
+        "then GET /v1/models), then for each size in --batches sends that many concurrent greedy completions of "
+        "--max-tokens tokens (ignore_eos, so decode and MTP run), checks each answer, and ends with "
+        "[Caovan] warmup=READY."
+    )
     sc.add_server_arguments(parser, wait_s=600.0, request_timeout_s=900.0)
     parser.add_argument(
         "--batches",
