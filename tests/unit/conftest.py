@@ -26,3 +26,13 @@ def caovan_records():
     yield records
     logger.removeHandler(handler)
     logger.setLevel(level)
+
+
+@pytest.fixture
+def fake_openai():
+    """A fake vLLM OpenAI-compatible server on 127.0.0.1 (see fake_openai_server.py), stopped after the test."""
+    from fake_openai_server import FakeOpenAI
+
+    server = FakeOpenAI().start()
+    yield server
+    server.stop()

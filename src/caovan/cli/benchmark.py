@@ -1,0 +1,378 @@
+"""``caovan benchmark`` (Turbo3: ``caovan-sm75-benchmark --model NAME --max-tokens 768 --repeats 2 --output r.json``).
+
+End-to-end speed of a running vLLM server through its OpenAI API, the way Turbo3 users were taught to compare:
+run it once against the server without the plugin (``--label baseline --output base.json``), once with it, same
+flags, and compare (``--compare base.json``). Not ``caovan bench``, which times caovan's kernels alone on a GPU.
+
+For each ``--load`` (decode-heavy, prefill-heavy, mixed: see :mod:`caovan.serving_bench`), ``--warmup-requests``
+uncounted requests first (first-request JIT is excluded, as Turbo3 taught), then ``--repeats`` repeats of
+``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in flight. Each request is timed
+from the stream: time to the first token, end-to-end latency, tokens from the usage chunk. A table goes to stdout,
+the full record (JSON, written atomically) to ``--output``.
+
+``--compare BASELINE.json``: after the run, a side-by-side table (the medians over repeats, ratio this/baseline).
+Settings that must match (model, loads, --max-tokens, --requests, --concurrency, --repeats, --warmup-requests and
+the prompt set) are checked before any request is sent, the model once the server names it; a difference is
+refused, a different vLLM version on the server only warned about. ``--compare BASELINE.json RECORD.json`` compares
+two records already written and contacts no server (the run options are then unused; --output is refused).
+
+Comparisons are information: the exit status says whether requests failed, never which run was faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from caovan import serving_bench as sb
+from caovan import serving_client as sc
+
+NAME = "benchmark"
+HELP = (
+    "end-to-end tokens/s and latency of a running vLLM server through its OpenAI API, to compare a run "
+    "without and with the plugin (not `caovan bench`, which times the kernels alone)"
+)
+ALIAS = "caovan-sm75-benchmark"
+EPILOG = (
+    "Exit status: 0 every request answered; 1 some requests failed (the record is still written) or the server "
+    "does not serve --model; 2 a usage error (a bad option or --output, several models served and no --model), "
+    "the server was not ready within --wait-s, or --compare cannot be used (an unreadable or malformed record, "
+    "settings that differ); 130 interrupted (no record written). A comparison never changes the exit status."
+)
+
+DEFAULT_LOAD = "decode-heavy"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Streamed greedy completions (ignore_eos) against a running vLLM server's OpenAI API. Per load: "
+        "--warmup-requests uncounted requests (first-request JIT excluded), then --repeats repeats of --requests "
+        "requests, --concurrency in flight; per repeat: output tokens/s, latency, time to first token (TTFT) and "
+        "inter-token latency (ITL), then the median over the repeats with min and max. Run it once without the "
+        "plugin (--label baseline --output base.json) and once with it, same flags, with --compare base.json; "
+        "--compare BASE.json RECORD.json compares two records without a server."
+    )
+    sc.add_server_arguments(parser, wait_s=60.0, request_timeout_s=900.0)
+    parser.add_argument(
+        "--max-tokens", type=int, default=768, metavar="N", help="tokens out per request (default: 768)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        metavar="N",
+        help="repeats per load; the summary is the median over them with min and max, never a single peak (default: 2)",
+    )
+    parser.add_argument(
+        "--requests", type=int, default=8, metavar="N", help="requests per load per repeat (default: 8)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=1, metavar="N", help="requests in flight at once (default: 1)"
+    )
+    parser.add_argument(
+        "--warmup-requests",
+        type=int,
+        default=1,
+        metavar="N",
+        help="uncounted requests per load before its repeats, so first-request JIT is excluded (default: 1)",
+    )
+    loads = "; ".join(f"{name}: {text}" for name, text in sb.LOADS.items())
+    parser.add_argument(
+        "--load",
+        default=DEFAULT_LOAD,
+        metavar="LOAD[,LOAD...]",
+        help=f"load levels to run, in order ({loads}) (default: {DEFAULT_LOAD})",
+    )
+    parser.add_argument("--label", metavar="TEXT", help="a name for this run in the record, e.g. baseline or caovan")
+    parser.add_argument("--output", metavar="FILE", help="write the full record (JSON) to FILE")
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="FILE",
+        help="BASELINE.json: after the run, compare with that record (refused if the settings differ); "
+        "BASELINE.json RECORD.json: compare two records, no run",
+    )
+
+
+# --- checks before the run ---------------------------------------------------------------------------------------
+
+
+def _output_problem(target: str | None) -> str | None:
+    """What is wrong with --output FILE, found before a run of minutes that would end unable to write it."""
+    if target is None:
+        return None
+    path = Path(target)
+    if not target:
+        return "--output '': an empty file name"
+    if path.is_dir():
+        return f"--output {target}: a directory, not a file to write the record to"
+    if not path.parent.is_dir():
+        return f"--output {target}: directory {path.parent} does not exist"
+    return None
+
+
+def _loads(text: str) -> list[str]:
+    loads: list[str] = []
+    for item in text.split(","):
+        item = item.strip()
+        if item not in sb.LOADS:
+            raise sc.UsageError(f"--load {text!r}: {item!r} is not one of {', '.join(sb.LOADS)}")
+        if item not in loads:
+            loads.append(item)
+    return loads
+
+
+def _read_record(target: str) -> dict[str, Any]:
+    from caovan.jsonfile import read_json
+
+    shown = f"--compare {target}"
+    try:
+        return sb.validate_record(read_json(Path(target), sb.RecordError, shown=shown), shown)
+    except sb.RecordError as exc:
+        raise sc.UsageError(str(exc)) from None
+
+
+def _refuse(differences: list[str], baseline_file: str, this_name: str = "this run") -> None:
+    if differences:
+        raise sc.UsageError(
+            f"--compare {baseline_file}: refusing to compare runs with different settings (baseline vs "
+            f"{this_name}: {'; '.join(differences)}); Turbo3's rule: same model, flags, prompts and output length"
+        )
+
+
+# --- the run -------------------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.compare and len(args.compare) == 2:
+            return _compare_records(args)
+        return _benchmark(args)
+    except sc.ClientError as exc:
+        print(f"caovan {NAME}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"caovan {NAME}: error: interrupted (Ctrl-C); no record written", file=sys.stderr)
+        return 130
+
+
+def _settings(args: argparse.Namespace, loads: list[str], sha256: str, count: int) -> dict[str, Any]:
+    return {
+        "model": args.model,  # the served name, filled in once the server is asked
+        "loads": loads,
+        "max_tokens": args.max_tokens,
+        "output_tokens_per_load": {load: sb.output_tokens(load, args.max_tokens) for load in loads},
+        "requests": args.requests,
+        "concurrency": args.concurrency,
+        "repeats": args.repeats,
+        "warmup_requests": args.warmup_requests,
+        "prompt_set": {"version": sb.PROMPT_SET_VERSION, "sha256": sha256, "prompts": count},
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+
+
+def _benchmark(args: argparse.Namespace) -> int:
+    if args.compare and len(args.compare) > 2:
+        raise sc.UsageError(
+            f"--compare takes BASELINE.json, or BASELINE.json RECORD.json; got {len(args.compare)} files"
+        )
+    problem = _output_problem(args.output)
+    if problem:
+        raise sc.UsageError(problem)
+    for option, value, minimum in (
+        ("--max-tokens", args.max_tokens, 1),
+        ("--repeats", args.repeats, 1),
+        ("--requests", args.requests, 1),
+        ("--concurrency", args.concurrency, 1),
+        ("--warmup-requests", args.warmup_requests, 0),
+    ):
+        sc.require_at_least(value, minimum, option)
+    loads = _loads(args.load)
+    server = sc.server_settings(args)
+    baseline = _read_record(args.compare[0]) if args.compare else None
+
+    planned = sb.plan(
+        loads,
+        max_tokens=args.max_tokens,
+        requests=args.requests,
+        repeats=args.repeats,
+        warmup_requests=args.warmup_requests,
+    )
+    count = sum(len(reqs) for by_phase in planned.values() for reqs in by_phase.values())
+    settings = _settings(args, loads, sb.prompt_set_sha256(planned), count)
+    if baseline is not None:  # everything but the model is known now: refuse before the server is even asked
+        _refuse(sb.settings_differences(baseline["settings"], settings, with_model=False), args.compare[0])
+
+    started_utc = datetime.datetime.now(datetime.timezone.utc)
+    with sc.ServingClient(server, max_connections=args.concurrency) as client:
+        print(f"[Caovan] benchmark: waiting up to {server.wait_s:g} s for {server.api_base} ({sc.READY_PROBES})")
+        ready = client.wait_ready(server.wait_s)
+        model = sc.resolve_model(ready.models, args.model, server.api_base)
+        settings["model"] = model
+        if baseline is not None:
+            _refuse(sb.settings_differences(baseline["settings"], settings), args.compare[0])
+        version = client.vllm_version()
+        print(f"[Caovan] benchmark: server ready (model {model}, vLLM {version or 'version unknown'})", flush=True)
+        results = {load: _run_load(client, model, load, planned[load], args.concurrency) for load in loads}
+
+    every_phase = [r for by_load in results.values() for r in [by_load["warmup"], *by_load["repeats"]] if r]
+    failed = sum(r["errors"] for r in every_phase)
+    sent = sum(r["requests"] for r in every_phase)
+    record = {
+        "schema": sb.SCHEMA,
+        "created_utc": started_utc.isoformat(timespec="seconds"),
+        "argv": list(sys.argv),
+        "caovan_version": _caovan_version(),
+        "label": args.label,
+        "server": {
+            "api_base": server.api_base,
+            "vllm_version": version,
+            "models": ready.models,
+            "max_model_len": ready.max_model_len.get(model),
+        },
+        "settings": settings,
+        "percentile_method": sb.PERCENTILE_METHOD,
+        "results": results,
+        "totals": {"requests": sent, "errors": failed, "error_rate": failed / sent if sent else 0.0},
+        "exit_status": 1 if failed else 0,
+    }
+    if args.output:
+        from caovan.matrix.results import write_json_atomic
+
+        write_json_atomic(Path(args.output), record)
+    _print_table(record)
+    if args.output:
+        print(f"[Caovan] benchmark: record written to {args.output}")
+    if baseline is not None:
+        _print_comparison(baseline, record, args.compare[0], "this run")
+    if failed:
+        print(
+            f"caovan {NAME}: error: {failed} of {sent} requests failed (see first_errors in the record)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _caovan_version() -> str:
+    from caovan import __version__
+
+    return __version__
+
+
+def _run_load(client: sc.ServingClient, model: str, load: str, by_phase: dict, concurrency: int) -> dict[str, Any]:
+    result: dict[str, Any] = {"warmup": None, "repeats": []}
+    repeats = [phase for phase in by_phase if phase != "warmup"]
+    for phase, requests in by_phase.items():
+        stats = _run_phase(client, model, requests, concurrency)
+        done = f"{stats['ok']}/{stats['requests']} ok"
+        if phase == "warmup":
+            result["warmup"] = stats
+            print(f"[Caovan] benchmark: {load} warmup (not counted): {done}, {stats['wall_s']:.2f} s", flush=True)
+            continue
+        result["repeats"].append(stats)
+        rate = stats["output_tokens_per_s"]
+        print(
+            f"[Caovan] benchmark: {load} {phase.replace('-', ' ')}/{len(repeats)}: {done}, "
+            f"{'-' if rate is None else f'{rate:.1f}'} output tok/s, {stats['wall_s']:.2f} s",
+            flush=True,
+        )
+    result["summary"] = sb.summarize(result["repeats"])
+    return result
+
+
+def _run_phase(client: sc.ServingClient, model: str, requests: list[sb.Planned], concurrency: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    outcomes = sc.run_concurrently(
+        lambda i: client.stream_complete(model, requests[i].prompt, requests[i].max_tokens), len(requests), concurrency
+    )
+    return sb.repeat_stats(outcomes, time.perf_counter() - started)
+
+
+# --- output ----------------------------------------------------------------------------------------------------------
+
+
+def _num(value: float | None, scale: float = 1.0, digits: int = 2) -> str:
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def _print_table(record: dict[str, Any]) -> None:
+    from tabulate import tabulate
+
+    headers = [
+        "load", "repeat", "ok", "err %", "wall s", "out tok/s", "lat mean s", "lat p50 s", "lat p95 s",
+        "TTFT p50 ms", "TTFT p95 ms", "ITL p50 ms", "ITL p95 ms",
+    ]  # fmt: skip
+    rows = []
+    for load, result in record["results"].items():
+        for n, r in enumerate(result["repeats"], 1):
+            rows.append([
+                load, n, f"{r['ok']}/{r['requests']}", _num(r["error_rate"], 100, 1), _num(r["wall_s"]),
+                _num(r["output_tokens_per_s"], digits=1), _num(r["latency_mean_s"], digits=3),
+                _num(r["latency_p50_s"], digits=3), _num(r["latency_p95_s"], digits=3),
+                _num(r["ttft_p50_s"], 1000, 1), _num(r["ttft_p95_s"], 1000, 1),
+                _num(r["itl_p50_s"], 1000, 2), _num(r["itl_p95_s"], 1000, 2),
+            ])  # fmt: skip
+        s = result["summary"]
+        med = {metric: s[metric]["median"] for metric in sb.SUMMARY_METRICS}
+        rows.append([
+            load, "median", f"{s['requests'] - s['errors']}/{s['requests']}", _num(med["error_rate"], 100, 1), "",
+            _num(med["output_tokens_per_s"], digits=1), _num(med["latency_mean_s"], digits=3),
+            _num(med["latency_p50_s"], digits=3), _num(med["latency_p95_s"], digits=3),
+            _num(med["ttft_p50_s"], 1000, 1), _num(med["ttft_p95_s"], 1000, 1),
+            _num(med["itl_p50_s"], 1000, 2), _num(med["itl_p95_s"], 1000, 2),
+        ])  # fmt: skip
+    settings = record["settings"]
+    label = f" [{record['label']}]" if record.get("label") else ""
+    print(
+        f"\nmodel {settings['model']}{label}, vLLM {record['server']['vllm_version'] or 'unknown'}: "
+        f"{settings['requests']} requests x {settings['repeats']} repeats per load, concurrency "
+        f"{settings['concurrency']}, max_tokens {settings['max_tokens']}"
+    )
+    print(tabulate(rows, headers=headers, disable_numparse=True))
+    for load, result in record["results"].items():
+        rate = result["summary"]["output_tokens_per_s"]
+        if rate["median"] is not None:
+            print(
+                f"{load}: output tok/s median {rate['median']:.1f} (min {rate['min']:.1f}, max {rate['max']:.1f}) "
+                f"over {rate['repeats']} repeat(s)"
+            )
+
+
+def _print_comparison(baseline: dict[str, Any], record: dict[str, Any], baseline_file: str, this_name: str) -> None:
+    from tabulate import tabulate
+
+    base_version = baseline.get("server", {}).get("vllm_version") if isinstance(baseline.get("server"), dict) else None
+    version = record.get("server", {}).get("vllm_version") if isinstance(record.get("server"), dict) else None
+    if base_version != version:
+        print(
+            f"caovan {NAME}: warning: the servers' vLLM versions differ (baseline {base_version or 'unknown'}, "
+            f"{this_name} {version or 'unknown'}); Turbo3's rule: same vLLM version",
+            file=sys.stderr,
+        )
+
+    def name(r: dict[str, Any], fallback: str) -> str:
+        return f"{fallback} ({r['label']})" if r.get("label") and r["label"] != fallback else fallback
+
+    headers = ["load", "metric (median over repeats)", name(baseline, "baseline"), name(record, this_name)]
+    headers += [f"ratio {this_name}/baseline", "better"]
+    print(f"\n{this_name} compared with baseline {baseline_file}")
+    rows = sb.compare_rows(baseline, record, this_name=this_name)
+    print(tabulate(rows, headers=headers, disable_numparse=True))
+
+
+def _compare_records(args: argparse.Namespace) -> int:
+    baseline_file, record_file = args.compare
+    if args.output is not None:
+        raise sc.UsageError("--output: nothing is run when --compare is given two records, so nothing to write")
+    baseline, record = _read_record(baseline_file), _read_record(record_file)
+    _refuse(sb.settings_differences(baseline["settings"], record["settings"]), baseline_file, "record")
+    print(f"record: {record_file}")
+    _print_comparison(baseline, record, baseline_file, "record")
+    return 0

@@ -1,0 +1,554 @@
+"""The HTTP client pieces ``caovan warmup`` and ``caovan benchmark`` share: both talk to a running vLLM server.
+
+One place for: the ``--api-base``/``--model``/``--api-key``/``--wait-s``/``--request-timeout-s`` options, base URL
+normalisation, the Bearer key, waiting for the server to become ready, picking the model, and one completion
+request (plain for warmup, streamed and timed for the benchmark). Requests go out from daemon threads
+(:func:`run_concurrently`), so Ctrl-C ends a command at once instead of waiting for requests in flight.
+
+What this relies on in vLLM 0.21.0 (``vllm/entrypoints/…``):
+
+- ``GET /health`` (``serve/instrumentator/health.py``): 200 with an empty body once the engine answers, 503 when it
+  is dead. Not behind ``--api-key``: ``AuthenticationMiddleware`` (``openai/server_utils.py``) checks only paths
+  that start with ``/v1``. A server without ``/health`` (404) is judged by ``/v1/models`` alone.
+- ``GET /v1/models`` (``openai/models/api_router.py``): a ``ModelList`` (``openai/engine/protocol.py``),
+  ``{"object": "list", "data": [{"id": NAME, "max_model_len": N, ...}, ...]}``; behind ``--api-key`` (401).
+- ``GET /version`` (``serve/instrumentator/basic.py``): ``{"version": VLLM_VERSION}``; other OpenAI-compatible
+  servers may lack it, which is tolerated (``None``).
+- ``POST /v1/completions`` (``openai/completion/protocol.py``, ``openai/completion/serving.py``): ``ignore_eos``
+  (a vLLM extension) and ``stream_options.include_usage``. Not streamed: ``{"choices": [...], "usage":
+  {"prompt_tokens", "completion_tokens", ...}}``. Streamed: ``data: {chunk}`` lines separated by blank lines, one
+  choice per chunk; chunks that carry no token yet are not sent (chunked prefill), so the first chunk with a choice
+  marks the first token; with ``include_usage`` a last chunk whose ``choices`` is ``[]`` carries ``usage``; an
+  error inside the stream comes as ``data: {"error": {...}}``; the stream ends with ``data: [DONE]``.
+- Errors: ``ErrorResponse`` ``{"error": {"message", "type", "param", "code"}}`` (``openai/engine/protocol.py``);
+  the older top-level ``{"object": "error", "message": ...}`` is read too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+#: Environment variables an API key is taken from when --api-key is not given, first set one wins. VLLM_API_KEY is
+#: what ``vllm serve`` itself reads for its key; OPENAI_API_KEY is what OpenAI clients read.
+API_KEY_ENV = ("VLLM_API_KEY", "OPENAI_API_KEY")
+
+DEFAULT_API_BASE = "http://127.0.0.1:8000"
+
+#: Readiness polling: the first retry comes quickly (a server that is nearly up), later ones at most this far apart.
+FIRST_POLL_DELAY_S = 0.05
+MAX_POLL_DELAY_S = 1.0
+#: No single readiness probe waits longer than this (a host that drops packets must not eat all of --wait-s).
+PROBE_TIMEOUT_S = 5.0
+
+READY_PROBES = "GET /health then GET /v1/models"
+
+
+class ClientError(Exception):
+    """A problem a command reports in one line; ``exit_code`` is the command's exit status for it."""
+
+    exit_code = 1
+
+
+class UsageError(ClientError):
+    """Bad arguments, or a choice the user must make (several models, a missing API key)."""
+
+    exit_code = 2
+
+
+class NotReady(ClientError):
+    """The server did not become ready within --wait-s."""
+
+    exit_code = 2
+
+
+class ModelNotServed(ClientError):
+    """The server answers but does not serve the asked model."""
+
+    exit_code = 1
+
+
+class RequestFailed(ClientError):
+    """One completion request failed (transport error, HTTP status, malformed answer)."""
+
+    exit_code = 1
+
+
+# --- arguments -------------------------------------------------------------------------------------------------
+
+
+def add_server_arguments(parser: argparse.ArgumentParser, *, wait_s: float, request_timeout_s: float) -> None:
+    """The options both commands share; the values are checked in :func:`server_settings` (so a bad one ends in
+    the command's own error line)."""
+    parser.add_argument(
+        "--api-base",
+        default=DEFAULT_API_BASE,
+        metavar="URL",
+        help=f"the vLLM server, with or without a trailing /v1 (default: {DEFAULT_API_BASE})",
+    )
+    parser.add_argument(
+        "--model",
+        metavar="NAME",
+        help="the served model name (default: the server's only model; required when it serves several)",
+    )
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help=f"sent as 'Authorization: Bearer KEY' (default: ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]} if set)",
+    )
+    parser.add_argument(
+        "--wait-s",
+        type=float,
+        default=wait_s,
+        metavar="S",
+        help=f"how long to wait for the server to become ready ({READY_PROBES}); 0 tries once (default: {wait_s:g})",
+    )
+    parser.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=request_timeout_s,
+        metavar="S",
+        help="how long one request may wait for the server's next bytes; the first request on TP=2 can take "
+        f"minutes of JIT (default: {request_timeout_s:g})",
+    )
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    api_base: str
+    api_key: str | None
+    wait_s: float
+    request_timeout_s: float
+
+
+def server_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServerSettings:
+    """The shared options, checked; :class:`UsageError` for a bad one."""
+    api_base = normalize_api_base(args.api_base)
+    if not (args.wait_s >= 0 and math.isfinite(args.wait_s)):  # also NaN
+        raise UsageError(f"--wait-s {args.wait_s:g}: must be a number of seconds, 0 or more")
+    if not (args.request_timeout_s > 0 and math.isfinite(args.request_timeout_s)):
+        raise UsageError(f"--request-timeout-s {args.request_timeout_s:g}: must be a number of seconds above 0")
+    if args.model is not None and not args.model.strip():
+        raise UsageError("--model '': an empty model name")
+    api_key = args.api_key if args.api_key else default_api_key(os.environ if environ is None else environ)
+    return ServerSettings(api_base, api_key, float(args.wait_s), float(args.request_timeout_s))
+
+
+def normalize_api_base(text: str) -> str:
+    """``http://host:8000``, ``http://host:8000/``, ``http://host:8000/v1`` and ``…/v1/`` all give
+    ``http://host:8000``; a path prefix before ``/v1`` (a proxy) is kept. :class:`UsageError` for anything but an
+    http(s) URL with a host."""
+    given = text
+    text = text.strip()
+    try:
+        parts = urlsplit(text)
+        _ = parts.port  # raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise UsageError(f"--api-base {given!r}: not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--api-base {given!r}: expected an http:// or https:// URL, e.g. {DEFAULT_API_BASE}")
+    if parts.query or parts.fragment:
+        raise UsageError(f"--api-base {given!r}: a base URL has no ?query or #fragment")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")].rstrip("/")
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def default_api_key(environ: Mapping[str, str]) -> str | None:
+    for name in API_KEY_ENV:
+        if environ.get(name):
+            return environ[name]
+    return None
+
+
+def positive_int_list(text: str, option: str) -> list[int]:
+    """``"1,2,4,8"`` → ``[1, 2, 4, 8]``; :class:`UsageError` naming ``option`` for anything else."""
+    values = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            value = int(item)
+        except ValueError:
+            raise UsageError(f"{option} {text!r}: {item!r} is not a whole number (expected e.g. 1,2,4,8)") from None
+        if value < 1:
+            raise UsageError(f"{option} {text!r}: {value} is not 1 or more")
+        values.append(value)
+    return values
+
+
+def require_at_least(value: int, minimum: int, option: str) -> None:
+    if value < minimum:
+        raise UsageError(f"{option} {value}: must be {minimum} or more")
+
+
+# --- results ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The server answered both probes: after ``seconds`` and ``attempts`` rounds, serving ``models``."""
+
+    seconds: float
+    attempts: int
+    models: list[str]
+    max_model_len: dict[str, int | None]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One request's answer: tokens from ``usage``; times in seconds from sending the request.
+
+    ``ttft_s`` (the first chunk that carries a choice) only for a streamed request.
+    """
+
+    prompt_tokens: int | None
+    completion_tokens: int
+    latency_s: float
+    ttft_s: float | None = None
+
+
+def resolve_model(served: list[str], requested: str | None, api_base: str) -> str:
+    """The model to use: ``requested`` if served, else the only served one."""
+    listed = ", ".join(served) if served else "none"
+    if requested is not None:
+        if requested in served:
+            return requested
+        raise ModelNotServed(f"model {requested!r} is not served by {api_base}; it serves: {listed}")
+    if len(served) == 1:
+        return served[0]
+    raise UsageError(f"{api_base} serves {len(served)} models ({listed}): choose one with --model")
+
+
+# --- the client --------------------------------------------------------------------------------------------------
+
+
+class _NotYet(Exception):
+    """A readiness probe that did not succeed (yet); its message is the 'last error'."""
+
+
+def describe_exception(exc: BaseException, timeout_s: float | None = None) -> str:
+    """A transport error as a short phrase: 'connection refused', 'no answer within 5 s', …"""
+    import httpx
+
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.ConnectError):
+        return "connection refused" if "refused" in text.lower() else f"cannot connect: {text}"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer within {timeout_s:g} s" if timeout_s is not None else f"timed out: {text}"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return f"the server broke the connection: {text}"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_http_error(status: int, body: bytes | str) -> str:
+    """``HTTP 404: The model `x` does not exist.``: the message of vLLM's error body, else the body itself."""
+    return f"HTTP {status}: {error_message(body)}"
+
+
+def error_message(body: bytes | str) -> str:
+    """The message of an error body (vLLM's ``{"error": {"message": …}}`` or the older top-level ``message``),
+    else the body itself, shortened to one line."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    message = None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            message = error["message"]
+        elif isinstance(error, str):
+            message = error
+        elif isinstance(data.get("message"), str):
+            message = data["message"]
+    if message is None:
+        message = text.strip() or "(empty body)"
+    return _short(message)
+
+
+def completion_body(model: str, prompt: str, max_tokens: int, *, stream: bool) -> dict[str, Any]:
+    """Greedy, exactly ``max_tokens`` tokens (``ignore_eos``), so decode (and MTP drafting) really runs."""
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def iter_sse_data(lines: Iterable[str]) -> Iterator[str]:
+    """The payloads of Server-Sent Events ``data:`` lines, up to (not including) ``[DONE]``.
+
+    Blank lines, comments (``:``) and other fields (``event:``, ``id:``) are skipped. :class:`RequestFailed` if the
+    stream ends without ``[DONE]``.
+    """
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if not line.startswith("data:"):
+            continue
+        payload = line[len("data:") :].strip()
+        if payload == "[DONE]":
+            return
+        yield payload
+    raise RequestFailed("the stream ended without 'data: [DONE]'")
+
+
+def read_completion_stream(lines: Iterable[str], started: float, clock: Callable[[], float]) -> Completion:
+    """Time and count a streamed completion from its SSE lines (``started``: ``clock()`` when the request left)."""
+    ttft = None
+    usage = None
+    for payload in iter_sse_data(lines):
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            raise RequestFailed(f"malformed stream chunk: {_short(payload, 120)!r}") from None
+        if not isinstance(chunk, dict):
+            raise RequestFailed(f"malformed stream chunk (not an object): {_short(payload, 120)!r}")
+        if "error" in chunk:
+            raise RequestFailed(f"error in the stream: {error_message(payload)}")
+        choices = chunk.get("choices")
+        if ttft is None and isinstance(choices, list) and choices:
+            ttft = clock() - started
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+    latency = clock() - started
+    if usage is None:
+        raise RequestFailed("the stream carried no usage (does the server honour stream_options.include_usage?)")
+    completion_tokens = _completion_tokens(usage)
+    if ttft is None:
+        raise RequestFailed("the stream carried no choice (no token)")
+    return Completion(_int_or_none(usage.get("prompt_tokens")), completion_tokens, latency, ttft)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _completion_tokens(usage: Any) -> int:
+    tokens = _int_or_none(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+    if tokens is None:
+        raise RequestFailed(f"no usage.completion_tokens in the answer (usage: {_short(json.dumps(usage), 120)})")
+    if tokens < 1:
+        raise RequestFailed(f"the server generated no token (usage.completion_tokens={tokens})")
+    return tokens
+
+
+class ServingClient:
+    """One vLLM server: readiness, models, version, completions. Usable from several threads at once
+    (``httpx.Client`` "can be shared between threads", its docstring says)."""
+
+    def __init__(self, settings: ServerSettings, *, max_connections: int = 16):
+        import httpx
+
+        self.api_base = settings.api_base
+        self.request_timeout_s = settings.request_timeout_s
+        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+        self._http = httpx.Client(
+            headers=headers,
+            timeout=httpx.Timeout(settings.request_timeout_s, connect=min(settings.request_timeout_s, 30.0)),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=max(1, max_connections)),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ServingClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def url(self, path: str) -> str:
+        return self.api_base + path
+
+    # readiness -------------------------------------------------------------------------------------------------
+
+    def wait_ready(
+        self,
+        wait_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> Ready:
+        """Poll ``GET /health`` then ``GET /v1/models`` until both answer, for at most ``wait_s`` seconds.
+
+        :class:`NotReady` naming what was tried and the last error; :class:`UsageError` at once for a 401/403 (a
+        missing or wrong API key does not get better by waiting).
+        """
+        start = clock()
+        deadline = start + wait_s
+        delay = FIRST_POLL_DELAY_S
+        attempts = 0
+        while True:
+            attempts += 1
+            timeout = max(0.1, min(PROBE_TIMEOUT_S, deadline - clock()))
+            try:
+                models = self._probe(timeout)
+            except _NotYet as exc:
+                last_error = str(exc)
+            else:
+                ready_after = clock() - start
+                return Ready(ready_after, attempts, [m["id"] for m in models], _max_model_len(models))
+            now = clock()
+            if now >= deadline:
+                raise NotReady(
+                    f"server at {self.api_base} not ready after {now - start:.1f} s ({attempts} attempt(s) of "
+                    f"{READY_PROBES}); last error: {last_error}"
+                )
+            sleep(min(delay, deadline - now))
+            delay = min(delay * 2, MAX_POLL_DELAY_S)
+
+    def _get(self, path: str, timeout: float):
+        import httpx
+
+        try:
+            return self._http.get(self.url(path), timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise _NotYet(f"GET {self.url(path)}: {describe_exception(exc, timeout)}") from None
+
+    def _probe(self, timeout: float) -> list[dict[str, Any]]:
+        health = self._get("/health", timeout)
+        if health.status_code != 404 and health.status_code != 200:  # 404: no /health there, ask /v1/models
+            raise _NotYet(f"GET {self.url('/health')}: {describe_http_error(health.status_code, health.content)}")
+        models = self._get("/v1/models", timeout)
+        if models.status_code in (401, 403):
+            raise UsageError(
+                f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}: "
+                f"the server wants an API key: pass --api-key or set ${API_KEY_ENV[0]}"
+            )
+        if models.status_code != 200:
+            raise _NotYet(f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}")
+        try:
+            data = models.json()["data"]
+            cards = [card for card in data if isinstance(card["id"], str)]
+        except (ValueError, KeyError, TypeError):
+            raise _NotYet(f"GET {self.url('/v1/models')}: not a model list ({_short(models.text, 120)!r})") from None
+        if not cards:
+            raise _NotYet(f"GET {self.url('/v1/models')}: no model listed")
+        return cards
+
+    def vllm_version(self) -> str | None:
+        """vLLM's version from ``GET /version``; ``None`` when the server has no such route or it fails."""
+        try:
+            response = self._get("/version", min(PROBE_TIMEOUT_S, self.request_timeout_s))
+            version = response.json().get("version") if response.status_code == 200 else None
+        except (_NotYet, ValueError, AttributeError):
+            return None
+        return version if isinstance(version, str) else None
+
+    # completions -----------------------------------------------------------------------------------------------
+
+    def complete(
+        self, model: str, prompt: str, max_tokens: int, *, clock: Callable[[], float] = time.perf_counter
+    ) -> Completion:
+        """One non-streamed completion; :class:`RequestFailed` unless HTTP 200, a ``choices`` list and
+        ``usage.completion_tokens`` > 0."""
+        import httpx
+
+        url = self.url("/v1/completions")
+        started = clock()
+        try:
+            response = self._http.post(url, json=completion_body(model, prompt, max_tokens, stream=False))
+        except httpx.HTTPError as exc:
+            raise RequestFailed(f"POST {url}: {describe_exception(exc, self.request_timeout_s)}") from None
+        latency = clock() - started
+        if response.status_code != 200:
+            raise RequestFailed(f"POST {url}: {describe_http_error(response.status_code, response.content)}")
+        try:
+            data = response.json()
+        except ValueError:
+            raise RequestFailed(f"POST {url}: the answer is not JSON ({_short(response.text, 120)!r})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
+            raise RequestFailed(f"POST {url}: the answer has no choices ({_short(response.text, 120)!r})")
+        try:
+            tokens = _completion_tokens(data.get("usage"))
+        except RequestFailed as exc:
+            raise RequestFailed(f"POST {url}: {exc}") from None
+        return Completion(_int_or_none(data["usage"].get("prompt_tokens")), tokens, latency)
+
+    def stream_complete(
+        self, model: str, prompt: str, max_tokens: int, *, clock: Callable[[], float] = time.perf_counter
+    ) -> Completion:
+        """One streamed completion, timed: time to the first chunk with a choice, time to ``[DONE]``, tokens from
+        the usage chunk. :class:`RequestFailed` for any failure."""
+        import httpx
+
+        url = self.url("/v1/completions")
+        started = clock()
+        try:
+            with self._http.stream("POST", url, json=completion_body(model, prompt, max_tokens, stream=True)) as r:
+                if r.status_code != 200:
+                    r.read()
+                    raise RequestFailed(f"POST {url}: {describe_http_error(r.status_code, r.content)}")
+                return read_completion_stream(r.iter_lines(), started, clock)
+        except httpx.HTTPError as exc:
+            raise RequestFailed(f"POST {url}: {describe_exception(exc, self.request_timeout_s)}") from None
+        except RequestFailed as exc:
+            if str(exc).startswith("POST "):
+                raise
+            raise RequestFailed(f"POST {url}: {exc}") from None
+
+
+def _max_model_len(cards: list[dict[str, Any]]) -> dict[str, int | None]:
+    return {card["id"]: _int_or_none(card.get("max_model_len")) for card in cards}
+
+
+# --- concurrency -----------------------------------------------------------------------------------------------
+
+
+def run_concurrently(task: Callable[[int], Any], count: int, concurrency: int) -> list[Any]:
+    """``[task(0), …, task(count - 1)]`` with at most ``concurrency`` running at once; a :class:`ClientError` a
+    task raises takes its place in the list, any other exception is raised here.
+
+    Daemon threads rather than a ThreadPoolExecutor: the executor's threads are joined at exit, so Ctrl-C would
+    wait for every request in flight (minutes of generation); daemon threads end with the command.
+    """
+    results: list[Any] = [None] * count
+    pending: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for index in range(count):
+        pending.put(index)
+
+    def worker() -> None:
+        while True:
+            try:
+                index = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results[index] = task(index)
+            except BaseException as exc:  # handed to the caller below
+                results[index] = exc
+
+    threads = [
+        threading.Thread(target=worker, name=f"caovan-request-{n}", daemon=True)
+        for n in range(max(1, min(concurrency, count)))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()  # interruptible: Ctrl-C raises KeyboardInterrupt here
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, ClientError):
+            raise result
+    return results

@@ -1,0 +1,209 @@
+"""A fake vLLM OpenAI-compatible server in a thread, for unit tests of caovan's HTTP clients (warmup, benchmark).
+
+It answers the routes caovan's client uses the way vLLM 0.21.0 does (see caovan.serving_client's docstring):
+/health (empty 200), /v1/models (ModelList), /version ({"version": ...}), /v1/completions (plain, or streamed as
+``data: {chunk}`` + blank line, a last usage chunk with ``"choices": []``, then ``data: [DONE]``), errors as
+``{"error": {"message", "type", "param", "code"}}``. Knobs make it fail.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FakeOpenAI:
+    def __init__(self) -> None:
+        self.models: list[str] = ["fake-model"]
+        self.max_model_len = 4096
+        self.version: str | None = "0.21.0"  # None: no /version route (404)
+        self.health_not_ready = 0  # /health answers 503 this many times first
+        self.models_not_ready = 0  # /v1/models answers 503 this many times first
+        self.health_status = 200  # 404: a server without /health
+        self.api_key: str | None = None  # required as Bearer on /v1 paths, as vLLM's --api-key does
+        self.fail_requests: set[int] = set()  # completion request numbers (0-based, arrival order) answered 500
+        self.malformed_requests: set[int] = set()  # … answered 200 with a body that is not JSON
+        self.stream_error_requests: set[int] = set()  # … streamed 200, then an error chunk
+        self.no_usage = False  # streamed answers without the usage chunk
+        self.tokens_cap: int | None = None  # generate at most this many tokens (a server ignoring ignore_eos)
+        self.requests: list[tuple[str, str, dict | None]] = []  # (method, path, JSON body) of every request
+        self.headers: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+        self._completions = 0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeOpenAI:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def completion_bodies(self) -> list[dict]:
+        return [body for method, path, body in self.requests if path == "/v1/completions"]
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _json(self, status: int, data) -> None:
+                self._send(status, json.dumps(data).encode())
+
+            def _error(self, status: int, message: str) -> None:
+                self._json(status, {"error": {"message": message, "type": "Error", "param": None, "code": status}})
+
+            def _record(self, body) -> None:
+                with fake._lock:
+                    fake.requests.append((self.command, self.path, body))
+                    fake.headers.append(dict(self.headers))
+
+            def _authorised(self) -> bool:
+                if fake.api_key is None or not self.path.startswith("/v1"):
+                    return True
+                if self.headers.get("Authorization") == f"Bearer {fake.api_key}":
+                    return True
+                self._json(401, {"error": "Unauthorized"})
+                return False
+
+            def do_GET(self):
+                self._record(None)
+                if not self._authorised():
+                    return
+                if self.path == "/health":
+                    with fake._lock:
+                        not_ready = fake.health_not_ready > 0
+                        fake.health_not_ready -= not_ready
+                    if not_ready:
+                        self._send(503, b"")
+                    elif fake.health_status == 404:
+                        self._json(404, {"detail": "Not Found"})
+                    else:
+                        self._send(fake.health_status, b"")
+                elif self.path == "/v1/models":
+                    with fake._lock:
+                        not_ready = fake.models_not_ready > 0
+                        fake.models_not_ready -= not_ready
+                    if not_ready:
+                        self._error(503, "starting")
+                        return
+                    cards = [
+                        {"id": m, "object": "model", "owned_by": "vllm", "max_model_len": fake.max_model_len}
+                        for m in fake.models
+                    ]
+                    self._json(200, {"object": "list", "data": cards})
+                elif self.path == "/version" and fake.version is not None:
+                    self._json(200, {"version": fake.version})
+                else:
+                    self._json(404, {"detail": "Not Found"})
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = None
+                self._record(body)
+                if not self._authorised():
+                    return
+                if self.path != "/v1/completions" or not isinstance(body, dict):
+                    self._json(404, {"detail": "Not Found"})
+                    return
+                with fake._lock:
+                    number = fake._completions
+                    fake._completions += 1
+                if body.get("model") not in fake.models:
+                    self._error(404, f"The model `{body.get('model')}` does not exist.")
+                    return
+                if number in fake.fail_requests:
+                    self._error(500, f"fake failure of request {number}")
+                    return
+                if number in fake.malformed_requests:
+                    self._send(200, b"<html>not json</html>", "text/html")
+                    return
+                tokens = int(body["max_tokens"])
+                if fake.tokens_cap is not None:
+                    tokens = min(tokens, fake.tokens_cap)
+                prompt_tokens = len(str(body["prompt"]).split())
+                usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + tokens}
+                usage["completion_tokens"] = tokens
+                if not body.get("stream"):
+                    choice = {"index": 0, "text": " tok" * tokens, "logprobs": None, "finish_reason": "length"}
+                    self._json(
+                        200,
+                        {
+                            "id": "cmpl-1",
+                            "object": "text_completion",
+                            "model": body["model"],
+                            "choices": [choice],
+                            "usage": usage,
+                        },
+                    )
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()  # no Content-Length: the stream ends when the connection closes
+                self.close_connection = True
+
+                def data(payload) -> None:
+                    text = payload if isinstance(payload, str) else json.dumps(payload)
+                    self.wfile.write(f"data: {text}\n\n".encode())
+                    self.wfile.flush()
+
+                for i in range(tokens):
+                    if number in fake.stream_error_requests and i == 1:
+                        data(
+                            {
+                                "error": {
+                                    "message": "fake engine error",
+                                    "type": "InternalServerError",
+                                    "param": None,
+                                    "code": 500,
+                                }
+                            }
+                        )
+                        data("[DONE]")
+                        return
+                    finish = "length" if i == tokens - 1 else None
+                    data(
+                        {
+                            "id": "cmpl-1",
+                            "object": "text_completion",
+                            "model": body["model"],
+                            "choices": [{"index": 0, "text": " tok", "logprobs": None, "finish_reason": finish}],
+                        }
+                    )
+                if not fake.no_usage and body.get("stream_options", {}).get("include_usage"):
+                    data(
+                        {
+                            "id": "cmpl-1",
+                            "object": "text_completion",
+                            "model": body["model"],
+                            "choices": [],
+                            "usage": usage,
+                        }
+                    )
+                data("[DONE]")
+
+        return Handler

@@ -1,0 +1,395 @@
+"""``caovan benchmark`` and caovan.serving_bench: prompts, statistics, the record, --compare; against a fake server.
+
+These check logic (counts, settings, percentiles on known numbers), never speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+
+import pytest
+
+from caovan import serving_bench as sb
+from caovan import serving_client as sc
+from caovan.cli import benchmark
+from caovan.serving_client import Completion
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="caovan benchmark")
+    benchmark.add_arguments(parser)
+    return benchmark.run(parser.parse_args(argv))
+
+
+@pytest.fixture(autouse=True)
+def _no_key_from_the_environment(monkeypatch):
+    for name in sc.API_KEY_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+SMALL = ["--max-tokens", "5", "--requests", "3", "--repeats", "2"]
+
+
+def _bench(fake, tmp_path, name="r.json", extra=()) -> tuple[int, dict | None]:
+    out = tmp_path / name
+    rc = _run(["--api-base", fake.url, *SMALL, "--output", str(out), *extra])
+    return rc, (json.loads(out.read_text()) if out.exists() else None)
+
+
+# --- module, options -------------------------------------------------------------------------------------------------
+
+
+def test_module_contract_and_defaults():
+    assert (benchmark.NAME, benchmark.ALIAS) == ("benchmark", "caovan-sm75-benchmark")
+    assert "caovan bench" in benchmark.HELP  # tells the two apart
+    parser = argparse.ArgumentParser()
+    benchmark.add_arguments(parser)
+    args = parser.parse_args([])
+    assert (args.max_tokens, args.repeats, args.requests, args.concurrency, args.warmup_requests) == (768, 2, 8, 1, 1)
+    assert (args.load, args.output, args.compare, args.label, args.api_base) == (
+        "decode-heavy", None, None, None, "http://127.0.0.1:8000",
+    )  # fmt: skip
+    args = parser.parse_args(["--model", "M", "--max-tokens", "768", "--repeats", "2", "--output", "result.json"])
+    assert (args.model, args.max_tokens, args.repeats, args.output) == ("M", 768, 2, "result.json")
+
+
+# --- prompts -----------------------------------------------------------------------------------------------------
+
+
+def test_prompts_are_deterministic_distinct_and_sized_per_load():
+    kwargs = {"max_tokens": 7, "requests": 6, "repeats": 2, "warmup_requests": 1}
+    planned = sb.plan(list(sb.LOADS), **kwargs)
+    assert sb.prompt_set_sha256(planned) == sb.prompt_set_sha256(sb.plan(list(sb.LOADS), **kwargs))
+    assert sb.prompt_set_sha256(planned) != sb.prompt_set_sha256(sb.plan(list(sb.LOADS), **{**kwargs, "max_tokens": 8}))
+    assert list(planned["mixed"]) == ["warmup", "repeat-1", "repeat-2"]
+    every = [p.prompt for by_phase in planned.values() for reqs in by_phase.values() for p in reqs]
+    assert len(every) == 3 * (1 + 2 * 6) and len(set(every)) == len(every)  # no prompt twice: no prefix-cache hit
+    assert all(p.max_tokens == 1 for reqs in planned["prefill-heavy"].values() for p in reqs)
+    assert all(p.max_tokens == 7 for reqs in planned["decode-heavy"].values() for p in reqs)
+    assert len(planned["decode-heavy"]["repeat-1"][0].prompt.split()) < 16
+    assert PREFILL_RANGE[0] < len(planned["prefill-heavy"]["repeat-1"][0].prompt.split()) < PREFILL_RANGE[1]
+    mixed = [len(p.prompt.split()) for p in planned["mixed"]["repeat-1"]]
+    assert [n - mixed[0] for n in mixed] == [n - sb.MIXED_WORDS[0] for n in sb.MIXED_WORDS]  # 50 … 800 words
+    # fixed text, not just fixed within a process: the first decode-heavy prompt of the first repeat
+    assert sb.prompt("decode-heavy", "repeat-1", 0) == (
+        "[decode-heavy repeat-1 1] Write a long story about the friend and the river."
+    )
+
+
+PREFILL_RANGE = (2000, 2030)
+
+
+# --- statistics ------------------------------------------------------------------------------------------------------
+
+
+def test_percentile_by_linear_interpolation():
+    assert sb.percentile([4, 1, 3, 2], 50) == 2.5
+    assert sb.percentile([1, 2, 3, 4], 95) == pytest.approx(3.85)
+    assert sb.percentile([1, 2, 3, 4], 0) == 1 and sb.percentile([1, 2, 3, 4], 100) == 4
+    assert sb.percentile([5.0], 95) == 5.0
+    assert sb.percentile([], 50) is None
+    assert sb.percentile(list(range(1, 21)), 95) == pytest.approx(19.05)
+
+
+def test_repeat_stats_on_known_numbers():
+    outcomes = [
+        Completion(prompt_tokens=10, completion_tokens=10, latency_s=1.0, ttft_s=0.1),
+        sc.RequestFailed("HTTP 500: boom"),
+        Completion(prompt_tokens=20, completion_tokens=10, latency_s=2.0, ttft_s=0.2),
+        Completion(prompt_tokens=30, completion_tokens=1, latency_s=3.0, ttft_s=0.3),
+    ]
+    stats = sb.repeat_stats(outcomes, wall_s=2.0)
+    assert (stats["requests"], stats["ok"], stats["errors"], stats["error_rate"]) == (4, 3, 1, 0.25)
+    assert stats["first_errors"] == ["HTTP 500: boom"]
+    assert (stats["output_tokens"], stats["prompt_tokens"], stats["output_tokens_per_s"]) == (21, 60, 10.5)
+    assert stats["latency_mean_s"] == pytest.approx(2.0)
+    assert (stats["latency_p50_s"], stats["latency_p95_s"]) == pytest.approx((2.0, 2.9))
+    assert (stats["ttft_p50_s"], stats["ttft_p95_s"]) == pytest.approx((0.2, 0.29))
+    # ITL = (latency - TTFT) / (tokens - 1): 0.1 and 0.2; the one-token request has none
+    assert (stats["itl_p50_s"], stats["itl_p95_s"]) == pytest.approx((0.15, 0.195))
+    assert stats["per_request"][1] == {"error": "HTTP 500: boom"}
+    assert stats["per_request"][0] == {"ttft_s": 0.1, "latency_s": 1.0, "prompt_tokens": 10, "completion_tokens": 10}
+
+
+def test_repeat_stats_with_every_request_failed_and_kept_errors_capped():
+    stats = sb.repeat_stats([sc.RequestFailed(f"e{i}") for i in range(9)], wall_s=1.0)
+    assert (stats["ok"], stats["error_rate"], stats["output_tokens_per_s"], stats["latency_p50_s"]) == (
+        0,
+        1,
+        None,
+        None,
+    )
+    assert stats["first_errors"] == ["e0", "e1", "e2", "e3", "e4"]
+
+
+def test_summary_is_the_median_of_the_repeats_with_min_and_max():
+    repeats = [
+        {"requests": 4, "errors": 0, **dict.fromkeys(sb.SUMMARY_METRICS), "output_tokens_per_s": v, "error_rate": 0.0}
+        for v in (90.0, 100.0, 300.0)
+    ]
+    summary = sb.summarize(repeats)
+    assert summary["output_tokens_per_s"] == {"median": 100.0, "min": 90.0, "max": 300.0, "repeats": 3}
+    assert summary["itl_p50_s"] == {"median": None, "min": None, "max": None, "repeats": 0}
+    assert (summary["requests"], summary["errors"]) == (12, 0)
+
+
+# --- runs against the fake server ----------------------------------------------------------------------------------
+
+
+def test_a_run_writes_the_record(fake_openai, tmp_path, capsys):
+    rc, record = _bench(fake_openai, tmp_path, extra=["--load", "decode-heavy,prefill-heavy", "--label", "baseline"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert record["schema"] == "caovan-benchmark/1" and record["label"] == "baseline" and record["exit_status"] == 0
+    assert record["caovan_version"] == __import__("caovan").__version__
+    assert record["created_utc"].endswith("+00:00") and isinstance(record["argv"], list)
+    assert record["server"] == {
+        "api_base": fake_openai.url, "vllm_version": "0.21.0", "models": ["fake-model"], "max_model_len": 4096,
+    }  # fmt: skip
+    settings = record["settings"]
+    assert {k: settings[k] for k in sb.COMPARED_SETTINGS} == {
+        "model": "fake-model", "loads": ["decode-heavy", "prefill-heavy"], "max_tokens": 5, "requests": 3,
+        "concurrency": 1, "repeats": 2, "warmup_requests": 1,
+    }  # fmt: skip
+    assert settings["output_tokens_per_load"] == {"decode-heavy": 5, "prefill-heavy": 1}
+    assert settings["prompt_set"]["prompts"] == 2 * (1 + 2 * 3) and len(settings["prompt_set"]["sha256"]) == 64
+    assert record["percentile_method"].startswith("linear interpolation")
+    assert record["totals"] == {"requests": 14, "errors": 0, "error_rate": 0.0}
+
+    decode = record["results"]["decode-heavy"]
+    assert decode["warmup"]["requests"] == 1 and len(decode["repeats"]) == 2
+    assert [(r["ok"], r["errors"], r["output_tokens"]) for r in decode["repeats"]] == [(3, 0, 15), (3, 0, 15)]
+    assert decode["summary"]["output_tokens_per_s"]["repeats"] == 2
+    assert decode["summary"]["itl_p50_s"]["median"] is not None
+    prefill = record["results"]["prefill-heavy"]
+    assert [r["output_tokens"] for r in prefill["repeats"]] == [3, 3]
+    assert prefill["summary"]["itl_p50_s"]["median"] is None  # one token: no inter-token latency
+    assert all(r["prompt_tokens"] > 3 * 2000 for r in prefill["repeats"])
+
+    bodies = fake_openai.completion_bodies()
+    assert len(bodies) == 14
+    assert all(b["stream"] is True and b["stream_options"] == {"include_usage": True} for b in bodies)
+    assert all(b["ignore_eos"] is True and b["temperature"] == 0 and b["model"] == "fake-model" for b in bodies)
+    assert [b["max_tokens"] for b in bodies] == [5] * 7 + [1] * 7
+
+    assert "decode-heavy   median" in out and "[Caovan] benchmark: record written to" in out
+    assert "decode-heavy: output tok/s median " in out and "over 2 repeat(s)" in out
+
+
+def test_the_prompt_set_and_its_sha256_are_the_same_in_two_runs(fake_openai, tmp_path):
+    _, first = _bench(fake_openai, tmp_path, "a.json", extra=["--load", "mixed"])
+    first_prompts = [b["prompt"] for b in fake_openai.completion_bodies()]
+    _, second = _bench(fake_openai, tmp_path, "b.json", extra=["--load", "mixed"])
+    assert [b["prompt"] for b in fake_openai.completion_bodies()] == first_prompts * 2
+    assert first["settings"] == second["settings"]
+    _, other = _bench(fake_openai, tmp_path, "c.json", extra=["--load", "mixed", "--requests", "4"])
+    assert other["settings"]["prompt_set"]["sha256"] != first["settings"]["prompt_set"]["sha256"]
+
+
+def test_failed_requests_are_counted_the_record_written_and_exit_1(fake_openai, tmp_path, capsys):
+    fake_openai.fail_requests = {1, 5}  # request 0 is the warmup; 1-3 repeat 1, 4-6 repeat 2
+    fake_openai.stream_error_requests = {6}
+    rc, record = _bench(fake_openai, tmp_path)
+    err = capsys.readouterr().err
+    assert rc == 1 and record["exit_status"] == 1
+    first, second = record["results"]["decode-heavy"]["repeats"]
+    assert (first["ok"], first["errors"], first["error_rate"]) == (2, 1, pytest.approx(1 / 3))
+    assert (second["ok"], second["errors"], second["error_rate"]) == (1, 2, pytest.approx(2 / 3))
+    assert first["first_errors"] == [f"POST {fake_openai.url}/v1/completions: HTTP 500: fake failure of request 1"]
+    assert second["first_errors"][1].endswith("error in the stream: fake engine error")
+    assert second["per_request"][0]["completion_tokens"] == 5 and "error" in second["per_request"][1]
+    assert record["results"]["decode-heavy"]["summary"]["error_rate"]["median"] == pytest.approx(0.5)
+    assert record["totals"] == {"requests": 7, "errors": 3, "error_rate": pytest.approx(3 / 7)}
+    assert "caovan benchmark: error: 3 of 7 requests failed" in err
+
+
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [
+        ("", "--output '': an empty file name"),
+        ("{tmp}", "--output {tmp}: a directory, not a file"),
+        ("{tmp}/missing/r.json", "--output {tmp}/missing/r.json: directory {tmp}/missing does not exist"),
+    ],
+)
+def test_output_is_checked_before_any_request(fake_openai, tmp_path, capsys, target, problem):
+    target, problem = target.format(tmp=tmp_path), problem.format(tmp=tmp_path)
+    assert _run(["--api-base", fake_openai.url, "--output", target]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"caovan benchmark: error: {problem}")
+    assert fake_openai.requests == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--load", "decode-heavy,long"], "--load 'decode-heavy,long': 'long' is not one of decode-heavy, prefill"),
+        (["--repeats", "0"], "--repeats 0: must be 1 or more"),
+        (["--concurrency", "0"], "--concurrency 0: must be 1 or more"),
+        (["--warmup-requests", "-1"], "--warmup-requests -1: must be 0 or more"),
+        (["--compare", "a", "b", "c"], "--compare takes BASELINE.json, or BASELINE.json RECORD.json; got 3 files"),
+    ],
+)
+def test_usage_errors_before_any_request(fake_openai, capsys, argv, message):
+    assert _run(["--api-base", fake_openai.url, *argv]) == 2
+    assert capsys.readouterr().err.startswith(f"caovan benchmark: error: {message}")
+    assert fake_openai.requests == []
+
+
+def test_model_choice_and_a_server_never_ready(fake_openai, tmp_path, capsys):
+    fake_openai.models = ["a", "b"]
+    assert _run(["--api-base", fake_openai.url, *SMALL]) == 2
+    assert "serves 2 models (a, b): choose one with --model" in capsys.readouterr().err
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--model", "c", "--output", str(tmp_path / "r.json")]) == 1
+    assert "model 'c' is not served by" in capsys.readouterr().err
+    assert fake_openai.completion_bodies() == [] and not (tmp_path / "r.json").exists()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert _run(["--api-base", f"http://127.0.0.1:{port}", "--wait-s", "0.05"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith(f"GET http://127.0.0.1:{port}/health: connection refused")
+
+
+def test_ctrl_c_is_130_and_writes_no_record(fake_openai, tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sc, "run_concurrently", interrupted)
+    rc, record = _bench(fake_openai, tmp_path)
+    assert rc == 130 and record is None
+    assert capsys.readouterr().err == "caovan benchmark: error: interrupted (Ctrl-C); no record written\n"
+
+
+# --- --compare ------------------------------------------------------------------------------------------------------
+
+
+def _table_rows(out: str, load: str) -> dict[str, list[str]]:
+    """The comparison table's rows of ``load``, by metric label."""
+    rows = {}
+    for line in out.splitlines():
+        cells = [c for c in line.split("  ") if c.strip()]
+        if cells and cells[0].strip() == load and len(cells) == 6:
+            rows[cells[1].strip()] = [c.strip() for c in cells[2:]]
+    return rows
+
+
+def test_compare_after_a_run_prints_the_side_by_side_table(fake_openai, tmp_path, capsys):
+    _, baseline = _bench(fake_openai, tmp_path, "base.json", extra=["--label", "baseline"])
+    capsys.readouterr()
+    rc, record = _bench(fake_openai, tmp_path, "new.json", extra=["--compare", str(tmp_path / "base.json")])
+    captured = capsys.readouterr()
+    assert rc == 0 and "warning" not in captured.err
+    assert f"this run compared with baseline {tmp_path / 'base.json'}" in captured.out
+    rows = _table_rows(captured.out, "decode-heavy")
+    assert [label for label, _, _, _ in sb.COMPARE_METRICS] == list(rows)
+    before = baseline["results"]["decode-heavy"]["summary"]["output_tokens_per_s"]["median"]
+    after = record["results"]["decode-heavy"]["summary"]["output_tokens_per_s"]["median"]
+    assert rows["output tok/s"][2] == f"{after / before:.3f}"
+    assert rows["output tok/s"][3] == ("this run" if after > before else "baseline")
+    assert rows["error rate"] == ["0.0000", "0.0000", "-", "same"]
+
+
+def test_compare_rows_on_known_records():
+    def record(rate, p50):
+        summary = {m: {"median": None} for m in sb.SUMMARY_METRICS}
+        summary["output_tokens_per_s"] = {"median": rate}
+        summary["ttft_p50_s"] = {"median": p50}
+        return {"settings": {"loads": ["mixed"]}, "results": {"mixed": {"summary": summary}}}
+
+    rows = {row[1]: row for row in sb.compare_rows(record(80.0, 0.2), record(88.0, 0.25))}
+    assert rows["output tok/s"] == ["mixed", "output tok/s", "80.00", "88.00", "1.100", "this run"]
+    assert rows["TTFT p50 (ms)"] == ["mixed", "TTFT p50 (ms)", "200.00", "250.00", "1.250", "baseline"]
+    assert rows["ITL p50 (ms)"][2:] == ["-", "-", "-", "-"]
+
+
+def test_compare_refuses_different_settings_before_any_request(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json")
+    sent = len(fake_openai.requests)
+    capsys.readouterr()
+    base = tmp_path / "base.json"
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--max-tokens", "6", "--compare", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"caovan benchmark: error: --compare {base}: refusing to compare runs with different")
+    assert "max_tokens 5 vs 6" in err and "same model, flags, prompts and output length" in err
+    assert len(fake_openai.requests) == sent  # not even the readiness probe
+    # the model is known only once the server names it: refused after /v1/models, before any completion
+    fake_openai.models = ["fake-model", "other"]
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--model", "other", "--compare", str(base)]) == 2
+    assert "model 'fake-model' vs 'other'" in capsys.readouterr().err
+    assert len(fake_openai.completion_bodies()) == 7  # the baseline run's only
+
+
+def test_compare_refuses_a_different_prompt_set(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json")
+    data = json.loads((tmp_path / "base.json").read_text())
+    data["settings"]["prompt_set"]["sha256"] = "0" * 64
+    (tmp_path / "base.json").write_text(json.dumps(data))
+    capsys.readouterr()
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--compare", str(tmp_path / "base.json")]) == 2
+    assert "prompt set sha256 000000000000… (prompt set version 1) vs " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"schema": "caovan-benchmark/1", ', ":1:34: malformed JSON: Expecting property name enclosed"),
+        ("[]", ': not a caovan benchmark record (no "schema": "caovan-benchmark/1")'),
+        ('{"schema": "caovan-benchmark/9"}', ": record schema 'caovan-benchmark/9'; this caovan reads"),
+        ('{"schema": "caovan-benchmark/1", "settings": {}}', ": settings lack 'model'"),
+    ],
+)
+def test_a_bad_baseline_file_is_one_error_naming_it(fake_openai, tmp_path, capsys, content, problem):
+    base = tmp_path / "base.json"
+    base.write_text(content)
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--compare", str(base)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"caovan benchmark: error: --compare {base}{problem}")
+    assert fake_openai.requests == []
+    missing = tmp_path / "missing.json"
+    assert _run(["--api-base", fake_openai.url, "--compare", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"caovan benchmark: error: --compare {missing}: cannot read")
+
+
+def test_a_truncated_record_is_refused(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json")
+    data = json.loads((tmp_path / "base.json").read_text())
+    del data["results"]["decode-heavy"]["summary"]["ttft_p95_s"]
+    (tmp_path / "base.json").write_text(json.dumps(data))
+    capsys.readouterr()
+    assert _run(["--compare", str(tmp_path / "base.json"), str(tmp_path / "base.json")]) == 2
+    assert "results.decode-heavy.summary.ttft_p95_s is not" in capsys.readouterr().err
+
+
+def test_compare_two_records_contacts_no_server_and_warns_on_another_vllm(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json")
+    fake_openai.version = "0.22.0"
+    _bench(fake_openai, tmp_path, "new.json", extra=["--label", "caovan"])
+    sent = len(fake_openai.requests)
+    capsys.readouterr()
+    assert _run(["--compare", str(tmp_path / "base.json"), str(tmp_path / "new.json")]) == 0
+    captured = capsys.readouterr()
+    assert len(fake_openai.requests) == sent
+    assert captured.err == (
+        "caovan benchmark: warning: the servers' vLLM versions differ (baseline 0.21.0, record 0.22.0); "
+        "Turbo3's rule: same vLLM version\n"
+    )
+    assert f"record: {tmp_path / 'new.json'}" in captured.out and "record (caovan)" in captured.out
+    assert len(_table_rows(captured.out, "decode-heavy")) == len(sb.COMPARE_METRICS)
+
+
+def test_compare_two_records_refuses_different_settings(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json")
+    _bench(fake_openai, tmp_path, "more.json", extra=["--repeats", "3"])
+    capsys.readouterr()
+    assert _run(["--compare", str(tmp_path / "base.json"), str(tmp_path / "more.json")]) == 2
+    assert "(baseline vs record: repeats 2 vs 3)" in capsys.readouterr().err
+
+
+def test_compare_two_records_writes_nothing(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json")
+    capsys.readouterr()
+    base = str(tmp_path / "base.json")
+    assert _run(["--compare", base, base, "--output", str(tmp_path / "x.json")]) == 2
+    assert capsys.readouterr().err.startswith("caovan benchmark: error: --output: nothing is run when --compare")
+    assert not (tmp_path / "x.json").exists()
