@@ -11,6 +11,8 @@ ALIASES = [
     (cli.verify_alias, "caovan-sm75-verify"),
     (cli.check_model_alias, "caovan-sm75-check-model"),
     (cli.serve_alias, "caovan-vllm-serve"),
+    (cli.warmup_alias, "caovan-sm75-warmup"),
+    (cli.benchmark_alias, "caovan-sm75-benchmark"),
 ]
 
 

@@ -20,7 +20,7 @@ def _help(capsys, *argv: str) -> str:
 
 
 def test_every_command_is_here():
-    assert [m.NAME for m in COMMANDS] == ["doctor", "verify", "check-model", "bench", "serve"]
+    assert [m.NAME for m in COMMANDS] == ["doctor", "verify", "check-model", "bench", "serve", "warmup", "benchmark"]
 
 
 @pytest.mark.parametrize("module", COMMANDS, ids=lambda m: m.NAME)

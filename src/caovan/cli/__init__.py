@@ -17,7 +17,7 @@ from types import ModuleType
 from .. import __version__
 
 #: Subcommand modules, in the order ``caovan --help`` lists them.
-COMMAND_MODULES = ("doctor", "verify", "check_model", "bench", "serve")
+COMMAND_MODULES = ("doctor", "verify", "check_model", "bench", "serve", "warmup", "benchmark")
 
 
 #: What a shell reports for a command stopped by SIGPIPE (128 + 13): ``caovan … | head`` ends as ``cat … | head`` does.
@@ -96,6 +96,16 @@ def verify_alias(argv: Sequence[str] | None = None) -> int:
 def check_model_alias(argv: Sequence[str] | None = None) -> int:
     """``caovan-sm75-check-model``."""
     return _alias("check-model", argv)
+
+
+def warmup_alias(argv: Sequence[str] | None = None) -> int:
+    """``caovan-sm75-warmup``."""
+    return _alias("warmup", argv)
+
+
+def benchmark_alias(argv: Sequence[str] | None = None) -> int:
+    """``caovan-sm75-benchmark``."""
+    return _alias("benchmark", argv)
 
 
 def serve_alias(argv: Sequence[str] | None = None) -> int:
