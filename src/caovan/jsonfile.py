@@ -1,4 +1,5 @@
-"""Reading a JSON file with one clear error naming the file (and line) for every way it can be wrong."""
+"""JSON files of caovan's commands: reading one with one clear error naming the file (and line) for every way it
+can be wrong, and checking where a record will be written before the run that makes it."""
 
 from __future__ import annotations
 
@@ -26,3 +27,19 @@ def read_json(path: Path, error: Callable[[str], Exception], *, shown: str | Non
         # Some of json's messages end in "at" and leave the place to str(exc) ("Invalid control character at").
         problem = f"{exc.msg} line {exc.lineno} column {exc.colno}" if exc.msg.endswith(" at") else exc.msg
         raise error(f"{shown}:{exc.lineno}:{exc.colno}: malformed JSON: {problem}") from None
+
+
+def output_path_problem(option: str, target: str | None) -> str | None:
+    """What is wrong with ``option FILE`` as a place to write a record, found before a run of minutes that would
+    end unable to write it (None: nothing, or no FILE given)."""
+    if target is None:
+        return None
+    # Kept as given, not a Path: Path("") is ".", a folder that would pass for a place to write to.
+    if not target:
+        return f"{option} '': an empty file name"
+    path = Path(target)
+    if path.is_dir():
+        return f"{option} {target}: a directory, not a file to write the record to"
+    if not path.parent.is_dir():
+        return f"{option} {target}: directory {path.parent} does not exist"
+    return None

@@ -36,3 +36,12 @@ def fake_openai():
     server = FakeOpenAI().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def no_api_key_env(monkeypatch):
+    """No API key reaches a serving-client command from the environment the tests run in."""
+    from caovan.serving_client import API_KEY_ENV
+
+    for name in API_KEY_ENV:
+        monkeypatch.delenv(name, raising=False)

@@ -23,10 +23,7 @@ def _run(argv: list[str]) -> int:
     return benchmark.run(parser.parse_args(argv))
 
 
-@pytest.fixture(autouse=True)
-def _no_key_from_the_environment(monkeypatch):
-    for name in sc.API_KEY_ENV:
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_api_key_env")
 
 
 SMALL = ["--max-tokens", "5", "--requests", "3", "--repeats", "2"]

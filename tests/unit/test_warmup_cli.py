@@ -17,10 +17,7 @@ def _run(argv: list[str]) -> int:
     return warmup.run(parser.parse_args(argv))
 
 
-@pytest.fixture(autouse=True)
-def _no_key_from_the_environment(monkeypatch):
-    for name in sc.API_KEY_ENV:
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_api_key_env")
 
 
 def _lines(capsys) -> tuple[list[str], list[str]]:

@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from caovan.jsonfile import output_path_problem
+
 NAME = "bench"
 HELP = "time caovan's GDN spec-decode kernels against vLLM's own path (needs a CUDA GPU), or summarise a record"
 ALIAS = None
@@ -25,20 +27,6 @@ EPILOG = (
 def _json_option(parser: argparse.ArgumentParser) -> None:
     # Kept as given (not a Path): Path("") is ".", a folder that would pass for a place to write to.
     parser.add_argument("--json", metavar="FILE", help="write the full record (JSON) to FILE")
-
-
-def _json_problem(target: str | None) -> str | None:
-    """What is wrong with --json FILE, found before a run of minutes that would end unable to write it."""
-    if target is None:
-        return None
-    path = Path(target)
-    if not target:
-        return "--json '': an empty file name"
-    if path.is_dir():
-        return f"--json {target}: a directory, not a file to write the record to"
-    if not path.parent.is_dir():
-        return f"--json {target}: directory {path.parent} does not exist"
-    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -130,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _gpu_problem(args: argparse.Namespace) -> str | None:
-    json_problem = _json_problem(args.json)
+    json_problem = output_path_problem("--json", args.json)
     if json_problem:
         return json_problem
     command = f"bench {args.bench_target}"

@@ -30,6 +30,7 @@ from typing import Any
 
 from caovan import serving_bench as sb
 from caovan import serving_client as sc
+from caovan.jsonfile import output_path_problem
 
 NAME = "benchmark"
 HELP = (
@@ -101,20 +102,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # --- checks before the run ---------------------------------------------------------------------------------------
 
 
-def _output_problem(target: str | None) -> str | None:
-    """What is wrong with --output FILE, found before a run of minutes that would end unable to write it."""
-    if target is None:
-        return None
-    path = Path(target)
-    if not target:
-        return "--output '': an empty file name"
-    if path.is_dir():
-        return f"--output {target}: a directory, not a file to write the record to"
-    if not path.parent.is_dir():
-        return f"--output {target}: directory {path.parent} does not exist"
-    return None
-
-
 def _loads(text: str) -> list[str]:
     loads: list[str] = []
     for item in text.split(","):
@@ -182,7 +169,7 @@ def _benchmark(args: argparse.Namespace) -> int:
         raise sc.UsageError(
             f"--compare takes BASELINE.json, or BASELINE.json RECORD.json; got {len(args.compare)} files"
         )
-    problem = _output_problem(args.output)
+    problem = output_path_problem("--output", args.output)
     if problem:
         raise sc.UsageError(problem)
     for option, value, minimum in (
