@@ -165,12 +165,35 @@ def read_config_file(path: str) -> dict[str, Any]:
     return {str(key).replace("_", "-"): value for key, value in loaded.items()}
 
 
+#: The flags caovan serve reads or edits; it finds them by their full names only.
+EDITED_FLAGS = ("--additional-config", "--speculative-config", "--config")
+
+
+def refuse_abbreviations(args: Sequence[str]) -> None:
+    """An abbreviation of a flag caovan serve edits is an error.
+
+    vLLM's parser (argparse, ``allow_abbrev`` on) takes ``--additional-conf`` for ``--additional-config``; caovan
+    serve would not see it and would add its own flag after it, which vLLM keeps instead of the user's.
+    """
+    for token in args:
+        if token == "--":
+            return
+        name = _flag_name(token)
+        for flag in EDITED_FLAGS:
+            if len(name) > 2 and name != flag and flag.startswith(name):
+                raise ServeArgsError(f"{token}: write {flag} in full; caovan serve reads and edits it by its full name")
+
+
 def _config_file(args: Sequence[str]) -> tuple[str | None, dict[str, Any]]:
     uses = find_flag(args, "--config")
     if not uses:
         return None, {}
     if len(uses) > 1:
         raise ServeArgsError("--config is given more than once; vLLM reads one config file")
+    if uses[0].width == 1:
+        # FlexibleArgumentParser pulls a config file in only for the separate token "--config" (``"--config" in
+        # args``); "--config=FILE" reaches argparse as a value nobody reads, and the file is silently ignored.
+        raise ServeArgsError(f"{args[uses[0].index]}: write --config FILE (vLLM reads the file only in that form)")
     return uses[0].value, read_config_file(uses[0].value)
 
 
@@ -225,6 +248,8 @@ def _merge_additional_config(
         merged = {**effective, **added}
         # A command-line value replaces the file's, so the file's keys are carried over into it.
         new_args = [*args, "--additional-config", json.dumps(merged, separators=(",", ":"))]
+        # vLLM then logs "Found duplicate keys --additional-config": the command line's value (the file's keys and
+        # caovan's) wins, as intended.
         where = f"--config {config_path}: additional-config" if effective else "--additional-config"
     seen = {**effective, **added}
     shown = ", ".join(f"{key}={json.dumps(seen[key])}" for key in SWITCH_KEYS if key in seen)
@@ -299,6 +324,7 @@ def plan_serve(
     if mtp is not None and mtp < 1:
         raise ServeArgsError(f"--caovan-mtp {mtp}: the MTP depth is a number of tokens, at least 1")
     args = list(vllm_args)
+    refuse_abbreviations(args)
     config_path, config = _config_file(args)
     args, additional, notes = _merge_additional_config(args, config_path, config)
     try:

@@ -78,21 +78,33 @@ def test_vllm_serve_parser_reads_what_caovan_serve_builds(tmp_path):
     model = write_tiny_qwen3_next(tmp_path / "model")
     cases = _cases(tmp_path)
     plans = [plan_serve(str(model), args, {}, vllm_env_names=set(COLD_START_TIMEOUTS)) for args, _, _ in cases]
-    child = subprocess.run(
-        [sys.executable, "-c", PARSE_IN_CHILD],
-        input=json.dumps([[p.model, *p.vllm_args] for p in plans]),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULTS=")]
-    assert child.returncode == 0 and lines, f"vLLM's serve parser failed:\n{child.stderr[-4000:]}"
-    results = json.loads(lines[-1].removeprefix("RESULTS="))
+    results = _parse_with_vllm([[p.model, *p.vllm_args] for p in plans])
     for (args, additional, speculative), plan, parsed in zip(cases, plans, results, strict=True):
         assert parsed["model"] == str(model), args
         assert parsed["additional_config"] == additional, (args, plan.vllm_args)
         assert parsed["speculative_config"] == speculative, (args, plan.vllm_args)
     assert results[4]["port"] == 8123  # the --config file's other values still reach vLLM
+
+
+def _parse_with_vllm(argvs: list[list[str]]) -> list[dict]:
+    child = subprocess.run(
+        [sys.executable, "-c", PARSE_IN_CHILD], input=json.dumps(argvs), capture_output=True, text=True, timeout=300
+    )
+    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULTS=")]
+    assert child.returncode == 0 and lines, f"vLLM's serve parser failed:\n{child.stderr[-4000:]}"
+    return json.loads(lines[-1].removeprefix("RESULTS="))
+
+
+def test_the_forms_caovan_serve_refuses_still_mislead_vllm(tmp_path):
+    # caovan serve refuses abbreviations of the flags it edits and "--config=FILE" (serve_command.py). Once vLLM
+    # stops taking the abbreviation or starts reading the file in that form, this fails: the refusal can go.
+    config = tmp_path / "serve.yaml"
+    config.write_text("port: 8123\n")
+    abbreviated, equals = _parse_with_vllm(
+        [["/m", "--additional-conf", '{"caovan": false}'], ["/m", f"--config={config}"]]
+    )
+    assert abbreviated["additional_config"] == {"caovan": False}
+    assert equals["port"] != 8123
 
 
 def test_vllm_reads_the_timeouts_caovan_serve_raises():

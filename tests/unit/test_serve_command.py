@@ -278,3 +278,30 @@ def test_routing_line_says_auto_only_for_autospecs_depth(environ, token):
     from caovan.adapters.gdn_linear_attn_v020_layer import speculative_config_token
 
     assert speculative_config_token(3, environ) == token
+
+
+@pytest.mark.parametrize(
+    ("token", "flag"),
+    [
+        ("--additional-conf", "--additional-config"),
+        ("--additional_conf.caovan=false", "--additional-config"),
+        ("--speculative-conf", "--speculative-config"),
+        ("--spec", "--speculative-config"),
+        ("--conf", "--config"),
+    ],
+)
+def test_abbreviations_of_edited_flags_are_refused(candidate, token, flag):
+    # vLLM's argparse would take the abbreviation, and caovan's own flag after it would replace the user's value.
+    with pytest.raises(ServeArgsError, match=f"write {flag} in full"):
+        plan(candidate, [token, "{}"] if "=" not in token else [token])
+
+
+def test_abbreviation_check_stops_at_double_dash(candidate):
+    assert "--additional-conf" in plan(candidate, ["--", "--additional-conf"]).vllm_args
+
+
+def test_config_file_with_equals_is_refused_because_vllm_ignores_it(candidate, tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text("speculative-config:\n  method: mtp\n")
+    with pytest.raises(ServeArgsError, match="write --config FILE"):
+        plan(candidate, [f"--config={config}"])
