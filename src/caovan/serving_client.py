@@ -31,6 +31,7 @@ import json
 import math
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -129,6 +130,11 @@ class ServerSettings:
     wait_s: float
     request_timeout_s: float
 
+    @property
+    def shown_api_base(self) -> str:
+        """``api_base`` as printed and recorded: without any ``user:password@``."""
+        return without_userinfo(self.api_base)
+
 
 def server_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServerSettings:
     """The shared options, checked; :class:`UsageError` for a bad one."""
@@ -147,7 +153,7 @@ def normalize_api_base(text: str) -> str:
     """``http://host:8000``, ``http://host:8000/``, ``http://host:8000/v1`` and ``…/v1/`` all give
     ``http://host:8000``; a path prefix before ``/v1`` (a proxy) is kept. :class:`UsageError` for anything but an
     http(s) URL with a host."""
-    given = text
+    given = without_userinfo(text)
     text = text.strip()
     try:
         parts = urlsplit(text)
@@ -162,6 +168,46 @@ def normalize_api_base(text: str) -> str:
     if path.endswith("/v1"):
         path = path[: -len("/v1")].rstrip("/")
     return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+_USERINFO = re.compile(r"^([^/]*//)[^/?#]*@")
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without the ``user:password@`` of its host part, for what is printed or recorded (the request
+    itself keeps it). Works on text that is not a valid URL too, as an error message may quote one."""
+    return _USERINFO.sub(r"\1", url)
+
+
+API_KEY_OPTION = "--api-key"
+REDACTED = "<redacted>"
+
+
+def _is_api_key_option(text: str) -> bool:
+    # argparse takes any unambiguous prefix: --api-k, --api-ke (--api alone could be --api-base too)
+    return len(text) >= len("--api-k") and API_KEY_OPTION.startswith(text)
+
+
+def redacted_argv(argv: Iterable[str]) -> list[str]:
+    """``argv`` fit to be recorded: the value of ``--api-key`` (``--api-key KEY`` and ``--api-key=KEY``) replaced
+    by ``<redacted>``, and the ``user:password@`` of any URL dropped."""
+    redacted: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            redacted.append(REDACTED)
+            hide_next = False
+            continue
+        option, equals, _ = arg.partition("=")
+        if _is_api_key_option(option):
+            if equals:
+                redacted.append(f"{option}={REDACTED}")
+            else:
+                redacted.append(arg)
+                hide_next = True
+            continue
+        redacted.append(without_userinfo(arg))
+    return redacted
 
 
 def default_api_key(environ: Mapping[str, str]) -> str | None:
@@ -361,7 +407,8 @@ class ServingClient:
     def __init__(self, settings: ServerSettings, *, max_connections: int = 16):
         import httpx
 
-        self.api_base = settings.api_base
+        self.api_base = settings.shown_api_base  # in messages; requests go to settings.api_base (userinfo kept)
+        self._request_base = settings.api_base
         self.request_timeout_s = settings.request_timeout_s
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         self._http = httpx.Client(
@@ -380,7 +427,11 @@ class ServingClient:
         self.close()
 
     def url(self, path: str) -> str:
+        """The URL of ``path`` as messages show it (no ``user:password@``)."""
         return self.api_base + path
+
+    def _request_url(self, path: str) -> str:
+        return self._request_base + path
 
     # readiness -------------------------------------------------------------------------------------------------
 
@@ -423,7 +474,7 @@ class ServingClient:
         import httpx
 
         try:
-            return self._http.get(self.url(path), timeout=timeout)
+            return self._http.get(self._request_url(path), timeout=timeout)
         except httpx.HTTPError as exc:
             raise _NotYet(f"GET {self.url(path)}: {describe_exception(exc, timeout)}") from None
 
@@ -469,7 +520,9 @@ class ServingClient:
         url = self.url("/v1/completions")
         started = clock()
         try:
-            response = self._http.post(url, json=completion_body(model, prompt, max_tokens, stream=False))
+            response = self._http.post(
+                self._request_url("/v1/completions"), json=completion_body(model, prompt, max_tokens, stream=False)
+            )
         except httpx.HTTPError as exc:
             raise RequestFailed(f"POST {url}: {describe_exception(exc, self.request_timeout_s)}") from None
         latency = clock() - started
@@ -497,7 +550,8 @@ class ServingClient:
         url = self.url("/v1/completions")
         started = clock()
         try:
-            with self._http.stream("POST", url, json=completion_body(model, prompt, max_tokens, stream=True)) as r:
+            body = completion_body(model, prompt, max_tokens, stream=True)
+            with self._http.stream("POST", self._request_url("/v1/completions"), json=body) as r:
                 if r.status_code != 200:
                     r.read()
                     raise RequestFailed(f"POST {url}: {describe_http_error(r.status_code, r.content)}")

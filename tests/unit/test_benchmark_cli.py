@@ -390,3 +390,27 @@ def test_compare_two_records_writes_nothing(fake_openai, tmp_path, capsys):
     assert _run(["--compare", base, base, "--output", str(tmp_path / "x.json")]) == 2
     assert capsys.readouterr().err.startswith("caovan benchmark: error: --output: nothing is run when --compare")
     assert not (tmp_path / "x.json").exists()
+
+
+# --- secrets stay out of the record and the output -------------------------------------------------------------------
+
+
+def test_the_api_key_and_url_userinfo_are_neither_recorded_nor_printed(fake_openai, tmp_path, capsys, monkeypatch):
+    fake_openai.fail_requests = {1}  # a failed request's message names the URL
+    api_base = fake_openai.url.replace("http://", "http://user:pw-secret@")
+    out = tmp_path / "r.json"
+    argv = ["--api-base", api_base, *SMALL, "--api-key", "sekret", "--output", str(out)]
+    monkeypatch.setattr("sys.argv", ["caovan-sm75-benchmark", *argv, "--api-key=sekret2", "--api-k", "sekret3"])
+    assert _run(argv) == 1
+    captured = capsys.readouterr()
+    text = out.read_text()
+    for secret in ("sekret", "pw-secret", "user:"):
+        assert secret not in text and secret not in captured.out and secret not in captured.err
+    record = json.loads(text)
+    assert record["server"]["api_base"] == fake_openai.url
+    assert record["argv"] == [
+        "caovan-sm75-benchmark", "--api-base", fake_openai.url, *SMALL, "--api-key", "<redacted>", "--output",
+        str(out), "--api-key=<redacted>", "--api-k", "<redacted>",
+    ]  # fmt: skip
+    assert record["results"]["decode-heavy"]["repeats"][0]["first_errors"][0].startswith(f"POST {fake_openai.url}/v1")
+    assert fake_openai.headers[-1]["Authorization"].startswith("Basic ")  # the userinfo still reaches the server

@@ -381,3 +381,24 @@ def test_run_concurrently_raises_what_is_not_a_client_error():
 
     with pytest.raises(ZeroDivisionError, match="a bug"):
         sc.run_concurrently(task, 3, 2)
+
+
+def test_redacted_argv_hides_the_api_key_and_url_userinfo():
+    argv = ["caovan", "benchmark", "--api-key", "k1", "--api-key=k2", "--api-ke", "k3", "--api-base=http://u:p@h:1/v1"]
+    assert sc.redacted_argv([*argv, "--api-base", "https://tok@h", "--model", "m"]) == [
+        "caovan", "benchmark", "--api-key", "<redacted>", "--api-key=<redacted>", "--api-ke", "<redacted>",
+        "--api-base=http://h:1/v1", "--api-base", "https://h", "--model", "m",
+    ]  # fmt: skip
+    assert sc.without_userinfo("http://a:b@c@host:8000/p@q") == "http://host:8000/p@q"
+    assert sc.without_userinfo("http://host:8000") == "http://host:8000"
+
+
+def test_messages_never_show_url_userinfo():
+    with pytest.raises(sc.UsageError) as info:
+        sc.normalize_api_base("ftp://user:secret@host")
+    assert "secret" not in str(info.value) and "ftp://host" in str(info.value)
+    settings = sc.ServerSettings(sc.normalize_api_base("http://user:secret@127.0.0.1:9/v1"), None, 0.0, 1.0)
+    assert settings.api_base == "http://user:secret@127.0.0.1:9" and settings.shown_api_base == "http://127.0.0.1:9"
+    with sc.ServingClient(settings) as client, pytest.raises(sc.NotReady) as info:
+        client.wait_ready(0)
+    assert "secret" not in str(info.value) and "GET http://127.0.0.1:9/health" in str(info.value)

@@ -198,9 +198,9 @@ def _benchmark(args: argparse.Namespace) -> int:
 
     started_utc = datetime.datetime.now(datetime.timezone.utc)
     with sc.ServingClient(server, max_connections=args.concurrency) as client:
-        print(f"[Caovan] benchmark: waiting up to {server.wait_s:g} s for {server.api_base} ({sc.READY_PROBES})")
+        print(f"[Caovan] benchmark: waiting up to {server.wait_s:g} s for {server.shown_api_base} ({sc.READY_PROBES})")
         ready = client.wait_ready(server.wait_s)
-        model = sc.resolve_model(ready.models, args.model, server.api_base)
+        model = sc.resolve_model(ready.models, args.model, server.shown_api_base)
         settings["model"] = model
         if baseline is not None:
             _refuse(sb.settings_differences(baseline["settings"], settings), args.compare[0])
@@ -214,11 +214,11 @@ def _benchmark(args: argparse.Namespace) -> int:
     record = {
         "schema": sb.SCHEMA,
         "created_utc": started_utc.isoformat(timespec="seconds"),
-        "argv": list(sys.argv),
+        "argv": sc.redacted_argv(sys.argv),  # no --api-key value, no user:password@
         "caovan_version": _caovan_version(),
         "label": args.label,
         "server": {
-            "api_base": server.api_base,
+            "api_base": server.shown_api_base,  # no user:password@
             "vllm_version": version,
             "models": ready.models,
             "max_model_len": ready.max_model_len.get(model),

@@ -106,9 +106,9 @@ def _warmup(args: argparse.Namespace) -> int:
     batches = sc.positive_int_list(args.batches, "--batches")
     sc.require_at_least(args.max_tokens, 1, "--max-tokens")
     with sc.ServingClient(settings, max_connections=max(batches)) as client:
-        print(f"[Caovan] warmup: waiting up to {settings.wait_s:g} s for {settings.api_base} ({sc.READY_PROBES})")
+        print(f"[Caovan] warmup: waiting up to {settings.wait_s:g} s for {settings.shown_api_base} ({sc.READY_PROBES})")
         ready = client.wait_ready(settings.wait_s)
-        model = sc.resolve_model(ready.models, args.model, settings.api_base)
+        model = sc.resolve_model(ready.models, args.model, settings.shown_api_base)
         print(f"[Caovan] warmup: server ready after {ready.seconds:.1f} s (model {model})", flush=True)
         started = time.perf_counter()
         requests = 0
