@@ -199,7 +199,25 @@ def test_failed_requests_are_counted_the_record_written_and_exit_1(fake_openai, 
     assert second["per_request"][0]["completion_tokens"] == 5 and "error" in second["per_request"][1]
     assert record["results"]["decode-heavy"]["summary"]["error_rate"]["median"] == pytest.approx(0.5)
     assert record["totals"] == {"requests": 7, "errors": 3, "error_rate": pytest.approx(3 / 7)}
-    assert "caovan benchmark: error: 3 of 7 requests failed" in err
+    assert err.splitlines() == [
+        "caovan benchmark: error: 3 of 7 requests failed (3 distinct errors; the record's per_request has every "
+        "request's)",
+        f"caovan benchmark: error:   POST {fake_openai.url}/v1/completions: HTTP 500: fake failure of request 1 "
+        "(1 request)",
+        f"caovan benchmark: error:   POST {fake_openai.url}/v1/completions: HTTP 500: fake failure of request 5 "
+        "(1 request)",
+        f"caovan benchmark: error:   POST {fake_openai.url}/v1/completions: error in the stream: fake engine error "
+        "(1 request)",
+    ]
+
+
+def test_without_output_the_failures_are_explained_on_stderr(fake_openai, capsys):
+    fake_openai.fail_requests = set(range(11))  # 1 warmup request and 2 repeats of 5
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--requests", "5"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    failure = f"POST {fake_openai.url}/v1/completions: HTTP 500: fake failure of request"
+    assert err[0] == "caovan benchmark: error: 11 of 11 requests failed (11 distinct errors, the first 3 below)"
+    assert err[1:] == [f"caovan benchmark: error:   {failure} {n} (1 request)" for n in range(3)]
 
 
 @pytest.mark.parametrize(

@@ -239,12 +239,31 @@ def _benchmark(args: argparse.Namespace) -> int:
     if baseline is not None:
         _print_comparison(baseline, record, args.compare[0], "this run")
     if failed:
-        print(
-            f"caovan {NAME}: error: {failed} of {sent} requests failed (see first_errors in the record)",
-            file=sys.stderr,
-        )
+        _print_errors(results, failed, sent, recorded=bool(args.output))
         return 1
     return 0
+
+
+#: How many distinct error messages a run with failed requests prints (the record keeps every request's).
+SHOWN_ERRORS = 3
+
+
+def _print_errors(results: dict[str, Any], failed: int, sent: int, *, recorded: bool) -> None:
+    """The failure count, then the first distinct error messages with how many requests each ended, on stderr."""
+    counts: dict[str, int] = {}  # first seen first
+    for by_load in results.values():
+        for stats in [by_load["warmup"], *by_load["repeats"]]:
+            for request in stats["per_request"] if stats else []:
+                if "error" in request:
+                    message = " ".join(request["error"].split())
+                    counts[message] = counts.get(message, 0) + 1
+    shown = min(SHOWN_ERRORS, len(counts))
+    what = f"{len(counts)} distinct error{'s' if len(counts) > 1 else ''}"
+    what += f", the first {shown} below" if shown < len(counts) else ""
+    what += "; the record's per_request has every request's" if recorded else ""
+    print(f"caovan {NAME}: error: {failed} of {sent} requests failed ({what})", file=sys.stderr)
+    for message, count in list(counts.items())[:shown]:
+        print(f"caovan {NAME}: error:   {message} ({count} request{'s' if count > 1 else ''})", file=sys.stderr)
 
 
 def _caovan_version() -> str:
