@@ -226,6 +226,7 @@ def test_without_output_the_failures_are_explained_on_stderr(fake_openai, capsys
         ("", "--output '': an empty file name"),
         ("{tmp}", "--output {tmp}: a directory, not a file"),
         ("{tmp}/missing/r.json", "--output {tmp}/missing/r.json: directory {tmp}/missing does not exist"),
+        ("/sys/caovan-r.json", "--output /sys/caovan-r.json: cannot write into directory /sys"),  # root too
     ],
 )
 def test_output_is_checked_before_any_request(fake_openai, tmp_path, capsys, target, problem):
@@ -250,6 +251,28 @@ def test_usage_errors_before_any_request(fake_openai, capsys, argv, message):
     assert _run(["--api-base", fake_openai.url, *argv]) == 2
     assert capsys.readouterr().err.startswith(f"caovan benchmark: error: {message}")
     assert fake_openai.requests == []
+
+
+def test_a_record_that_cannot_be_written_after_the_run_is_one_error_after_the_table(
+    fake_openai, tmp_path, capsys, monkeypatch
+):
+    def refused(path, data):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("caovan.matrix.results.write_json_atomic", refused)
+    fake_openai.fail_requests = {1}
+    rc, record = _bench(fake_openai, tmp_path)
+    captured = capsys.readouterr()
+    assert rc == 2 and record is None
+    assert any(line.split()[:2] == ["decode-heavy", "median"] for line in captured.out.splitlines())
+    assert "record written" not in captured.out
+    err = captured.err.splitlines()
+    assert err[0] == (
+        f"caovan benchmark: error: --output {tmp_path / 'r.json'}: cannot write the record: Permission denied "
+        "(the results are in the table above)"
+    )
+    assert err[1] == "caovan benchmark: error: 1 of 7 requests failed (1 distinct error)"  # no record to point to
+    assert "Traceback" not in captured.err
 
 
 def test_model_choice_and_a_server_never_ready(fake_openai, tmp_path, capsys):

@@ -41,8 +41,9 @@ ALIAS = "caovan-sm75-benchmark"
 EPILOG = (
     "Exit status: 0 every request answered; 1 some requests failed (the record is still written) or the server "
     "does not serve --model; 2 a usage error (a bad option or --output, several models served and no --model), "
-    "the server was not ready within --wait-s, or --compare cannot be used (an unreadable or malformed record, "
-    "settings that differ); 130 interrupted (no record written). A comparison never changes the exit status."
+    "the server was not ready within --wait-s, --compare cannot be used (an unreadable or malformed record, "
+    "settings that differ), or the record could not be written after the run (the table is printed first); 130 "
+    "interrupted (no record written). A comparison never changes the exit status."
 )
 
 DEFAULT_LOAD = "decode-heavy"
@@ -229,19 +230,33 @@ def _benchmark(args: argparse.Namespace) -> int:
         "totals": {"requests": sent, "errors": failed, "error_rate": failed / sent if sent else 0.0},
         "exit_status": 1 if failed else 0,
     }
-    if args.output:
-        from caovan.matrix.results import write_json_atomic
-
-        write_json_atomic(Path(args.output), record)
-    _print_table(record)
-    if args.output:
-        print(f"[Caovan] benchmark: record written to {args.output}")
+    _print_table(record)  # first: a record that cannot be written must not take the results with it
+    written = _write_record(args.output, record) if args.output else None
     if baseline is not None:
         _print_comparison(baseline, record, args.compare[0], "this run")
     if failed:
-        _print_errors(results, failed, sent, recorded=bool(args.output))
-        return 1
-    return 0
+        _print_errors(results, failed, sent, recorded=bool(written))
+    if written is False:
+        return 2
+    return 1 if failed else 0
+
+
+def _write_record(target: str, record: dict[str, Any]) -> bool:
+    """Write ``record`` to ``target``; ``False`` (and one error line) when it cannot be, e.g. the folder became
+    read-only during the run or refuses new files."""
+    from caovan.matrix.results import write_json_atomic
+
+    try:
+        write_json_atomic(Path(target), record)
+    except OSError as exc:
+        print(
+            f"caovan {NAME}: error: --output {target}: cannot write the record: {exc.strerror or exc} "
+            "(the results are in the table above)",
+            file=sys.stderr,
+        )
+        return False
+    print(f"[Caovan] benchmark: record written to {target}")
+    return True
 
 
 #: How many distinct error messages a run with failed requests prints (the record keeps every request's).
