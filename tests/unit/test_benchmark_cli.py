@@ -44,7 +44,8 @@ def test_module_contract_and_defaults():
     parser = argparse.ArgumentParser()
     benchmark.add_arguments(parser)
     args = parser.parse_args([])
-    assert (args.max_tokens, args.repeats, args.requests, args.concurrency, args.warmup_requests) == (768, 2, 8, 1, 1)
+    assert (args.max_tokens, args.repeats, args.requests, args.concurrency) == (768, 2, 8, 1)
+    assert args.warmup_requests is None  # as many as --concurrency
     assert (args.load, args.output, args.compare, args.label, args.api_base) == (
         "decode-heavy", None, None, None, "http://127.0.0.1:8000",
     )  # fmt: skip
@@ -173,6 +174,16 @@ def test_a_run_writes_the_record(fake_openai, tmp_path, capsys):
 
     assert "decode-heavy   median" in out and "[Caovan] benchmark: record written to" in out
     assert "decode-heavy: output tok/s median " in out and "over 2 repeat(s)" in out
+
+
+def test_the_warmup_runs_at_the_repeats_concurrency_one_request_per_batch_size_by_default(fake_openai, tmp_path):
+    fake_openai.stream_delay_s = 0.2  # the warmup's requests overlap only if they are sent together
+    rc, record = _bench(fake_openai, tmp_path, extra=["--concurrency", "3", "--requests", "1", "--repeats", "1"])
+    assert rc == 0 and record["settings"]["warmup_requests"] == 3
+    assert record["results"]["decode-heavy"]["warmup"]["requests"] == 3
+    assert fake_openai.in_flight_peaks == [1, 2, 3, 1]  # 3 warmup requests in flight at once, then the repeat's one
+    _, record = _bench(fake_openai, tmp_path, extra=["--concurrency", "2", "--warmup-requests", "5"])
+    assert record["settings"]["warmup_requests"] == 5 and max(fake_openai.in_flight_peaks[4:9]) == 2
 
 
 def test_the_prompt_set_and_its_sha256_are_the_same_in_two_runs(fake_openai, tmp_path):

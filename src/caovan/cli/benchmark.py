@@ -5,7 +5,9 @@ run it once against the server without the plugin (``--label baseline --output b
 flags, and compare (``--compare base.json``). Not ``caovan bench``, which times caovan's kernels alone on a GPU.
 
 For each ``--load`` (decode-heavy, prefill-heavy, mixed: see :mod:`caovan.serving_bench`), ``--warmup-requests``
-uncounted requests first (first-request JIT is excluded, as Turbo3 taught), then ``--repeats`` repeats of
+uncounted requests first, ``--concurrency`` in flight as in the repeats (first-request JIT is excluded, as Turbo3
+taught; caovan's kernels compile once per batch size, so by default there are as many warmup requests as
+``--concurrency``: every batch size the repeats use is compiled before they are timed), then ``--repeats`` repeats of
 ``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in flight. Each request is timed
 from the stream: time to the first token, end-to-end latency, tokens from the usage chunk. A table goes to stdout,
 the full record (JSON, written atomically) to ``--output``.
@@ -52,11 +54,12 @@ DEFAULT_LOAD = "decode-heavy"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Streamed greedy completions (ignore_eos) against a running vLLM server's OpenAI API. Per load: "
-        "--warmup-requests uncounted requests (first-request JIT excluded), then --repeats repeats of --requests "
-        "requests, --concurrency in flight; per repeat: output tokens/s, latency, time to first token (TTFT) and "
-        "inter-token latency (ITL), then the median over the repeats with min and max. Run it once without the "
-        "plugin (--label baseline --output base.json) and once with it, same flags, with --compare base.json; "
-        "--compare BASE.json RECORD.json compares two records without a server."
+        "--warmup-requests uncounted requests (first-request JIT excluded; default: as many as --concurrency, one "
+        "per batch size), then --repeats repeats of --requests requests, --concurrency in flight in both; per "
+        "repeat: output tokens/s, latency, time to first token (TTFT) and inter-token latency (ITL), then the "
+        "median over the repeats with min and max. Run it once without the plugin (--label baseline --output "
+        "base.json) and once with it, same flags, with --compare base.json; --compare BASE.json RECORD.json "
+        "compares two records without a server."
     )
     sc.add_server_arguments(parser, wait_s=60.0, request_timeout_s=900.0)
     parser.add_argument(
@@ -78,9 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warmup-requests",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="uncounted requests per load before its repeats, so first-request JIT is excluded (default: 1)",
+        help="uncounted requests per load before its repeats, sent --concurrency at a time as the repeats are, so "
+        "first-request JIT is excluded; caovan's kernels compile once per batch size, hence the default (default: "
+        "same as --concurrency)",
     )
     loads = "; ".join(f"{name}: {text}" for name, text in sb.LOADS.items())
     parser.add_argument(
@@ -178,9 +183,11 @@ def _benchmark(args: argparse.Namespace) -> int:
         ("--repeats", args.repeats, 1),
         ("--requests", args.requests, 1),
         ("--concurrency", args.concurrency, 1),
-        ("--warmup-requests", args.warmup_requests, 0),
     ):
         sc.require_at_least(value, minimum, option)
+    if args.warmup_requests is None:  # one per batch size up to --concurrency
+        args.warmup_requests = args.concurrency
+    sc.require_at_least(args.warmup_requests, 0, "--warmup-requests")
     loads = _loads(args.load)
     server = sc.server_settings(args)
     baseline = _read_record(args.compare[0]) if args.compare else None
