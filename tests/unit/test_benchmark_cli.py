@@ -105,8 +105,8 @@ def test_repeat_stats_on_known_numbers():
     assert stats["latency_mean_s"] == pytest.approx(2.0)
     assert (stats["latency_p50_s"], stats["latency_p95_s"]) == pytest.approx((2.0, 2.9))
     assert (stats["ttft_p50_s"], stats["ttft_p95_s"]) == pytest.approx((0.2, 0.29))
-    # ITL = (latency - TTFT) / (tokens - 1): 0.1 and 0.2; the one-token request has none
-    assert (stats["itl_p50_s"], stats["itl_p95_s"]) == pytest.approx((0.15, 0.195))
+    # TPOT = (latency - TTFT) / (tokens - 1): 0.1 and 0.2; the one-token request has none
+    assert (stats["tpot_p50_s"], stats["tpot_p95_s"]) == pytest.approx((0.15, 0.195))
     assert stats["per_request"][1] == {"error": "HTTP 500: boom"}
     assert stats["per_request"][0] == {"ttft_s": 0.1, "latency_s": 1.0, "prompt_tokens": 10, "completion_tokens": 10}
 
@@ -129,7 +129,7 @@ def test_summary_is_the_median_of_the_repeats_with_min_and_max():
     ]
     summary = sb.summarize(repeats)
     assert summary["output_tokens_per_s"] == {"median": 100.0, "min": 90.0, "max": 300.0, "repeats": 3}
-    assert summary["itl_p50_s"] == {"median": None, "min": None, "max": None, "repeats": 0}
+    assert summary["tpot_p50_s"] == {"median": None, "min": None, "max": None, "repeats": 0}
     assert (summary["requests"], summary["errors"]) == (12, 0)
 
 
@@ -140,7 +140,7 @@ def test_a_run_writes_the_record(fake_openai, tmp_path, capsys):
     rc, record = _bench(fake_openai, tmp_path, extra=["--load", "decode-heavy,prefill-heavy", "--label", "baseline"])
     out = capsys.readouterr().out
     assert rc == 0
-    assert record["schema"] == "caovan-benchmark/1" and record["label"] == "baseline" and record["exit_status"] == 0
+    assert record["schema"] == "caovan-benchmark/2" and record["label"] == "baseline" and record["exit_status"] == 0
     assert record["caovan_version"] == __import__("caovan").__version__
     assert record["created_utc"].endswith("+00:00") and isinstance(record["argv"], list)
     assert record["server"] == {
@@ -160,10 +160,10 @@ def test_a_run_writes_the_record(fake_openai, tmp_path, capsys):
     assert decode["warmup"]["requests"] == 1 and len(decode["repeats"]) == 2
     assert [(r["ok"], r["errors"], r["output_tokens"]) for r in decode["repeats"]] == [(3, 0, 15), (3, 0, 15)]
     assert decode["summary"]["output_tokens_per_s"]["repeats"] == 2
-    assert decode["summary"]["itl_p50_s"]["median"] is not None
+    assert decode["summary"]["tpot_p50_s"]["median"] is not None
     prefill = record["results"]["prefill-heavy"]
     assert [r["output_tokens"] for r in prefill["repeats"]] == [3, 3]
-    assert prefill["summary"]["itl_p50_s"]["median"] is None  # one token: no inter-token latency
+    assert prefill["summary"]["tpot_p50_s"]["median"] is None  # one token: no time per output token
     assert all(r["prompt_tokens"] > 3 * 2000 for r in prefill["repeats"])
 
     bodies = fake_openai.completion_bodies()
@@ -349,7 +349,7 @@ def test_compare_rows_on_known_records():
     rows = {row[1]: row for row in sb.compare_rows(record(80.0, 0.2), record(88.0, 0.25))}
     assert rows["output tok/s"] == ["mixed", "output tok/s", "80.00", "88.00", "1.100", "this run"]
     assert rows["TTFT p50 (ms)"] == ["mixed", "TTFT p50 (ms)", "200.00", "250.00", "1.250", "baseline"]
-    assert rows["ITL p50 (ms)"][2:] == ["-", "-", "-", "-"]
+    assert rows["TPOT p50 (ms)"][2:] == ["-", "-", "-", "-"]
 
 
 def test_compare_refuses_different_settings_before_any_request(fake_openai, tmp_path, capsys):
@@ -382,10 +382,10 @@ def test_compare_refuses_a_different_prompt_set(fake_openai, tmp_path, capsys):
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        ('{"schema": "caovan-benchmark/1", ', ":1:34: malformed JSON: Expecting property name enclosed"),
-        ("[]", ': not a caovan benchmark record (no "schema": "caovan-benchmark/1")'),
-        ('{"schema": "caovan-benchmark/9"}', ": record schema 'caovan-benchmark/9'; this caovan reads"),
-        ('{"schema": "caovan-benchmark/1", "settings": {}}', ": settings lack 'model'"),
+        ('{"schema": "caovan-benchmark/2", ', ":1:34: malformed JSON: Expecting property name enclosed"),
+        ("[]", ': not a caovan benchmark record (no "schema": "caovan-benchmark/2")'),
+        ('{"schema": "caovan-benchmark/9"}', ": a record of schema 'caovan-benchmark/9'; this caovan compares"),
+        ('{"schema": "caovan-benchmark/2", "settings": {}}', ": settings lack 'model'"),
     ],
 )
 def test_a_bad_baseline_file_is_one_error_naming_it(fake_openai, tmp_path, capsys, content, problem):
@@ -398,6 +398,23 @@ def test_a_bad_baseline_file_is_one_error_naming_it(fake_openai, tmp_path, capsy
     missing = tmp_path / "missing.json"
     assert _run(["--api-base", fake_openai.url, "--compare", str(missing)]) == 2
     assert capsys.readouterr().err.startswith(f"caovan benchmark: error: --compare {missing}: cannot read")
+
+
+def test_a_record_of_the_first_schema_is_refused_with_what_to_do(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json")
+    data = json.loads((tmp_path / "base.json").read_text())
+    data["schema"] = "caovan-benchmark/1"  # itl_p50_s, itl_p95_s then
+    for load in data["results"].values():
+        for metric in ("p50", "p95"):
+            load["summary"][f"itl_{metric}_s"] = load["summary"].pop(f"tpot_{metric}_s")
+    (tmp_path / "base.json").write_text(json.dumps(data))
+    capsys.readouterr()
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--compare", str(tmp_path / "base.json")]) == 2
+    assert capsys.readouterr().err == (
+        f"caovan benchmark: error: --compare {tmp_path / 'base.json'}: a record of schema 'caovan-benchmark/1'; "
+        "this caovan compares 'caovan-benchmark/2' records only (the layouts differ): run that benchmark again with "
+        "this caovan\n"
+    )
 
 
 def test_a_truncated_record_is_refused(fake_openai, tmp_path, capsys):

@@ -56,10 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Streamed greedy completions (ignore_eos) against a running vLLM server's OpenAI API. Per load: "
         "--warmup-requests uncounted requests (first-request JIT excluded; default: as many as --concurrency, one "
         "per batch size), then --repeats repeats of --requests requests, --concurrency in flight in both; per "
-        "repeat: output tokens/s, latency, time to first token (TTFT) and inter-token latency (ITL), then the "
-        "median over the repeats with min and max. Run it once without the plugin (--label baseline --output "
-        "base.json) and once with it, same flags, with --compare base.json; --compare BASE.json RECORD.json "
-        "compares two records without a server."
+        "repeat: output tokens/s, latency, time to first token (TTFT) and time per output token (TPOT: (latency - "
+        "TTFT) / (tokens - 1) per request, as vllm bench serve has it), then the median over the repeats with min "
+        "and max. Run it once without the plugin (--label baseline --output base.json) and once with it, same "
+        "flags, with --compare base.json; --compare BASE.json RECORD.json compares two records without a server."
     )
     sc.add_server_arguments(parser, wait_s=60.0, request_timeout_s=900.0)
     parser.add_argument(
@@ -335,7 +335,7 @@ def _print_table(record: dict[str, Any]) -> None:
 
     headers = [
         "load", "repeat", "ok", "err %", "wall s", "out tok/s", "lat mean s", "lat p50 s", "lat p95 s",
-        "TTFT p50 ms", "TTFT p95 ms", "ITL p50 ms", "ITL p95 ms",
+        "TTFT p50 ms", "TTFT p95 ms", "TPOT p50 ms", "TPOT p95 ms",
     ]  # fmt: skip
     rows = []
     for load, result in record["results"].items():
@@ -345,7 +345,7 @@ def _print_table(record: dict[str, Any]) -> None:
                 _num(r["output_tokens_per_s"], digits=1), _num(r["latency_mean_s"], digits=3),
                 _num(r["latency_p50_s"], digits=3), _num(r["latency_p95_s"], digits=3),
                 _num(r["ttft_p50_s"], 1000, 1), _num(r["ttft_p95_s"], 1000, 1),
-                _num(r["itl_p50_s"], 1000, 2), _num(r["itl_p95_s"], 1000, 2),
+                _num(r["tpot_p50_s"], 1000, 2), _num(r["tpot_p95_s"], 1000, 2),
             ])  # fmt: skip
         s = result["summary"]
         med = {metric: s[metric]["median"] for metric in sb.SUMMARY_METRICS}
@@ -354,7 +354,7 @@ def _print_table(record: dict[str, Any]) -> None:
             _num(med["output_tokens_per_s"], digits=1), _num(med["latency_mean_s"], digits=3),
             _num(med["latency_p50_s"], digits=3), _num(med["latency_p95_s"], digits=3),
             _num(med["ttft_p50_s"], 1000, 1), _num(med["ttft_p95_s"], 1000, 1),
-            _num(med["itl_p50_s"], 1000, 2), _num(med["itl_p95_s"], 1000, 2),
+            _num(med["tpot_p50_s"], 1000, 2), _num(med["tpot_p95_s"], 1000, 2),
         ])  # fmt: skip
     settings = record["settings"]
     label = f" [{record['label']}]" if record.get("label") else ""
