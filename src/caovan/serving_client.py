@@ -104,7 +104,8 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, wait_s: float, requ
     parser.add_argument(
         "--api-key",
         metavar="KEY",
-        help=f"sent as 'Authorization: Bearer KEY' (default: ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]} if set)",
+        help=f"sent as 'Authorization: Bearer KEY' (default: ${API_KEY_ENV[0]} if set, else ${API_KEY_ENV[1]}; "
+        f"${API_KEY_ENV[0]} wins when both are set)",
     )
     parser.add_argument(
         "--wait-s",
@@ -129,6 +130,8 @@ class ServerSettings:
     api_key: str | None
     wait_s: float
     request_timeout_s: float
+    #: Where ``api_key`` came from, as messages name it: ``--api-key``, ``$VLLM_API_KEY`` or ``$OPENAI_API_KEY``.
+    api_key_source: str | None = None
 
     @property
     def shown_api_base(self) -> str:
@@ -145,8 +148,11 @@ def server_settings(args: argparse.Namespace, environ: Mapping[str, str] | None 
         raise UsageError(f"--request-timeout-s {args.request_timeout_s:g}: must be a number of seconds above 0")
     if args.model is not None and not args.model.strip():
         raise UsageError("--model '': an empty model name")
-    api_key = args.api_key if args.api_key else default_api_key(os.environ if environ is None else environ)
-    return ServerSettings(api_base, api_key, float(args.wait_s), float(args.request_timeout_s))
+    if args.api_key:
+        api_key, source = args.api_key, API_KEY_OPTION
+    else:
+        api_key, source = api_key_from_environment(os.environ if environ is None else environ)
+    return ServerSettings(api_base, api_key, float(args.wait_s), float(args.request_timeout_s), source)
 
 
 def normalize_api_base(text: str) -> str:
@@ -210,11 +216,12 @@ def redacted_argv(argv: Iterable[str]) -> list[str]:
     return redacted
 
 
-def default_api_key(environ: Mapping[str, str]) -> str | None:
+def api_key_from_environment(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The key of the first of :data:`API_KEY_ENV` that is set and not empty, and ``$NAME`` of that variable."""
     for name in API_KEY_ENV:
         if environ.get(name):
-            return environ[name]
-    return None
+            return environ[name], f"${name}"
+    return None, None
 
 
 def positive_int_list(text: str, option: str) -> list[int]:
@@ -410,6 +417,8 @@ class ServingClient:
         self.api_base = settings.shown_api_base  # in messages; requests go to settings.api_base (userinfo kept)
         self._request_base = settings.api_base
         self.request_timeout_s = settings.request_timeout_s
+        self._api_key_sent = bool(settings.api_key)
+        self._api_key_source = settings.api_key_source
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         self._http = httpx.Client(
             headers=headers,
@@ -484,9 +493,13 @@ class ServingClient:
             raise _NotYet(f"GET {self.url('/health')}: {describe_http_error(health.status_code, health.content)}")
         models = self._get("/v1/models", timeout)
         if models.status_code in (401, 403):
+            if not self._api_key_sent:
+                hint = f"the server wants an API key: pass {API_KEY_OPTION} or set ${API_KEY_ENV[0]}"
+            else:
+                hint = "the server refused the API key"
+                hint += f" (taken from {self._api_key_source})" if self._api_key_source else ""
             raise UsageError(
-                f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}: "
-                f"the server wants an API key: pass --api-key or set ${API_KEY_ENV[0]}"
+                f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}: {hint}"
             )
         if models.status_code != 200:
             raise _NotYet(f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}")

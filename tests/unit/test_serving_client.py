@@ -91,6 +91,13 @@ def test_server_settings_defaults_and_api_key_from_the_environment():
     assert sc.server_settings(args, environ={"OPENAI_API_KEY": "o", "VLLM_API_KEY": "v"}).api_key == "v"
     assert sc.server_settings(args, environ={"VLLM_API_KEY": "", "OPENAI_API_KEY": "o"}).api_key == "o"
     assert sc.server_settings(_args(api_key="k"), environ={"VLLM_API_KEY": "v"}).api_key == "k"
+    sources = [
+        sc.server_settings(args, environ={}).api_key_source,
+        sc.server_settings(args, environ={"OPENAI_API_KEY": "o"}).api_key_source,
+        sc.server_settings(args, environ={"OPENAI_API_KEY": "o", "VLLM_API_KEY": "v"}).api_key_source,
+        sc.server_settings(_args(api_key="k"), environ={"VLLM_API_KEY": "v"}).api_key_source,
+    ]
+    assert sources == [None, "$OPENAI_API_KEY", "$VLLM_API_KEY", "--api-key"]
 
 
 @pytest.mark.parametrize(
@@ -197,12 +204,28 @@ def test_a_missing_api_key_fails_at_once_and_a_given_one_is_sent(fake_openai):
     clock = FakeClock()
     with _client(fake_openai.url) as client, pytest.raises(sc.UsageError) as info:
         client.wait_ready(600.0, clock=clock, sleep=clock.sleep)
-    assert "HTTP 401: Unauthorized" in str(info.value) and "--api-key" in str(info.value)
+    assert str(info.value) == (
+        f"GET {fake_openai.url}/v1/models: HTTP 401: Unauthorized: the server wants an API key: pass --api-key or set "
+        "$VLLM_API_KEY"
+    )
     assert clock.sleeps == []  # no waiting for a key that will not come
     with _client(fake_openai.url, api_key="sekrit") as client:
         assert client.wait_ready(1.0).models == ["fake-model"]
         assert client.complete("fake-model", "hi", 3).completion_tokens == 3
     assert fake_openai.headers[-1]["Authorization"] == "Bearer sekrit"
+
+
+@pytest.mark.parametrize("source", ["--api-key", "$VLLM_API_KEY", "$OPENAI_API_KEY", None])
+def test_a_refused_api_key_is_not_called_missing_and_where_it_came_from_is_named(fake_openai, source):
+    fake_openai.api_key = "right"
+    settings = sc.ServerSettings(fake_openai.url, "wrong", 0.0, 5.0, source)
+    with sc.ServingClient(settings) as client, pytest.raises(sc.UsageError) as info:
+        client.wait_ready(600.0)
+    where = f" (taken from {source})" if source else ""
+    assert (
+        str(info.value)
+        == f"GET {fake_openai.url}/v1/models: HTTP 401: Unauthorized: the server refused the API key{where}"
+    )
 
 
 def test_vllm_version(fake_openai):

@@ -142,3 +142,16 @@ def test_the_api_key_from_the_environment_is_sent(fake_openai, capsys, monkeypat
     monkeypatch.delenv("OPENAI_API_KEY")
     assert _run(["--api-base", fake_openai.url, "--wait-s", "5"]) == 2  # 401 fails at once, no 5 s wait
     assert "the server wants an API key" in capsys.readouterr().err
+
+
+def test_a_refused_api_key_names_where_it_came_from(fake_openai, capsys, monkeypatch):
+    fake_openai.api_key = "right"
+    monkeypatch.setenv("OPENAI_API_KEY", "right")
+    monkeypatch.setenv("VLLM_API_KEY", "wrong")  # VLLM_API_KEY wins, as vllm serve reads it
+    assert _run(["--api-base", fake_openai.url]) == 2
+    out, err = _lines(capsys)
+    assert err[0].endswith("HTTP 401: Unauthorized: the server refused the API key (taken from $VLLM_API_KEY)")
+    assert out[-1].startswith("[Caovan] warmup=FAIL reason=") and "refused the API key" in out[-1]
+    assert _run(["--api-base", fake_openai.url, "--api-key", "wrong2"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("the server refused the API key (taken from --api-key)")
+    assert _run(["--api-base", fake_openai.url, "--api-key", "right"]) == 0

@@ -34,8 +34,8 @@ ALIAS = "caovan-sm75-warmup"
 EPILOG = (
     "Exit status: 0 every warmup request answered ([Caovan] warmup=READY); 1 the server answered but a request "
     "failed, or it does not serve --model; 2 a usage error (a bad option, several models served and no --model, a "
-    "missing API key) or the server was not ready within --wait-s; 130 interrupted (Ctrl-C). Every exit but 0 ends "
-    "with a [Caovan] warmup=FAIL line."
+    "missing or refused API key) or the server was not ready within --wait-s; 130 interrupted (Ctrl-C). Every "
+    "exit but 0 ends with a [Caovan] warmup=FAIL line."
 )
 
 DEFAULT_BATCHES = "1,2,4,8"
