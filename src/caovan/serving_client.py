@@ -88,8 +88,8 @@ class RequestFailed(ClientError):
 
 
 def add_server_arguments(parser: argparse.ArgumentParser, *, wait_s: float, request_timeout_s: float) -> None:
-    """The options both commands share; the values are checked in :func:`server_settings` (so a bad one ends in
-    the command's own error line)."""
+    """The options both commands share; the values are converted and checked in :func:`server_settings`, not by
+    argparse (so a bad one, ``--wait-s abc`` too, ends in the command's own error line)."""
     parser.add_argument(
         "--api-base",
         default=DEFAULT_API_BASE,
@@ -109,14 +109,12 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, wait_s: float, requ
     )
     parser.add_argument(
         "--wait-s",
-        type=float,
         default=wait_s,
         metavar="S",
         help=f"how long to wait for the server to become ready ({READY_PROBES}); 0 tries once (default: {wait_s:g})",
     )
     parser.add_argument(
         "--request-timeout-s",
-        type=float,
         default=request_timeout_s,
         metavar="S",
         help="how long one request may wait for the server's next bytes; the first request on TP=2 can take "
@@ -142,17 +140,19 @@ class ServerSettings:
 def server_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServerSettings:
     """The shared options, checked; :class:`UsageError` for a bad one."""
     api_base = normalize_api_base(args.api_base)
-    if not (args.wait_s >= 0 and math.isfinite(args.wait_s)):  # also NaN
-        raise UsageError(f"--wait-s {args.wait_s:g}: must be a number of seconds, 0 or more")
-    if not (args.request_timeout_s > 0 and math.isfinite(args.request_timeout_s)):
-        raise UsageError(f"--request-timeout-s {args.request_timeout_s:g}: must be a number of seconds above 0")
+    wait_s = number(args.wait_s, "--wait-s", "a number of seconds")
+    if not (wait_s >= 0 and math.isfinite(wait_s)):  # also NaN
+        raise UsageError(f"--wait-s {wait_s:g}: must be a number of seconds, 0 or more")
+    request_timeout_s = number(args.request_timeout_s, "--request-timeout-s", "a number of seconds")
+    if not (request_timeout_s > 0 and math.isfinite(request_timeout_s)):
+        raise UsageError(f"--request-timeout-s {request_timeout_s:g}: must be a number of seconds above 0")
     if args.model is not None and not args.model.strip():
         raise UsageError("--model '': an empty model name")
     if args.api_key:
         api_key, source = args.api_key, API_KEY_OPTION
     else:
         api_key, source = api_key_from_environment(os.environ if environ is None else environ)
-    return ServerSettings(api_base, api_key, float(args.wait_s), float(args.request_timeout_s), source)
+    return ServerSettings(api_base, api_key, wait_s, request_timeout_s, source)
 
 
 def normalize_api_base(text: str) -> str:
@@ -222,6 +222,25 @@ def api_key_from_environment(environ: Mapping[str, str]) -> tuple[str | None, st
         if environ.get(name):
             return environ[name], f"${name}"
     return None, None
+
+
+def number(value: str | float, option: str, what: str = "a number") -> float:
+    """An option's value as a float: given on the command line it is text (argparse is not asked to convert it, so
+    a bad one is the command's own error line); :class:`UsageError` naming ``option`` for anything else."""
+    try:
+        return float(value)
+    except ValueError:
+        raise UsageError(f"{option} {value!r}: not {what}") from None
+
+
+def whole_number(value: str | int, option: str) -> int:
+    """An option's value as an int (see :func:`number`); :class:`UsageError` naming ``option`` for anything else."""
+    if isinstance(value, int):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{option} {value!r}: not a whole number") from None
 
 
 def positive_int_list(text: str, option: str) -> list[int]:

@@ -105,6 +105,9 @@ def test_server_settings_defaults_and_api_key_from_the_environment():
     [
         ({"wait_s": -1.0}, "--wait-s -1"),
         ({"wait_s": float("nan")}, "--wait-s nan"),
+        ({"wait_s": "nan"}, "--wait-s nan: must be a number of seconds, 0 or more"),
+        ({"wait_s": "a while"}, "--wait-s 'a while': not a number of seconds"),
+        ({"request_timeout_s": "-3"}, "--request-timeout-s -3: must be a number of seconds above 0"),
         ({"request_timeout_s": 0.0}, "--request-timeout-s 0"),
         ({"model": " "}, "--model ''"),
         ({"api_base": "localhost:8000"}, "--api-base 'localhost:8000'"),
