@@ -369,6 +369,23 @@ def test_compare_refuses_different_settings_before_any_request(fake_openai, tmp_
     assert len(fake_openai.completion_bodies()) == 7  # the baseline run's only
 
 
+def test_output_over_the_compare_baseline_is_refused_before_any_request(fake_openai, tmp_path, capsys, monkeypatch):
+    _bench(fake_openai, tmp_path, "base.json")
+    before = (tmp_path / "base.json").read_text()
+    sent = len(fake_openai.requests)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.json").symlink_to(tmp_path / "base.json")
+    monkeypatch.chdir(tmp_path / "sub")
+    for output in ("../base.json", str(tmp_path / "link.json")):
+        capsys.readouterr()
+        assert _run(["--api-base", fake_openai.url, *SMALL, "--output", output, "--compare", "../base.json"]) == 2
+        assert capsys.readouterr().err == (
+            f"caovan benchmark: error: --output {output} is the --compare baseline ../base.json: the run would "
+            "overwrite the record it is compared with; write this run's record to another file\n"
+        )
+    assert len(fake_openai.requests) == sent and (tmp_path / "base.json").read_text() == before
+
+
 def test_compare_refuses_a_different_prompt_set(fake_openai, tmp_path, capsys):
     _bench(fake_openai, tmp_path, "base.json")
     data = json.loads((tmp_path / "base.json").read_text())

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 import time
 from pathlib import Path
@@ -129,6 +130,16 @@ def _read_record(target: str) -> dict[str, Any]:
         raise sc.UsageError(str(exc)) from None
 
 
+def _same_file(first: str, second: str) -> bool:
+    """Whether two paths name one file (after symlinks; a hard link too, when both exist)."""
+    if Path(first).resolve() == Path(second).resolve():
+        return True
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
 def _refuse(differences: list[str], baseline_file: str, this_name: str = "this run") -> None:
     if differences:
         raise sc.UsageError(
@@ -178,6 +189,11 @@ def _benchmark(args: argparse.Namespace) -> int:
     problem = output_path_problem("--output", args.output)
     if problem:
         raise sc.UsageError(problem)
+    if args.output and args.compare and _same_file(args.output, args.compare[0]):
+        raise sc.UsageError(
+            f"--output {args.output} is the --compare baseline {args.compare[0]}: the run would overwrite the record "
+            "it is compared with; write this run's record to another file"
+        )
     for option, value, minimum in (
         ("--max-tokens", args.max_tokens, 1),
         ("--repeats", args.repeats, 1),
