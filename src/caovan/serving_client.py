@@ -289,6 +289,14 @@ class Completion:
     ttft_s: float | None = None
 
 
+def fewer_tokens_than_asked(tokens: Iterable[int], asked: int) -> str | None:
+    """A note when an answer generated fewer than the ``asked`` tokens: every request is sent with ``ignore_eos``
+    and ``max_tokens``, so only a server that ignores ``ignore_eos`` stops early; ``None`` when none did."""
+    if min(tokens, default=asked) < asked:
+        return f"asked for {asked}: does the server ignore ignore_eos?"
+    return None
+
+
 def resolve_model(served: list[str], requested: str | None, api_base: str) -> str:
     """The model to use: ``requested`` if served, else the only served one."""
     listed = ", ".join(served) if served else "none"

@@ -186,6 +186,19 @@ def test_the_warmup_runs_at_the_repeats_concurrency_one_request_per_batch_size_b
     assert record["settings"]["warmup_requests"] == 5 and max(fake_openai.in_flight_peaks[4:9]) == 2
 
 
+def test_answers_shorter_than_asked_are_warned_about_once(fake_openai, tmp_path, capsys):
+    fake_openai.tokens_cap = 2  # a server that stops early: it ignores ignore_eos
+    rc, record = _bench(fake_openai, tmp_path, extra=["--load", "prefill-heavy,decode-heavy,mixed"])
+    assert rc == 0 and record["results"]["decode-heavy"]["repeats"][0]["output_tokens"] == 3 * 2
+    assert capsys.readouterr().err.splitlines() == [  # prefill-heavy asks for 1 token: not short
+        "caovan benchmark: warning: decode-heavy warmup: 1 of 1 answers generated fewer tokens than asked (as few "
+        "as 2; asked for 5: does the server ignore ignore_eos?); output tok/s and TPOT then measure less work than "
+        "the settings say"
+    ]
+    fake_openai.tokens_cap = None
+    assert _bench(fake_openai, tmp_path)[0] == 0 and capsys.readouterr().err == ""
+
+
 def test_the_prompt_set_and_its_sha256_are_the_same_in_two_runs(fake_openai, tmp_path):
     _, first = _bench(fake_openai, tmp_path, "a.json", extra=["--load", "mixed"])
     first_prompts = [b["prompt"] for b in fake_openai.completion_bodies()]

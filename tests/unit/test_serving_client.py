@@ -428,3 +428,8 @@ def test_messages_never_show_url_userinfo():
     with sc.ServingClient(settings) as client, pytest.raises(sc.NotReady) as info:
         client.wait_ready(0)
     assert "secret" not in str(info.value) and "GET http://127.0.0.1:9/health" in str(info.value)
+
+
+def test_fewer_tokens_than_asked():
+    assert sc.fewer_tokens_than_asked([5, 5], 5) is None and sc.fewer_tokens_than_asked([], 5) is None
+    assert sc.fewer_tokens_than_asked([5, 3], 5) == "asked for 5: does the server ignore ignore_eos?"

@@ -230,7 +230,8 @@ def _benchmark(args: argparse.Namespace) -> int:
             _refuse(sb.settings_differences(baseline["settings"], settings), args.compare[0])
         version = client.vllm_version()
         print(f"[Caovan] benchmark: server ready (model {model}, vLLM {version or 'version unknown'})", flush=True)
-        results = {load: _run_load(client, model, load, planned[load], args.concurrency) for load in loads}
+        warned: list[str] = []  # the short-answers warning, said once per run
+        results = {load: _run_load(client, model, load, planned[load], args.concurrency, warned) for load in loads}
 
     every_phase = [r for by_load in results.values() for r in [by_load["warmup"], *by_load["repeats"]] if r]
     failed = sum(r["errors"] for r in every_phase)
@@ -310,12 +311,16 @@ def _caovan_version() -> str:
     return __version__
 
 
-def _run_load(client: sc.ServingClient, model: str, load: str, by_phase: dict, concurrency: int) -> dict[str, Any]:
+def _run_load(
+    client: sc.ServingClient, model: str, load: str, by_phase: dict, concurrency: int, warned: list[str]
+) -> dict[str, Any]:
     result: dict[str, Any] = {"warmup": None, "repeats": []}
     repeats = [phase for phase in by_phase if phase != "warmup"]
     for phase, requests in by_phase.items():
         stats = _run_phase(client, model, requests, concurrency)
         done = f"{stats['ok']}/{stats['requests']} ok"
+        if not warned:
+            _warn_short_answers(load, phase, stats, requests[0].max_tokens, warned)
         if phase == "warmup":
             result["warmup"] = stats
             print(f"[Caovan] benchmark: {load} warmup (not counted): {done}, {stats['wall_s']:.2f} s", flush=True)
@@ -329,6 +334,21 @@ def _run_load(client: sc.ServingClient, model: str, load: str, by_phase: dict, c
         )
     result["summary"] = sb.summarize(result["repeats"])
     return result
+
+
+def _warn_short_answers(load: str, phase: str, stats: dict[str, Any], asked: int, warned: list[str]) -> None:
+    tokens = [r["completion_tokens"] for r in stats["per_request"] if "completion_tokens" in r]
+    note = sc.fewer_tokens_than_asked(tokens, asked)
+    if note:
+        short = sum(1 for n in tokens if n < asked)
+        warned.append(note)
+        print(
+            f"caovan {NAME}: warning: {load} {phase}: {short} of {len(tokens)} answers generated fewer tokens than "
+            f"asked (as few as {min(tokens)}; {note}); output tok/s and TPOT then measure less work than the "
+            "settings say",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _run_phase(client: sc.ServingClient, model: str, requests: list[sb.Planned], concurrency: int) -> dict[str, Any]:

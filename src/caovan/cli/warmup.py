@@ -96,9 +96,8 @@ def _prompt(index: int) -> str:
 def _tokens_text(tokens: list[int], asked: int) -> str:
     low, high = min(tokens), max(tokens)
     text = f"{low} tokens each" if low == high else f"{low}-{high} tokens"
-    if low < asked:
-        text += f" (asked for {asked}: does the server ignore ignore_eos?)"
-    return text
+    note = sc.fewer_tokens_than_asked(tokens, asked)
+    return f"{text} ({note})" if note else text
 
 
 def _warmup(args: argparse.Namespace) -> int:
