@@ -292,8 +292,13 @@ def validate_record(data: Any, shown: str) -> dict[str, Any]:
             raise RecordError(f"{shown}: no results.{load}.summary (the settings name load {load!r})")
         for metric in SUMMARY_METRICS:
             entry = summary.get(metric)
-            if not isinstance(entry, dict) or not _is_number_or_none(entry.get("median")):
-                raise RecordError(f'{shown}: results.{load}.summary.{metric} is not {{"median": number, ...}}')
+            if not isinstance(entry, dict) or not all(
+                key in entry and _is_number_or_none(entry[key]) for key in ("median", "min", "max")
+            ):
+                raise RecordError(
+                    f'{shown}: results.{load}.summary.{metric} is not {{"median": number, "min": number, '
+                    '"max": number, ...}'
+                )
     return data
 
 
@@ -321,9 +326,22 @@ def _shown(value: float | None, scale: float) -> str:
     return f"{scaled:.4f}" if abs(scaled) < 1 else f"{scaled:.2f}" if abs(scaled) < 1000 else f"{scaled:.0f}"
 
 
+WITHIN_SPREAD = "within spread"
+
+
+def _ranges_overlap(first: dict[str, Any], second: dict[str, Any]) -> bool:
+    """Whether two summary entries' min-max ranges over the repeats overlap (``False`` when one has no range)."""
+    lows, highs = (first.get("min"), second.get("min")), (first.get("max"), second.get("max"))
+    if None in lows or None in highs:
+        return False
+    return lows[0] <= highs[1] and lows[1] <= highs[0]
+
+
 def compare_rows(baseline: dict[str, Any], current: dict[str, Any], this_name: str = "this run") -> list[list[str]]:
     """Rows of load, metric, baseline median, this run's median, ratio (this / baseline), which is better
-    (``"baseline"``, ``this_name``, ``"same"``; ``"-"`` when a value is missing)."""
+    (``"baseline"``, ``this_name``, ``"same"``; ``"within spread"`` when the medians differ but the two runs'
+    min-max ranges over the repeats overlap, a difference the repeats themselves show; ``"-"`` when a value is
+    missing)."""
     rows = []
     for load in current["settings"]["loads"]:
         base_summary = baseline["results"][load]["summary"]
@@ -336,6 +354,8 @@ def compare_rows(baseline: dict[str, Any], current: dict[str, Any], this_name: s
                     ratio = f"{after / before:.3f}"
                 if after == before:
                     better = "same"
+                elif _ranges_overlap(base_summary[metric], summary[metric]):
+                    better = WITHIN_SPREAD
                 else:
                     better = this_name if (after > before) == higher_better else "baseline"
             rows.append([load, label, _shown(before, scale), _shown(after, scale), ratio, better])

@@ -345,10 +345,15 @@ def test_compare_after_a_run_prints_the_side_by_side_table(fake_openai, tmp_path
     assert f"this run compared with baseline {tmp_path / 'base.json'}" in captured.out
     rows = _table_rows(captured.out, "decode-heavy")
     assert [label for label, _, _, _ in sb.COMPARE_METRICS] == list(rows)
-    before = baseline["results"]["decode-heavy"]["summary"]["output_tokens_per_s"]["median"]
-    after = record["results"]["decode-heavy"]["summary"]["output_tokens_per_s"]["median"]
+    base_rate = baseline["results"]["decode-heavy"]["summary"]["output_tokens_per_s"]
+    rate = record["results"]["decode-heavy"]["summary"]["output_tokens_per_s"]
+    before, after = base_rate["median"], rate["median"]
     assert rows["output tok/s"][2] == f"{after / before:.3f}"
-    assert rows["output tok/s"][3] == ("this run" if after > before else "baseline")
+    if base_rate["min"] <= rate["max"] and rate["min"] <= base_rate["max"]:
+        assert rows["output tok/s"][3] == "within spread"
+    else:
+        assert rows["output tok/s"][3] == ("this run" if after > before else "baseline")
+    assert "better: named only when the two runs' min-max ranges over the repeats do not overlap" in captured.out
     assert rows["error rate"] == ["0.0000", "0.0000", "-", "same"]
 
 
@@ -363,6 +368,27 @@ def test_compare_rows_on_known_records():
     assert rows["output tok/s"] == ["mixed", "output tok/s", "80.00", "88.00", "1.100", "this run"]
     assert rows["TTFT p50 (ms)"] == ["mixed", "TTFT p50 (ms)", "200.00", "250.00", "1.250", "baseline"]
     assert rows["TPOT p50 (ms)"][2:] == ["-", "-", "-", "-"]
+
+
+def test_compare_names_no_winner_when_the_repeats_ranges_overlap():
+    def record(rates, p50s):
+        summary = {m: {"median": None, "min": None, "max": None} for m in sb.SUMMARY_METRICS}
+        summary["output_tokens_per_s"] = {"median": rates[1], "min": rates[0], "max": rates[2]}
+        summary["ttft_p50_s"] = {"median": p50s[1], "min": p50s[0], "max": p50s[2]}
+        return {"settings": {"loads": ["mixed"]}, "results": {"mixed": {"summary": summary}}}
+
+    # tok/s: 80 (75-90) vs 88 (85-95): the ranges overlap; TTFT: 200 (190-210) ms vs 250 (240-260) ms: they do not
+    baseline, current = record((75.0, 80.0, 90.0), (0.19, 0.2, 0.21)), record((85.0, 88.0, 95.0), (0.24, 0.25, 0.26))
+    rows = {row[1]: row for row in sb.compare_rows(baseline, current)}
+    assert rows["output tok/s"] == ["mixed", "output tok/s", "80.00", "88.00", "1.100", "within spread"]
+    assert rows["TTFT p50 (ms)"] == ["mixed", "TTFT p50 (ms)", "200.00", "250.00", "1.250", "baseline"]
+    # ranges that only touch overlap too; ranges apart name the winner
+    current = record((90.0, 92.0, 95.0), (0.17, 0.18, 0.19))
+    rows = {row[1]: row for row in sb.compare_rows(baseline, current)}
+    assert rows["output tok/s"][-1] == "within spread" and rows["TTFT p50 (ms)"][-1] == "within spread"
+    current = record((91.0, 92.0, 95.0), (0.15, 0.16, 0.18))
+    rows = {row[1]: row for row in sb.compare_rows(baseline, current)}
+    assert rows["output tok/s"][-1] == "this run" and rows["TTFT p50 (ms)"][-1] == "this run"
 
 
 def test_compare_refuses_different_settings_before_any_request(fake_openai, tmp_path, capsys):
@@ -455,6 +481,12 @@ def test_a_truncated_record_is_refused(fake_openai, tmp_path, capsys):
     capsys.readouterr()
     assert _run(["--compare", str(tmp_path / "base.json"), str(tmp_path / "base.json")]) == 2
     assert "results.decode-heavy.summary.ttft_p95_s is not" in capsys.readouterr().err
+    data["results"]["decode-heavy"]["summary"]["ttft_p95_s"] = {"median": 0.1, "max": 0.2, "repeats": 2}
+    (tmp_path / "base.json").write_text(json.dumps(data))
+    assert _run(["--compare", str(tmp_path / "base.json"), str(tmp_path / "base.json")]) == 2
+    assert capsys.readouterr().err.endswith(
+        'results.decode-heavy.summary.ttft_p95_s is not {"median": number, "min": number, "max": number, ...}\n'
+    )
 
 
 def test_compare_two_records_contacts_no_server_and_warns_on_another_vllm(fake_openai, tmp_path, capsys):

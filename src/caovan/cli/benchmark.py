@@ -96,13 +96,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"load levels to run, in order ({loads}) (default: {DEFAULT_LOAD})",
     )
     parser.add_argument("--label", metavar="TEXT", help="a name for this run in the record, e.g. baseline or caovan")
-    parser.add_argument("--output", metavar="FILE", help="write the full record (JSON) to FILE")
+    parser.add_argument(
+        "--output", metavar="FILE", help="write the full record (JSON) to FILE (not the --compare baseline)"
+    )
     parser.add_argument(
         "--compare",
         nargs="+",
         metavar="FILE",
         help="BASELINE.json: after the run, compare with that record (refused if the settings differ); "
-        "BASELINE.json RECORD.json: compare two records, no run",
+        "BASELINE.json RECORD.json: compare two records, no run. A metric names the better run only when the two "
+        "runs' min-max ranges over the repeats do not overlap ('within spread' otherwise)",
     )
 
 
@@ -429,6 +432,10 @@ def _print_comparison(baseline: dict[str, Any], record: dict[str, Any], baseline
     print(f"\n{this_name} compared with baseline {baseline_file}")
     rows = sb.compare_rows(baseline, record, this_name=this_name)
     print(tabulate(rows, headers=headers, disable_numparse=True))
+    print(
+        f"better: named only when the two runs' min-max ranges over the repeats do not overlap; "
+        f"'{sb.WITHIN_SPREAD}': they do, the difference is no larger than the repeats' own"
+    )
 
 
 def _compare_records(args: argparse.Namespace) -> int:
