@@ -7,16 +7,20 @@ flags, and compare (``--compare base.json``). Not ``caovan bench``, which times 
 For each ``--load`` (decode-heavy, prefill-heavy, mixed: see :mod:`caovan.serving_bench`), ``--warmup-requests``
 uncounted requests first, ``--concurrency`` in flight as in the repeats (first-request JIT is excluded, as Turbo3
 taught; caovan's kernels compile once per batch size, so by default there are as many warmup requests as
-``--concurrency``: every batch size the repeats use is compiled before they are timed), then ``--repeats`` repeats of
-``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in flight. Each request is timed
-from the stream: time to the first token, end-to-end latency, tokens from the usage chunk. A table goes to stdout,
-the full record (JSON, written atomically) to ``--output``.
+``--concurrency``, sent together: the repeats' batch sizes are compiled before they are timed), then ``--repeats``
+repeats of ``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in flight. Each request
+is timed from the stream: time to the first token, end-to-end latency, tokens from the usage chunk. A table goes to
+stdout, then the full record (JSON, written atomically; no ``--api-key`` value, no ``user:password@``) to
+``--output``. Failed requests: the count and the first distinct errors on stderr. Answers shorter than asked (a
+server ignoring ``ignore_eos``): one warning.
 
-``--compare BASELINE.json``: after the run, a side-by-side table (the medians over repeats, ratio this/baseline).
-Settings that must match (model, loads, --max-tokens, --requests, --concurrency, --repeats, --warmup-requests and
-the prompt set) are checked before any request is sent, the model once the server names it; a difference is
-refused, a different vLLM version on the server only warned about. ``--compare BASELINE.json RECORD.json`` compares
-two records already written and contacts no server (the run options are then unused; --output is refused).
+``--compare BASELINE.json``: after the run, a side-by-side table (the medians over repeats, ratio this/baseline, the
+better run, named only when the two runs' min-max ranges over the repeats do not overlap). Settings that must match
+(model, loads, --max-tokens, --requests, --concurrency, --repeats, --warmup-requests and the prompt set) are checked
+before any request is sent, the model once the server names it; a difference is refused, as is a record of another
+schema or an --output that would overwrite the baseline; a different vLLM version on the server is only warned
+about. ``--compare BASELINE.json RECORD.json`` compares two records already written and contacts no server (the run
+options are then unused; --output is refused).
 
 Comparisons are information: the exit status says whether requests failed, never which run was faster.
 """
