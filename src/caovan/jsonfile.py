@@ -4,6 +4,8 @@ can be wrong, and checking where a record will be written before the run that ma
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,4 +44,16 @@ def output_path_problem(option: str, target: str | None) -> str | None:
         return f"{option} {target}: a directory, not a file to write the record to"
     if not path.parent.is_dir():
         return f"{option} {target}: directory {path.parent} does not exist"
+    # The record is written atomically: a temp file in the folder of the file (of its target, for a symlink), then
+    # renamed over it. So what matters is whether that folder can be written into, not whether an existing file is
+    # writable (a read-only file in a writable folder is replaced all the same).
+    folder = Path(os.path.realpath(path)).parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{option} {target}: cannot write into directory {folder} (permission denied)"
+    try:  # os.access passes for root everywhere, and knows nothing of file systems that refuse new files (/sys)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=folder)
+    except OSError as exc:
+        return f"{option} {target}: cannot write into directory {folder}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(probe)
     return None

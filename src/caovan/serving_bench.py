@@ -8,7 +8,8 @@
   ``prefill-heavy`` (~2000 words in, 1 token out), ``mixed`` (chat-like prompts of 50 to 800 words,
   ``--max-tokens`` out).
 - Per load and repeat: counts, error rate, wall time, output tokens/s, latency mean/p50/p95, time to first token
-  (TTFT) p50/p95, inter-token latency (ITL, (latency - TTFT) / (completion tokens - 1)) p50/p95; percentiles by
+  (TTFT) p50/p95, time per output token (TPOT: per request, (latency - TTFT) / (completion tokens - 1), as
+  ``vllm bench serve`` computes it; not vLLM's ITL, the gaps between stream chunks) p50/p95; percentiles by
   linear interpolation between closest ranks (numpy's default). Over the repeats: the median of the repeats' values
   with their min and max, so a single peak never decides.
 - ``--compare`` refuses two records whose settings differ (Turbo3's rule: same model, flags, prompts and output
@@ -27,7 +28,9 @@ from typing import Any
 
 from caovan.serving_client import Completion
 
-SCHEMA = "caovan-benchmark/1"
+#: Bump when the record's layout changes: --compare reads records of this schema only.
+#: 2: ``itl_p50_s``/``itl_p95_s`` renamed ``tpot_p50_s``/``tpot_p95_s`` (what they always were: vLLM's TPOT).
+SCHEMA = "caovan-benchmark/2"
 
 #: Bump when the prompts change: two records with different versions never compare (their sha256 differ too).
 PROMPT_SET_VERSION = 1
@@ -57,8 +60,8 @@ SUMMARY_METRICS = (
     "latency_p95_s",
     "ttft_p50_s",
     "ttft_p95_s",
-    "itl_p50_s",
-    "itl_p95_s",
+    "tpot_p50_s",
+    "tpot_p95_s",
 )
 
 #: What --compare shows: (label, summary metric, scale for display, True when higher is better).
@@ -69,8 +72,8 @@ COMPARE_METRICS = (
     ("latency p95 (s)", "latency_p95_s", 1.0, False),
     ("TTFT p50 (ms)", "ttft_p50_s", 1000.0, False),
     ("TTFT p95 (ms)", "ttft_p95_s", 1000.0, False),
-    ("ITL p50 (ms)", "itl_p50_s", 1000.0, False),
-    ("ITL p95 (ms)", "itl_p95_s", 1000.0, False),
+    ("TPOT p50 (ms)", "tpot_p50_s", 1000.0, False),
+    ("TPOT p95 (ms)", "tpot_p95_s", 1000.0, False),
     ("error rate", "error_rate", 1.0, False),
 )
 
@@ -194,8 +197,9 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def inter_token_latency(completion: Completion) -> float | None:
-    """(latency - TTFT) / (completion tokens - 1): the mean gap between tokens after the first; ``None`` for one."""
+def time_per_output_token(completion: Completion) -> float | None:
+    """TPOT, as ``vllm bench serve`` computes it: (latency - TTFT) / (completion tokens - 1), the request's mean
+    time per token after the first; ``None`` for a one-token request."""
     if completion.ttft_s is None or completion.completion_tokens < 2:
         return None
     return (completion.latency_s - completion.ttft_s) / (completion.completion_tokens - 1)
@@ -207,7 +211,7 @@ def repeat_stats(outcomes: Sequence[Completion | Exception], wall_s: float) -> d
     errors = [str(o) for o in outcomes if not isinstance(o, Completion)]
     latencies = [c.latency_s for c in ok]
     ttfts = [c.ttft_s for c in ok if c.ttft_s is not None]
-    itls = [itl for itl in map(inter_token_latency, ok) if itl is not None]
+    tpots = [tpot for tpot in map(time_per_output_token, ok) if tpot is not None]
     out_tokens = sum(c.completion_tokens for c in ok)
     prompt_counts = [c.prompt_tokens for c in ok]
     return {
@@ -225,8 +229,8 @@ def repeat_stats(outcomes: Sequence[Completion | Exception], wall_s: float) -> d
         "latency_p95_s": percentile(latencies, 95),
         "ttft_p50_s": percentile(ttfts, 50),
         "ttft_p95_s": percentile(ttfts, 95),
-        "itl_p50_s": percentile(itls, 50),
-        "itl_p95_s": percentile(itls, 95),
+        "tpot_p50_s": percentile(tpots, 50),
+        "tpot_p95_s": percentile(tpots, 95),
         "per_request": [
             {"error": str(o)}
             if not isinstance(o, Completion)
@@ -267,7 +271,10 @@ def validate_record(data: Any, shown: str) -> dict[str, Any]:
     if not isinstance(data, dict) or "schema" not in data:
         raise RecordError(f'{shown}: not a caovan benchmark record (no "schema": "{SCHEMA}")')
     if data["schema"] != SCHEMA:
-        raise RecordError(f"{shown}: record schema {data['schema']!r}; this caovan reads {SCHEMA!r}")
+        raise RecordError(
+            f"{shown}: a record of schema {data['schema']!r}; this caovan compares {SCHEMA!r} records only (the "
+            "layouts differ): run that benchmark again with this caovan"
+        )
     settings = data.get("settings")
     if not isinstance(settings, dict):
         raise RecordError(f'{shown}: no "settings" object')
@@ -285,8 +292,13 @@ def validate_record(data: Any, shown: str) -> dict[str, Any]:
             raise RecordError(f"{shown}: no results.{load}.summary (the settings name load {load!r})")
         for metric in SUMMARY_METRICS:
             entry = summary.get(metric)
-            if not isinstance(entry, dict) or not _is_number_or_none(entry.get("median")):
-                raise RecordError(f'{shown}: results.{load}.summary.{metric} is not {{"median": number, ...}}')
+            if not isinstance(entry, dict) or not all(
+                key in entry and _is_number_or_none(entry[key]) for key in ("median", "min", "max")
+            ):
+                raise RecordError(
+                    f'{shown}: results.{load}.summary.{metric} is not {{"median": number, "min": number, '
+                    '"max": number, ...}'
+                )
     return data
 
 
@@ -314,9 +326,22 @@ def _shown(value: float | None, scale: float) -> str:
     return f"{scaled:.4f}" if abs(scaled) < 1 else f"{scaled:.2f}" if abs(scaled) < 1000 else f"{scaled:.0f}"
 
 
+WITHIN_SPREAD = "within spread"
+
+
+def _ranges_overlap(first: dict[str, Any], second: dict[str, Any]) -> bool:
+    """Whether two summary entries' min-max ranges over the repeats overlap (``False`` when one has no range)."""
+    lows, highs = (first.get("min"), second.get("min")), (first.get("max"), second.get("max"))
+    if None in lows or None in highs:
+        return False
+    return lows[0] <= highs[1] and lows[1] <= highs[0]
+
+
 def compare_rows(baseline: dict[str, Any], current: dict[str, Any], this_name: str = "this run") -> list[list[str]]:
     """Rows of load, metric, baseline median, this run's median, ratio (this / baseline), which is better
-    (``"baseline"``, ``this_name``, ``"same"``; ``"-"`` when a value is missing)."""
+    (``"baseline"``, ``this_name``, ``"same"``; ``"within spread"`` when the medians differ but the two runs'
+    min-max ranges over the repeats overlap, a difference the repeats themselves show; ``"-"`` when a value is
+    missing)."""
     rows = []
     for load in current["settings"]["loads"]:
         base_summary = baseline["results"][load]["summary"]
@@ -329,6 +354,8 @@ def compare_rows(baseline: dict[str, Any], current: dict[str, Any], this_name: s
                     ratio = f"{after / before:.3f}"
                 if after == before:
                     better = "same"
+                elif _ranges_overlap(base_summary[metric], summary[metric]):
+                    better = WITHIN_SPREAD
                 else:
                     better = this_name if (after > before) == higher_better else "baseline"
             rows.append([load, label, _shown(before, scale), _shown(after, scale), ratio, better])

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -87,8 +88,8 @@ class RequestFailed(ClientError):
 
 
 def add_server_arguments(parser: argparse.ArgumentParser, *, wait_s: float, request_timeout_s: float) -> None:
-    """The options both commands share; the values are checked in :func:`server_settings` (so a bad one ends in
-    the command's own error line)."""
+    """The options both commands share; the values are converted and checked in :func:`server_settings`, not by
+    argparse (so a bad one, ``--wait-s abc`` too, ends in the command's own error line)."""
     parser.add_argument(
         "--api-base",
         default=DEFAULT_API_BASE,
@@ -103,18 +104,17 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, wait_s: float, requ
     parser.add_argument(
         "--api-key",
         metavar="KEY",
-        help=f"sent as 'Authorization: Bearer KEY' (default: ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]} if set)",
+        help=f"sent as 'Authorization: Bearer KEY' (default: ${API_KEY_ENV[0]} if set, else ${API_KEY_ENV[1]}; "
+        f"${API_KEY_ENV[0]} wins when both are set)",
     )
     parser.add_argument(
         "--wait-s",
-        type=float,
         default=wait_s,
         metavar="S",
         help=f"how long to wait for the server to become ready ({READY_PROBES}); 0 tries once (default: {wait_s:g})",
     )
     parser.add_argument(
         "--request-timeout-s",
-        type=float,
         default=request_timeout_s,
         metavar="S",
         help="how long one request may wait for the server's next bytes; the first request on TP=2 can take "
@@ -128,26 +128,38 @@ class ServerSettings:
     api_key: str | None
     wait_s: float
     request_timeout_s: float
+    #: Where ``api_key`` came from, as messages name it: ``--api-key``, ``$VLLM_API_KEY`` or ``$OPENAI_API_KEY``.
+    api_key_source: str | None = None
+
+    @property
+    def shown_api_base(self) -> str:
+        """``api_base`` as printed and recorded: without any ``user:password@``."""
+        return without_userinfo(self.api_base)
 
 
 def server_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServerSettings:
     """The shared options, checked; :class:`UsageError` for a bad one."""
     api_base = normalize_api_base(args.api_base)
-    if not (args.wait_s >= 0 and math.isfinite(args.wait_s)):  # also NaN
-        raise UsageError(f"--wait-s {args.wait_s:g}: must be a number of seconds, 0 or more")
-    if not (args.request_timeout_s > 0 and math.isfinite(args.request_timeout_s)):
-        raise UsageError(f"--request-timeout-s {args.request_timeout_s:g}: must be a number of seconds above 0")
+    wait_s = number(args.wait_s, "--wait-s", "a number of seconds")
+    if not (wait_s >= 0 and math.isfinite(wait_s)):  # also NaN
+        raise UsageError(f"--wait-s {wait_s:g}: must be a number of seconds, 0 or more")
+    request_timeout_s = number(args.request_timeout_s, "--request-timeout-s", "a number of seconds")
+    if not (request_timeout_s > 0 and math.isfinite(request_timeout_s)):
+        raise UsageError(f"--request-timeout-s {request_timeout_s:g}: must be a number of seconds above 0")
     if args.model is not None and not args.model.strip():
         raise UsageError("--model '': an empty model name")
-    api_key = args.api_key if args.api_key else default_api_key(os.environ if environ is None else environ)
-    return ServerSettings(api_base, api_key, float(args.wait_s), float(args.request_timeout_s))
+    if args.api_key:
+        api_key, source = args.api_key, API_KEY_OPTION
+    else:
+        api_key, source = api_key_from_environment(os.environ if environ is None else environ)
+    return ServerSettings(api_base, api_key, wait_s, request_timeout_s, source)
 
 
 def normalize_api_base(text: str) -> str:
     """``http://host:8000``, ``http://host:8000/``, ``http://host:8000/v1`` and ``…/v1/`` all give
     ``http://host:8000``; a path prefix before ``/v1`` (a proxy) is kept. :class:`UsageError` for anything but an
     http(s) URL with a host."""
-    given = text
+    given = without_userinfo(text)
     text = text.strip()
     try:
         parts = urlsplit(text)
@@ -164,11 +176,71 @@ def normalize_api_base(text: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path}"
 
 
-def default_api_key(environ: Mapping[str, str]) -> str | None:
+_USERINFO = re.compile(r"^([^/]*//)[^/?#]*@")
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without the ``user:password@`` of its host part, for what is printed or recorded (the request
+    itself keeps it). Works on text that is not a valid URL too, as an error message may quote one."""
+    return _USERINFO.sub(r"\1", url)
+
+
+API_KEY_OPTION = "--api-key"
+REDACTED = "<redacted>"
+
+
+def _is_api_key_option(text: str) -> bool:
+    # argparse takes any unambiguous prefix: --api-k, --api-ke (--api alone could be --api-base too)
+    return len(text) >= len("--api-k") and API_KEY_OPTION.startswith(text)
+
+
+def redacted_argv(argv: Iterable[str]) -> list[str]:
+    """``argv`` fit to be recorded: the value of ``--api-key`` (``--api-key KEY`` and ``--api-key=KEY``) replaced
+    by ``<redacted>``, and the ``user:password@`` of any URL dropped."""
+    redacted: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            redacted.append(REDACTED)
+            hide_next = False
+            continue
+        option, equals, _ = arg.partition("=")
+        if _is_api_key_option(option):
+            if equals:
+                redacted.append(f"{option}={REDACTED}")
+            else:
+                redacted.append(arg)
+                hide_next = True
+            continue
+        redacted.append(without_userinfo(arg))
+    return redacted
+
+
+def api_key_from_environment(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The key of the first of :data:`API_KEY_ENV` that is set and not empty, and ``$NAME`` of that variable."""
     for name in API_KEY_ENV:
         if environ.get(name):
-            return environ[name]
-    return None
+            return environ[name], f"${name}"
+    return None, None
+
+
+def number(value: str | float, option: str, what: str = "a number") -> float:
+    """An option's value as a float: given on the command line it is text (argparse is not asked to convert it, so
+    a bad one is the command's own error line); :class:`UsageError` naming ``option`` for anything else."""
+    try:
+        return float(value)
+    except ValueError:
+        raise UsageError(f"{option} {value!r}: not {what}") from None
+
+
+def whole_number(value: str | int, option: str) -> int:
+    """An option's value as an int (see :func:`number`); :class:`UsageError` naming ``option`` for anything else."""
+    if isinstance(value, int):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{option} {value!r}: not a whole number") from None
 
 
 def positive_int_list(text: str, option: str) -> list[int]:
@@ -215,6 +287,14 @@ class Completion:
     completion_tokens: int
     latency_s: float
     ttft_s: float | None = None
+
+
+def fewer_tokens_than_asked(tokens: Iterable[int], asked: int) -> str | None:
+    """A note when an answer generated fewer than the ``asked`` tokens: every request is sent with ``ignore_eos``
+    and ``max_tokens``, so only a server that ignores ``ignore_eos`` stops early; ``None`` when none did."""
+    if min(tokens, default=asked) < asked:
+        return f"asked for {asked}: does the server ignore ignore_eos?"
+    return None
 
 
 def resolve_model(served: list[str], requested: str | None, api_base: str) -> str:
@@ -361,8 +441,11 @@ class ServingClient:
     def __init__(self, settings: ServerSettings, *, max_connections: int = 16):
         import httpx
 
-        self.api_base = settings.api_base
+        self.api_base = settings.shown_api_base  # in messages; requests go to settings.api_base (userinfo kept)
+        self._request_base = settings.api_base
         self.request_timeout_s = settings.request_timeout_s
+        self._api_key_sent = bool(settings.api_key)
+        self._api_key_source = settings.api_key_source
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         self._http = httpx.Client(
             headers=headers,
@@ -380,7 +463,11 @@ class ServingClient:
         self.close()
 
     def url(self, path: str) -> str:
+        """The URL of ``path`` as messages show it (no ``user:password@``)."""
         return self.api_base + path
+
+    def _request_url(self, path: str) -> str:
+        return self._request_base + path
 
     # readiness -------------------------------------------------------------------------------------------------
 
@@ -423,7 +510,7 @@ class ServingClient:
         import httpx
 
         try:
-            return self._http.get(self.url(path), timeout=timeout)
+            return self._http.get(self._request_url(path), timeout=timeout)
         except httpx.HTTPError as exc:
             raise _NotYet(f"GET {self.url(path)}: {describe_exception(exc, timeout)}") from None
 
@@ -433,9 +520,13 @@ class ServingClient:
             raise _NotYet(f"GET {self.url('/health')}: {describe_http_error(health.status_code, health.content)}")
         models = self._get("/v1/models", timeout)
         if models.status_code in (401, 403):
+            if not self._api_key_sent:
+                hint = f"the server wants an API key: pass {API_KEY_OPTION} or set ${API_KEY_ENV[0]}"
+            else:
+                hint = "the server refused the API key"
+                hint += f" (taken from {self._api_key_source})" if self._api_key_source else ""
             raise UsageError(
-                f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}: "
-                f"the server wants an API key: pass --api-key or set ${API_KEY_ENV[0]}"
+                f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}: {hint}"
             )
         if models.status_code != 200:
             raise _NotYet(f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}")
@@ -469,7 +560,9 @@ class ServingClient:
         url = self.url("/v1/completions")
         started = clock()
         try:
-            response = self._http.post(url, json=completion_body(model, prompt, max_tokens, stream=False))
+            response = self._http.post(
+                self._request_url("/v1/completions"), json=completion_body(model, prompt, max_tokens, stream=False)
+            )
         except httpx.HTTPError as exc:
             raise RequestFailed(f"POST {url}: {describe_exception(exc, self.request_timeout_s)}") from None
         latency = clock() - started
@@ -497,7 +590,8 @@ class ServingClient:
         url = self.url("/v1/completions")
         started = clock()
         try:
-            with self._http.stream("POST", url, json=completion_body(model, prompt, max_tokens, stream=True)) as r:
+            body = completion_body(model, prompt, max_tokens, stream=True)
+            with self._http.stream("POST", self._request_url("/v1/completions"), json=body) as r:
                 if r.status_code != 200:
                     r.read()
                     raise RequestFailed(f"POST {url}: {describe_http_error(r.status_code, r.content)}")

@@ -209,5 +209,6 @@ def test_benchmark_writes_a_complete_record(server, warmup, tmp_path):
         assert repeat["output_tokens"] == 4 * MAX_TOKENS, repeat["per_request"]
         assert repeat["ttft_p50_s"] is not None and repeat["output_tokens_per_s"] > 0
     assert record["server"]["vllm_version"] == record_vllm_version()
-    # two loads, each one warmup request (not counted in the repeats) and two repeats of four
-    assert record["totals"] == {"requests": 2 * (1 + 2 * 4), "errors": 0, "error_rate": 0.0}, record["totals"]
+    # two loads, each two warmup requests (as many as --concurrency; not counted in the repeats) and two repeats of four
+    assert record["settings"]["warmup_requests"] == 2
+    assert record["totals"] == {"requests": 2 * (2 + 2 * 4), "errors": 0, "error_rate": 0.0}, record["totals"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -27,10 +28,13 @@ class FakeOpenAI:
         self.stream_error_requests: set[int] = set()  # … streamed 200, then an error chunk
         self.no_usage = False  # streamed answers without the usage chunk
         self.tokens_cap: int | None = None  # generate at most this many tokens (a server ignoring ignore_eos)
+        self.stream_delay_s = 0.0  # a streamed answer waits this long before its first chunk
+        self.in_flight_peaks: list[int] = []  # per completion request (arrival order): completions in flight then
         self.requests: list[tuple[str, str, dict | None]] = []  # (method, path, JSON body) of every request
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self._completions = 0
+        self._in_flight = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
@@ -133,6 +137,15 @@ class FakeOpenAI:
                 with fake._lock:
                     number = fake._completions
                     fake._completions += 1
+                    fake._in_flight += 1
+                    fake.in_flight_peaks.append(fake._in_flight)
+                try:
+                    self._complete(body, number)
+                finally:
+                    with fake._lock:
+                        fake._in_flight -= 1
+
+            def _complete(self, body: dict, number: int) -> None:
                 if body.get("model") not in fake.models:
                     self._error(404, f"The model `{body.get('model')}` does not exist.")
                     return
@@ -165,6 +178,8 @@ class FakeOpenAI:
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()  # no Content-Length: the stream ends when the connection closes
                 self.close_connection = True
+                if fake.stream_delay_s:
+                    time.sleep(fake.stream_delay_s)
 
                 def data(payload) -> None:
                     text = payload if isinstance(payload, str) else json.dumps(payload)

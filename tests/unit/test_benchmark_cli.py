@@ -44,7 +44,8 @@ def test_module_contract_and_defaults():
     parser = argparse.ArgumentParser()
     benchmark.add_arguments(parser)
     args = parser.parse_args([])
-    assert (args.max_tokens, args.repeats, args.requests, args.concurrency, args.warmup_requests) == (768, 2, 8, 1, 1)
+    assert (args.max_tokens, args.repeats, args.requests, args.concurrency) == (768, 2, 8, 1)
+    assert args.warmup_requests is None  # as many as --concurrency
     assert (args.load, args.output, args.compare, args.label, args.api_base) == (
         "decode-heavy", None, None, None, "http://127.0.0.1:8000",
     )  # fmt: skip
@@ -104,8 +105,8 @@ def test_repeat_stats_on_known_numbers():
     assert stats["latency_mean_s"] == pytest.approx(2.0)
     assert (stats["latency_p50_s"], stats["latency_p95_s"]) == pytest.approx((2.0, 2.9))
     assert (stats["ttft_p50_s"], stats["ttft_p95_s"]) == pytest.approx((0.2, 0.29))
-    # ITL = (latency - TTFT) / (tokens - 1): 0.1 and 0.2; the one-token request has none
-    assert (stats["itl_p50_s"], stats["itl_p95_s"]) == pytest.approx((0.15, 0.195))
+    # TPOT = (latency - TTFT) / (tokens - 1): 0.1 and 0.2; the one-token request has none
+    assert (stats["tpot_p50_s"], stats["tpot_p95_s"]) == pytest.approx((0.15, 0.195))
     assert stats["per_request"][1] == {"error": "HTTP 500: boom"}
     assert stats["per_request"][0] == {"ttft_s": 0.1, "latency_s": 1.0, "prompt_tokens": 10, "completion_tokens": 10}
 
@@ -128,7 +129,7 @@ def test_summary_is_the_median_of_the_repeats_with_min_and_max():
     ]
     summary = sb.summarize(repeats)
     assert summary["output_tokens_per_s"] == {"median": 100.0, "min": 90.0, "max": 300.0, "repeats": 3}
-    assert summary["itl_p50_s"] == {"median": None, "min": None, "max": None, "repeats": 0}
+    assert summary["tpot_p50_s"] == {"median": None, "min": None, "max": None, "repeats": 0}
     assert (summary["requests"], summary["errors"]) == (12, 0)
 
 
@@ -139,7 +140,7 @@ def test_a_run_writes_the_record(fake_openai, tmp_path, capsys):
     rc, record = _bench(fake_openai, tmp_path, extra=["--load", "decode-heavy,prefill-heavy", "--label", "baseline"])
     out = capsys.readouterr().out
     assert rc == 0
-    assert record["schema"] == "caovan-benchmark/1" and record["label"] == "baseline" and record["exit_status"] == 0
+    assert record["schema"] == "caovan-benchmark/2" and record["label"] == "baseline" and record["exit_status"] == 0
     assert record["caovan_version"] == __import__("caovan").__version__
     assert record["created_utc"].endswith("+00:00") and isinstance(record["argv"], list)
     assert record["server"] == {
@@ -159,10 +160,10 @@ def test_a_run_writes_the_record(fake_openai, tmp_path, capsys):
     assert decode["warmup"]["requests"] == 1 and len(decode["repeats"]) == 2
     assert [(r["ok"], r["errors"], r["output_tokens"]) for r in decode["repeats"]] == [(3, 0, 15), (3, 0, 15)]
     assert decode["summary"]["output_tokens_per_s"]["repeats"] == 2
-    assert decode["summary"]["itl_p50_s"]["median"] is not None
+    assert decode["summary"]["tpot_p50_s"]["median"] is not None
     prefill = record["results"]["prefill-heavy"]
     assert [r["output_tokens"] for r in prefill["repeats"]] == [3, 3]
-    assert prefill["summary"]["itl_p50_s"]["median"] is None  # one token: no inter-token latency
+    assert prefill["summary"]["tpot_p50_s"]["median"] is None  # one token: no time per output token
     assert all(r["prompt_tokens"] > 3 * 2000 for r in prefill["repeats"])
 
     bodies = fake_openai.completion_bodies()
@@ -173,6 +174,29 @@ def test_a_run_writes_the_record(fake_openai, tmp_path, capsys):
 
     assert "decode-heavy   median" in out and "[Caovan] benchmark: record written to" in out
     assert "decode-heavy: output tok/s median " in out and "over 2 repeat(s)" in out
+
+
+def test_the_warmup_runs_at_the_repeats_concurrency_one_request_per_batch_size_by_default(fake_openai, tmp_path):
+    fake_openai.stream_delay_s = 0.2  # the warmup's requests overlap only if they are sent together
+    rc, record = _bench(fake_openai, tmp_path, extra=["--concurrency", "3", "--requests", "1", "--repeats", "1"])
+    assert rc == 0 and record["settings"]["warmup_requests"] == 3
+    assert record["results"]["decode-heavy"]["warmup"]["requests"] == 3
+    assert fake_openai.in_flight_peaks == [1, 2, 3, 1]  # 3 warmup requests in flight at once, then the repeat's one
+    _, record = _bench(fake_openai, tmp_path, extra=["--concurrency", "2", "--warmup-requests", "5"])
+    assert record["settings"]["warmup_requests"] == 5 and max(fake_openai.in_flight_peaks[4:9]) == 2
+
+
+def test_answers_shorter_than_asked_are_warned_about_once(fake_openai, tmp_path, capsys):
+    fake_openai.tokens_cap = 2  # a server that stops early: it ignores ignore_eos
+    rc, record = _bench(fake_openai, tmp_path, extra=["--load", "prefill-heavy,decode-heavy,mixed"])
+    assert rc == 0 and record["results"]["decode-heavy"]["repeats"][0]["output_tokens"] == 3 * 2
+    assert capsys.readouterr().err.splitlines() == [  # prefill-heavy asks for 1 token: not short
+        "caovan benchmark: warning: decode-heavy warmup: 1 of 1 answers generated fewer tokens than asked (as few "
+        "as 2; asked for 5: does the server ignore ignore_eos?); output tok/s and TPOT then measure less work than "
+        "the settings say"
+    ]
+    fake_openai.tokens_cap = None
+    assert _bench(fake_openai, tmp_path)[0] == 0 and capsys.readouterr().err == ""
 
 
 def test_the_prompt_set_and_its_sha256_are_the_same_in_two_runs(fake_openai, tmp_path):
@@ -199,7 +223,25 @@ def test_failed_requests_are_counted_the_record_written_and_exit_1(fake_openai, 
     assert second["per_request"][0]["completion_tokens"] == 5 and "error" in second["per_request"][1]
     assert record["results"]["decode-heavy"]["summary"]["error_rate"]["median"] == pytest.approx(0.5)
     assert record["totals"] == {"requests": 7, "errors": 3, "error_rate": pytest.approx(3 / 7)}
-    assert "caovan benchmark: error: 3 of 7 requests failed" in err
+    assert err.splitlines() == [
+        "caovan benchmark: error: 3 of 7 requests failed (3 distinct errors; the record's per_request has every "
+        "request's)",
+        f"caovan benchmark: error:   POST {fake_openai.url}/v1/completions: HTTP 500: fake failure of request 1 "
+        "(1 request)",
+        f"caovan benchmark: error:   POST {fake_openai.url}/v1/completions: HTTP 500: fake failure of request 5 "
+        "(1 request)",
+        f"caovan benchmark: error:   POST {fake_openai.url}/v1/completions: error in the stream: fake engine error "
+        "(1 request)",
+    ]
+
+
+def test_without_output_the_failures_are_explained_on_stderr(fake_openai, capsys):
+    fake_openai.fail_requests = set(range(11))  # 1 warmup request and 2 repeats of 5
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--requests", "5"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    failure = f"POST {fake_openai.url}/v1/completions: HTTP 500: fake failure of request"
+    assert err[0] == "caovan benchmark: error: 11 of 11 requests failed (11 distinct errors, the first 3 below)"
+    assert err[1:] == [f"caovan benchmark: error:   {failure} {n} (1 request)" for n in range(3)]
 
 
 @pytest.mark.parametrize(
@@ -208,6 +250,7 @@ def test_failed_requests_are_counted_the_record_written_and_exit_1(fake_openai, 
         ("", "--output '': an empty file name"),
         ("{tmp}", "--output {tmp}: a directory, not a file"),
         ("{tmp}/missing/r.json", "--output {tmp}/missing/r.json: directory {tmp}/missing does not exist"),
+        ("/sys/caovan-r.json", "--output /sys/caovan-r.json: cannot write into directory /sys"),  # root too
     ],
 )
 def test_output_is_checked_before_any_request(fake_openai, tmp_path, capsys, target, problem):
@@ -232,6 +275,28 @@ def test_usage_errors_before_any_request(fake_openai, capsys, argv, message):
     assert _run(["--api-base", fake_openai.url, *argv]) == 2
     assert capsys.readouterr().err.startswith(f"caovan benchmark: error: {message}")
     assert fake_openai.requests == []
+
+
+def test_a_record_that_cannot_be_written_after_the_run_is_one_error_after_the_table(
+    fake_openai, tmp_path, capsys, monkeypatch
+):
+    def refused(path, data):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("caovan.matrix.results.write_json_atomic", refused)
+    fake_openai.fail_requests = {1}
+    rc, record = _bench(fake_openai, tmp_path)
+    captured = capsys.readouterr()
+    assert rc == 2 and record is None
+    assert any(line.split()[:2] == ["decode-heavy", "median"] for line in captured.out.splitlines())
+    assert "record written" not in captured.out
+    err = captured.err.splitlines()
+    assert err[0] == (
+        f"caovan benchmark: error: --output {tmp_path / 'r.json'}: cannot write the record: Permission denied "
+        "(the results are in the table above)"
+    )
+    assert err[1] == "caovan benchmark: error: 1 of 7 requests failed (1 distinct error)"  # no record to point to
+    assert "Traceback" not in captured.err
 
 
 def test_model_choice_and_a_server_never_ready(fake_openai, tmp_path, capsys):
@@ -280,10 +345,15 @@ def test_compare_after_a_run_prints_the_side_by_side_table(fake_openai, tmp_path
     assert f"this run compared with baseline {tmp_path / 'base.json'}" in captured.out
     rows = _table_rows(captured.out, "decode-heavy")
     assert [label for label, _, _, _ in sb.COMPARE_METRICS] == list(rows)
-    before = baseline["results"]["decode-heavy"]["summary"]["output_tokens_per_s"]["median"]
-    after = record["results"]["decode-heavy"]["summary"]["output_tokens_per_s"]["median"]
+    base_rate = baseline["results"]["decode-heavy"]["summary"]["output_tokens_per_s"]
+    rate = record["results"]["decode-heavy"]["summary"]["output_tokens_per_s"]
+    before, after = base_rate["median"], rate["median"]
     assert rows["output tok/s"][2] == f"{after / before:.3f}"
-    assert rows["output tok/s"][3] == ("this run" if after > before else "baseline")
+    if base_rate["min"] <= rate["max"] and rate["min"] <= base_rate["max"]:
+        assert rows["output tok/s"][3] == "within spread"
+    else:
+        assert rows["output tok/s"][3] == ("this run" if after > before else "baseline")
+    assert "better: named only when the two runs' min-max ranges over the repeats do not overlap" in captured.out
     assert rows["error rate"] == ["0.0000", "0.0000", "-", "same"]
 
 
@@ -297,7 +367,28 @@ def test_compare_rows_on_known_records():
     rows = {row[1]: row for row in sb.compare_rows(record(80.0, 0.2), record(88.0, 0.25))}
     assert rows["output tok/s"] == ["mixed", "output tok/s", "80.00", "88.00", "1.100", "this run"]
     assert rows["TTFT p50 (ms)"] == ["mixed", "TTFT p50 (ms)", "200.00", "250.00", "1.250", "baseline"]
-    assert rows["ITL p50 (ms)"][2:] == ["-", "-", "-", "-"]
+    assert rows["TPOT p50 (ms)"][2:] == ["-", "-", "-", "-"]
+
+
+def test_compare_names_no_winner_when_the_repeats_ranges_overlap():
+    def record(rates, p50s):
+        summary = {m: {"median": None, "min": None, "max": None} for m in sb.SUMMARY_METRICS}
+        summary["output_tokens_per_s"] = {"median": rates[1], "min": rates[0], "max": rates[2]}
+        summary["ttft_p50_s"] = {"median": p50s[1], "min": p50s[0], "max": p50s[2]}
+        return {"settings": {"loads": ["mixed"]}, "results": {"mixed": {"summary": summary}}}
+
+    # tok/s: 80 (75-90) vs 88 (85-95): the ranges overlap; TTFT: 200 (190-210) ms vs 250 (240-260) ms: they do not
+    baseline, current = record((75.0, 80.0, 90.0), (0.19, 0.2, 0.21)), record((85.0, 88.0, 95.0), (0.24, 0.25, 0.26))
+    rows = {row[1]: row for row in sb.compare_rows(baseline, current)}
+    assert rows["output tok/s"] == ["mixed", "output tok/s", "80.00", "88.00", "1.100", "within spread"]
+    assert rows["TTFT p50 (ms)"] == ["mixed", "TTFT p50 (ms)", "200.00", "250.00", "1.250", "baseline"]
+    # ranges that only touch overlap too; ranges apart name the winner
+    current = record((90.0, 92.0, 95.0), (0.17, 0.18, 0.19))
+    rows = {row[1]: row for row in sb.compare_rows(baseline, current)}
+    assert rows["output tok/s"][-1] == "within spread" and rows["TTFT p50 (ms)"][-1] == "within spread"
+    current = record((91.0, 92.0, 95.0), (0.15, 0.16, 0.18))
+    rows = {row[1]: row for row in sb.compare_rows(baseline, current)}
+    assert rows["output tok/s"][-1] == "this run" and rows["TTFT p50 (ms)"][-1] == "this run"
 
 
 def test_compare_refuses_different_settings_before_any_request(fake_openai, tmp_path, capsys):
@@ -317,6 +408,23 @@ def test_compare_refuses_different_settings_before_any_request(fake_openai, tmp_
     assert len(fake_openai.completion_bodies()) == 7  # the baseline run's only
 
 
+def test_output_over_the_compare_baseline_is_refused_before_any_request(fake_openai, tmp_path, capsys, monkeypatch):
+    _bench(fake_openai, tmp_path, "base.json")
+    before = (tmp_path / "base.json").read_text()
+    sent = len(fake_openai.requests)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.json").symlink_to(tmp_path / "base.json")
+    monkeypatch.chdir(tmp_path / "sub")
+    for output in ("../base.json", str(tmp_path / "link.json")):
+        capsys.readouterr()
+        assert _run(["--api-base", fake_openai.url, *SMALL, "--output", output, "--compare", "../base.json"]) == 2
+        assert capsys.readouterr().err == (
+            f"caovan benchmark: error: --output {output} is the --compare baseline ../base.json: the run would "
+            "overwrite the record it is compared with; write this run's record to another file\n"
+        )
+    assert len(fake_openai.requests) == sent and (tmp_path / "base.json").read_text() == before
+
+
 def test_compare_refuses_a_different_prompt_set(fake_openai, tmp_path, capsys):
     _bench(fake_openai, tmp_path, "base.json")
     data = json.loads((tmp_path / "base.json").read_text())
@@ -330,10 +438,10 @@ def test_compare_refuses_a_different_prompt_set(fake_openai, tmp_path, capsys):
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        ('{"schema": "caovan-benchmark/1", ', ":1:34: malformed JSON: Expecting property name enclosed"),
-        ("[]", ': not a caovan benchmark record (no "schema": "caovan-benchmark/1")'),
-        ('{"schema": "caovan-benchmark/9"}', ": record schema 'caovan-benchmark/9'; this caovan reads"),
-        ('{"schema": "caovan-benchmark/1", "settings": {}}', ": settings lack 'model'"),
+        ('{"schema": "caovan-benchmark/2", ', ":1:34: malformed JSON: Expecting property name enclosed"),
+        ("[]", ': not a caovan benchmark record (no "schema": "caovan-benchmark/2")'),
+        ('{"schema": "caovan-benchmark/9"}', ": a record of schema 'caovan-benchmark/9'; this caovan compares"),
+        ('{"schema": "caovan-benchmark/2", "settings": {}}', ": settings lack 'model'"),
     ],
 )
 def test_a_bad_baseline_file_is_one_error_naming_it(fake_openai, tmp_path, capsys, content, problem):
@@ -348,6 +456,23 @@ def test_a_bad_baseline_file_is_one_error_naming_it(fake_openai, tmp_path, capsy
     assert capsys.readouterr().err.startswith(f"caovan benchmark: error: --compare {missing}: cannot read")
 
 
+def test_a_record_of_the_first_schema_is_refused_with_what_to_do(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json")
+    data = json.loads((tmp_path / "base.json").read_text())
+    data["schema"] = "caovan-benchmark/1"  # itl_p50_s, itl_p95_s then
+    for load in data["results"].values():
+        for metric in ("p50", "p95"):
+            load["summary"][f"itl_{metric}_s"] = load["summary"].pop(f"tpot_{metric}_s")
+    (tmp_path / "base.json").write_text(json.dumps(data))
+    capsys.readouterr()
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--compare", str(tmp_path / "base.json")]) == 2
+    assert capsys.readouterr().err == (
+        f"caovan benchmark: error: --compare {tmp_path / 'base.json'}: a record of schema 'caovan-benchmark/1'; "
+        "this caovan compares 'caovan-benchmark/2' records only (the layouts differ): run that benchmark again with "
+        "this caovan\n"
+    )
+
+
 def test_a_truncated_record_is_refused(fake_openai, tmp_path, capsys):
     _bench(fake_openai, tmp_path, "base.json")
     data = json.loads((tmp_path / "base.json").read_text())
@@ -356,6 +481,12 @@ def test_a_truncated_record_is_refused(fake_openai, tmp_path, capsys):
     capsys.readouterr()
     assert _run(["--compare", str(tmp_path / "base.json"), str(tmp_path / "base.json")]) == 2
     assert "results.decode-heavy.summary.ttft_p95_s is not" in capsys.readouterr().err
+    data["results"]["decode-heavy"]["summary"]["ttft_p95_s"] = {"median": 0.1, "max": 0.2, "repeats": 2}
+    (tmp_path / "base.json").write_text(json.dumps(data))
+    assert _run(["--compare", str(tmp_path / "base.json"), str(tmp_path / "base.json")]) == 2
+    assert capsys.readouterr().err.endswith(
+        'results.decode-heavy.summary.ttft_p95_s is not {"median": number, "min": number, "max": number, ...}\n'
+    )
 
 
 def test_compare_two_records_contacts_no_server_and_warns_on_another_vllm(fake_openai, tmp_path, capsys):
@@ -390,3 +521,27 @@ def test_compare_two_records_writes_nothing(fake_openai, tmp_path, capsys):
     assert _run(["--compare", base, base, "--output", str(tmp_path / "x.json")]) == 2
     assert capsys.readouterr().err.startswith("caovan benchmark: error: --output: nothing is run when --compare")
     assert not (tmp_path / "x.json").exists()
+
+
+# --- secrets stay out of the record and the output -------------------------------------------------------------------
+
+
+def test_the_api_key_and_url_userinfo_are_neither_recorded_nor_printed(fake_openai, tmp_path, capsys, monkeypatch):
+    fake_openai.fail_requests = {1}  # a failed request's message names the URL
+    api_base = fake_openai.url.replace("http://", "http://user:pw-secret@")
+    out = tmp_path / "r.json"
+    argv = ["--api-base", api_base, *SMALL, "--api-key", "sekret", "--output", str(out)]
+    monkeypatch.setattr("sys.argv", ["caovan-sm75-benchmark", *argv, "--api-key=sekret2", "--api-k", "sekret3"])
+    assert _run(argv) == 1
+    captured = capsys.readouterr()
+    text = out.read_text()
+    for secret in ("sekret", "pw-secret", "user:"):
+        assert secret not in text and secret not in captured.out and secret not in captured.err
+    record = json.loads(text)
+    assert record["server"]["api_base"] == fake_openai.url
+    assert record["argv"] == [
+        "caovan-sm75-benchmark", "--api-base", fake_openai.url, *SMALL, "--api-key", "<redacted>", "--output",
+        str(out), "--api-key=<redacted>", "--api-k", "<redacted>",
+    ]  # fmt: skip
+    assert record["results"]["decode-heavy"]["repeats"][0]["first_errors"][0].startswith(f"POST {fake_openai.url}/v1")
+    assert fake_openai.headers[-1]["Authorization"].startswith("Basic ")  # the userinfo still reaches the server

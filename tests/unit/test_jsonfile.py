@@ -1,10 +1,15 @@
-"""caovan.jsonfile.read_json: one error naming the file for each way a JSON file can be wrong."""
+"""caovan.jsonfile: read_json's one error naming the file for each way a JSON file can be wrong; where a record
+can be written (output_path_problem)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from caovan.jsonfile import read_json
+from caovan import jsonfile
+from caovan.jsonfile import output_path_problem, read_json
 
 
 class Bad(ValueError):
@@ -43,3 +48,47 @@ def test_malformed_json_message_ends_with_the_place_not_mid_phrase(tmp_path):
     with pytest.raises(Bad) as info:
         read_json(path, Bad)
     assert str(info.value) == f"{path}:1:9: malformed JSON: Invalid control character at line 1 column 9"
+
+
+def test_output_path_problem_accepts_a_writable_folder_and_leaves_nothing_there(tmp_path):
+    assert output_path_problem("--output", None) is None
+    assert output_path_problem("--output", str(tmp_path / "r.json")) is None
+    read_only = tmp_path / "old.json"
+    read_only.write_text("{}")
+    read_only.chmod(0o444)  # replaced by the atomic write all the same: the folder is what matters
+    assert output_path_problem("--output", str(read_only)) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]  # the write probe is gone
+
+
+def test_output_path_problem_refuses_a_folder_it_cannot_write_into(tmp_path, monkeypatch):
+    monkeypatch.setattr(jsonfile.os, "access", lambda path, mode: Path(path) != tmp_path)
+    assert output_path_problem("--json", str(tmp_path / "r.json")) == (
+        f"--json {tmp_path / 'r.json'}: cannot write into directory {tmp_path} (permission denied)"
+    )
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into a 0o555 folder")
+def test_output_path_problem_refuses_a_read_only_folder(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        assert "cannot write into directory" in output_path_problem("--output", str(folder / "r.json"))
+    finally:
+        folder.chmod(0o755)
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys"), reason="no /sys")
+def test_output_path_problem_refuses_a_folder_that_takes_no_new_file_even_as_root():
+    # /sys takes no new file, whoever asks; os.access says yes to root there, the write probe finds out
+    problem = output_path_problem("--output", "/sys/caovan-record.json")
+    assert problem is not None and problem.startswith("--output /sys/caovan-record.json: cannot write into directory")
+
+
+def test_output_path_problem_checks_the_folder_of_a_symlinks_target(tmp_path, monkeypatch):
+    target_folder = tmp_path / "elsewhere"
+    target_folder.mkdir()
+    (tmp_path / "link.json").symlink_to(target_folder / "r.json")
+    monkeypatch.setattr(jsonfile.os, "access", lambda path, mode: Path(path) != target_folder)
+    problem = output_path_problem("--output", str(tmp_path / "link.json"))
+    assert f"cannot write into directory {target_folder}" in problem

@@ -91,6 +91,13 @@ def test_server_settings_defaults_and_api_key_from_the_environment():
     assert sc.server_settings(args, environ={"OPENAI_API_KEY": "o", "VLLM_API_KEY": "v"}).api_key == "v"
     assert sc.server_settings(args, environ={"VLLM_API_KEY": "", "OPENAI_API_KEY": "o"}).api_key == "o"
     assert sc.server_settings(_args(api_key="k"), environ={"VLLM_API_KEY": "v"}).api_key == "k"
+    sources = [
+        sc.server_settings(args, environ={}).api_key_source,
+        sc.server_settings(args, environ={"OPENAI_API_KEY": "o"}).api_key_source,
+        sc.server_settings(args, environ={"OPENAI_API_KEY": "o", "VLLM_API_KEY": "v"}).api_key_source,
+        sc.server_settings(_args(api_key="k"), environ={"VLLM_API_KEY": "v"}).api_key_source,
+    ]
+    assert sources == [None, "$OPENAI_API_KEY", "$VLLM_API_KEY", "--api-key"]
 
 
 @pytest.mark.parametrize(
@@ -98,6 +105,9 @@ def test_server_settings_defaults_and_api_key_from_the_environment():
     [
         ({"wait_s": -1.0}, "--wait-s -1"),
         ({"wait_s": float("nan")}, "--wait-s nan"),
+        ({"wait_s": "nan"}, "--wait-s nan: must be a number of seconds, 0 or more"),
+        ({"wait_s": "a while"}, "--wait-s 'a while': not a number of seconds"),
+        ({"request_timeout_s": "-3"}, "--request-timeout-s -3: must be a number of seconds above 0"),
         ({"request_timeout_s": 0.0}, "--request-timeout-s 0"),
         ({"model": " "}, "--model ''"),
         ({"api_base": "localhost:8000"}, "--api-base 'localhost:8000'"),
@@ -197,12 +207,28 @@ def test_a_missing_api_key_fails_at_once_and_a_given_one_is_sent(fake_openai):
     clock = FakeClock()
     with _client(fake_openai.url) as client, pytest.raises(sc.UsageError) as info:
         client.wait_ready(600.0, clock=clock, sleep=clock.sleep)
-    assert "HTTP 401: Unauthorized" in str(info.value) and "--api-key" in str(info.value)
+    assert str(info.value) == (
+        f"GET {fake_openai.url}/v1/models: HTTP 401: Unauthorized: the server wants an API key: pass --api-key or set "
+        "$VLLM_API_KEY"
+    )
     assert clock.sleeps == []  # no waiting for a key that will not come
     with _client(fake_openai.url, api_key="sekrit") as client:
         assert client.wait_ready(1.0).models == ["fake-model"]
         assert client.complete("fake-model", "hi", 3).completion_tokens == 3
     assert fake_openai.headers[-1]["Authorization"] == "Bearer sekrit"
+
+
+@pytest.mark.parametrize("source", ["--api-key", "$VLLM_API_KEY", "$OPENAI_API_KEY", None])
+def test_a_refused_api_key_is_not_called_missing_and_where_it_came_from_is_named(fake_openai, source):
+    fake_openai.api_key = "right"
+    settings = sc.ServerSettings(fake_openai.url, "wrong", 0.0, 5.0, source)
+    with sc.ServingClient(settings) as client, pytest.raises(sc.UsageError) as info:
+        client.wait_ready(600.0)
+    where = f" (taken from {source})" if source else ""
+    assert (
+        str(info.value)
+        == f"GET {fake_openai.url}/v1/models: HTTP 401: Unauthorized: the server refused the API key{where}"
+    )
 
 
 def test_vllm_version(fake_openai):
@@ -381,3 +407,29 @@ def test_run_concurrently_raises_what_is_not_a_client_error():
 
     with pytest.raises(ZeroDivisionError, match="a bug"):
         sc.run_concurrently(task, 3, 2)
+
+
+def test_redacted_argv_hides_the_api_key_and_url_userinfo():
+    argv = ["caovan", "benchmark", "--api-key", "k1", "--api-key=k2", "--api-ke", "k3", "--api-base=http://u:p@h:1/v1"]
+    assert sc.redacted_argv([*argv, "--api-base", "https://tok@h", "--model", "m"]) == [
+        "caovan", "benchmark", "--api-key", "<redacted>", "--api-key=<redacted>", "--api-ke", "<redacted>",
+        "--api-base=http://h:1/v1", "--api-base", "https://h", "--model", "m",
+    ]  # fmt: skip
+    assert sc.without_userinfo("http://a:b@c@host:8000/p@q") == "http://host:8000/p@q"
+    assert sc.without_userinfo("http://host:8000") == "http://host:8000"
+
+
+def test_messages_never_show_url_userinfo():
+    with pytest.raises(sc.UsageError) as info:
+        sc.normalize_api_base("ftp://user:secret@host")
+    assert "secret" not in str(info.value) and "ftp://host" in str(info.value)
+    settings = sc.ServerSettings(sc.normalize_api_base("http://user:secret@127.0.0.1:9/v1"), None, 0.0, 1.0)
+    assert settings.api_base == "http://user:secret@127.0.0.1:9" and settings.shown_api_base == "http://127.0.0.1:9"
+    with sc.ServingClient(settings) as client, pytest.raises(sc.NotReady) as info:
+        client.wait_ready(0)
+    assert "secret" not in str(info.value) and "GET http://127.0.0.1:9/health" in str(info.value)
+
+
+def test_fewer_tokens_than_asked():
+    assert sc.fewer_tokens_than_asked([5, 5], 5) is None and sc.fewer_tokens_than_asked([], 5) is None
+    assert sc.fewer_tokens_than_asked([5, 3], 5) == "asked for 5: does the server ignore ignore_eos?"

@@ -28,12 +28,15 @@ def _lines(capsys) -> tuple[list[str], list[str]]:
 def test_module_contract():
     assert (warmup.NAME, warmup.ALIAS) == ("warmup", "caovan-sm75-warmup")
     assert "Exit status: 0" in warmup.EPILOG and "warmup=FAIL" in warmup.EPILOG
+    assert "except for a command line that cannot be parsed" in warmup.EPILOG  # argparse's own exit 2
     parser = argparse.ArgumentParser()
     warmup.add_arguments(parser)
     args = parser.parse_args([])
     assert (args.api_base, args.model, args.wait_s, args.batches, args.max_tokens, args.request_timeout_s) == (
         "http://127.0.0.1:8000", None, 600.0, "1,2,4,8", 32, 900.0,
     )  # fmt: skip
+    args = parser.parse_args(["--max-tokens", "8", "--wait-s", "1.5"])
+    assert (args.max_tokens, args.wait_s) == ("8", "1.5")  # text: converted by run(), see the usage errors
 
 
 def test_every_request_answered_is_ready(fake_openai, capsys):
@@ -112,6 +115,11 @@ def test_a_server_that_never_comes_up_is_exit_2_naming_the_last_error(capsys):
         (["--batches", "1,0"], "--batches '1,0': 0 is not 1 or more"),
         (["--max-tokens", "0"], "--max-tokens 0: must be 1 or more"),
         (["--wait-s", "-2"], "--wait-s -2: must be a number of seconds, 0 or more"),
+        # taken as text and converted by warmup itself, so these too end with the FAIL line the --help promises
+        (["--max-tokens", "abc"], "--max-tokens 'abc': not a whole number"),
+        (["--max-tokens", "2.5"], "--max-tokens '2.5': not a whole number"),
+        (["--wait-s", "soon"], "--wait-s 'soon': not a number of seconds"),
+        (["--request-timeout-s", "x"], "--request-timeout-s 'x': not a number of seconds"),
     ],
 )
 def test_usage_errors_are_exit_2_before_any_request(fake_openai, capsys, argv, message):
@@ -142,3 +150,16 @@ def test_the_api_key_from_the_environment_is_sent(fake_openai, capsys, monkeypat
     monkeypatch.delenv("OPENAI_API_KEY")
     assert _run(["--api-base", fake_openai.url, "--wait-s", "5"]) == 2  # 401 fails at once, no 5 s wait
     assert "the server wants an API key" in capsys.readouterr().err
+
+
+def test_a_refused_api_key_names_where_it_came_from(fake_openai, capsys, monkeypatch):
+    fake_openai.api_key = "right"
+    monkeypatch.setenv("OPENAI_API_KEY", "right")
+    monkeypatch.setenv("VLLM_API_KEY", "wrong")  # VLLM_API_KEY wins, as vllm serve reads it
+    assert _run(["--api-base", fake_openai.url]) == 2
+    out, err = _lines(capsys)
+    assert err[0].endswith("HTTP 401: Unauthorized: the server refused the API key (taken from $VLLM_API_KEY)")
+    assert out[-1].startswith("[Caovan] warmup=FAIL reason=") and "refused the API key" in out[-1]
+    assert _run(["--api-base", fake_openai.url, "--api-key", "wrong2"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("the server refused the API key (taken from --api-key)")
+    assert _run(["--api-base", fake_openai.url, "--api-key", "right"]) == 0

@@ -5,16 +5,22 @@ run it once against the server without the plugin (``--label baseline --output b
 flags, and compare (``--compare base.json``). Not ``caovan bench``, which times caovan's kernels alone on a GPU.
 
 For each ``--load`` (decode-heavy, prefill-heavy, mixed: see :mod:`caovan.serving_bench`), ``--warmup-requests``
-uncounted requests first (first-request JIT is excluded, as Turbo3 taught), then ``--repeats`` repeats of
-``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in flight. Each request is timed
-from the stream: time to the first token, end-to-end latency, tokens from the usage chunk. A table goes to stdout,
-the full record (JSON, written atomically) to ``--output``.
+uncounted requests first, ``--concurrency`` in flight as in the repeats (first-request JIT is excluded, as Turbo3
+taught; caovan's kernels compile once per batch size, so by default there are as many warmup requests as
+``--concurrency``, sent together: the repeats' batch sizes are compiled before they are timed), then ``--repeats``
+repeats of ``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in flight. Each request
+is timed from the stream: time to the first token, end-to-end latency, tokens from the usage chunk. A table goes to
+stdout, then the full record (JSON, written atomically; no ``--api-key`` value, no ``user:password@``) to
+``--output``. Failed requests: the count and the first distinct errors on stderr. Answers shorter than asked (a
+server ignoring ``ignore_eos``): one warning.
 
-``--compare BASELINE.json``: after the run, a side-by-side table (the medians over repeats, ratio this/baseline).
-Settings that must match (model, loads, --max-tokens, --requests, --concurrency, --repeats, --warmup-requests and
-the prompt set) are checked before any request is sent, the model once the server names it; a difference is
-refused, a different vLLM version on the server only warned about. ``--compare BASELINE.json RECORD.json`` compares
-two records already written and contacts no server (the run options are then unused; --output is refused).
+``--compare BASELINE.json``: after the run, a side-by-side table (the medians over repeats, ratio this/baseline, the
+better run, named only when the two runs' min-max ranges over the repeats do not overlap). Settings that must match
+(model, loads, --max-tokens, --requests, --concurrency, --repeats, --warmup-requests and the prompt set) are checked
+before any request is sent, the model once the server names it; a difference is refused, as is a record of another
+schema or an --output that would overwrite the baseline; a different vLLM version on the server is only warned
+about. ``--compare BASELINE.json RECORD.json`` compares two records already written and contacts no server (the run
+options are then unused; --output is refused).
 
 Comparisons are information: the exit status says whether requests failed, never which run was faster.
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,9 +47,10 @@ HELP = (
 ALIAS = "caovan-sm75-benchmark"
 EPILOG = (
     "Exit status: 0 every request answered; 1 some requests failed (the record is still written) or the server "
-    "does not serve --model; 2 a usage error (a bad option or --output, several models served and no --model), "
-    "the server was not ready within --wait-s, or --compare cannot be used (an unreadable or malformed record, "
-    "settings that differ); 130 interrupted (no record written). A comparison never changes the exit status."
+    "does not serve --model; 2 a usage error (a bad option or --output, several models served and no --model, a "
+    "missing or refused API key), the server was not ready within --wait-s, --compare cannot be used (an "
+    "unreadable or malformed record, settings that differ), or the record could not be written after the run (the "
+    "table is printed first); 130 interrupted (no record written). A comparison never changes the exit status."
 )
 
 DEFAULT_LOAD = "decode-heavy"
@@ -51,11 +59,12 @@ DEFAULT_LOAD = "decode-heavy"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Streamed greedy completions (ignore_eos) against a running vLLM server's OpenAI API. Per load: "
-        "--warmup-requests uncounted requests (first-request JIT excluded), then --repeats repeats of --requests "
-        "requests, --concurrency in flight; per repeat: output tokens/s, latency, time to first token (TTFT) and "
-        "inter-token latency (ITL), then the median over the repeats with min and max. Run it once without the "
-        "plugin (--label baseline --output base.json) and once with it, same flags, with --compare base.json; "
-        "--compare BASE.json RECORD.json compares two records without a server."
+        "--warmup-requests uncounted requests (first-request JIT excluded; default: as many as --concurrency, one "
+        "per batch size), then --repeats repeats of --requests requests, --concurrency in flight in both; per "
+        "repeat: output tokens/s, latency, time to first token (TTFT) and time per output token (TPOT: (latency - "
+        "TTFT) / (tokens - 1) per request, as vllm bench serve has it), then the median over the repeats with min "
+        "and max. Run it once without the plugin (--label baseline --output base.json) and once with it, same "
+        "flags, with --compare base.json; --compare BASE.json RECORD.json compares two records without a server."
     )
     sc.add_server_arguments(parser, wait_s=60.0, request_timeout_s=900.0)
     parser.add_argument(
@@ -77,9 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warmup-requests",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="uncounted requests per load before its repeats, so first-request JIT is excluded (default: 1)",
+        help="uncounted requests per load before its repeats, sent --concurrency at a time as the repeats are, so "
+        "first-request JIT is excluded; caovan's kernels compile once per batch size, hence the default (default: "
+        "same as --concurrency)",
     )
     loads = "; ".join(f"{name}: {text}" for name, text in sb.LOADS.items())
     parser.add_argument(
@@ -89,13 +100,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"load levels to run, in order ({loads}) (default: {DEFAULT_LOAD})",
     )
     parser.add_argument("--label", metavar="TEXT", help="a name for this run in the record, e.g. baseline or caovan")
-    parser.add_argument("--output", metavar="FILE", help="write the full record (JSON) to FILE")
+    parser.add_argument(
+        "--output", metavar="FILE", help="write the full record (JSON) to FILE (not the --compare baseline)"
+    )
     parser.add_argument(
         "--compare",
         nargs="+",
         metavar="FILE",
         help="BASELINE.json: after the run, compare with that record (refused if the settings differ); "
-        "BASELINE.json RECORD.json: compare two records, no run",
+        "BASELINE.json RECORD.json: compare two records, no run. A metric names the better run only when the two "
+        "runs' min-max ranges over the repeats do not overlap ('within spread' otherwise)",
     )
 
 
@@ -121,6 +135,16 @@ def _read_record(target: str) -> dict[str, Any]:
         return sb.validate_record(read_json(Path(target), sb.RecordError, shown=shown), shown)
     except sb.RecordError as exc:
         raise sc.UsageError(str(exc)) from None
+
+
+def _same_file(first: str, second: str) -> bool:
+    """Whether two paths name one file (after symlinks; a hard link too, when both exist)."""
+    if Path(first).resolve() == Path(second).resolve():
+        return True
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them does not exist (yet)
+        return False
 
 
 def _refuse(differences: list[str], baseline_file: str, this_name: str = "this run") -> None:
@@ -172,14 +196,21 @@ def _benchmark(args: argparse.Namespace) -> int:
     problem = output_path_problem("--output", args.output)
     if problem:
         raise sc.UsageError(problem)
+    if args.output and args.compare and _same_file(args.output, args.compare[0]):
+        raise sc.UsageError(
+            f"--output {args.output} is the --compare baseline {args.compare[0]}: the run would overwrite the record "
+            "it is compared with; write this run's record to another file"
+        )
     for option, value, minimum in (
         ("--max-tokens", args.max_tokens, 1),
         ("--repeats", args.repeats, 1),
         ("--requests", args.requests, 1),
         ("--concurrency", args.concurrency, 1),
-        ("--warmup-requests", args.warmup_requests, 0),
     ):
         sc.require_at_least(value, minimum, option)
+    if args.warmup_requests is None:  # one per batch size up to --concurrency
+        args.warmup_requests = args.concurrency
+    sc.require_at_least(args.warmup_requests, 0, "--warmup-requests")
     loads = _loads(args.load)
     server = sc.server_settings(args)
     baseline = _read_record(args.compare[0]) if args.compare else None
@@ -198,15 +229,16 @@ def _benchmark(args: argparse.Namespace) -> int:
 
     started_utc = datetime.datetime.now(datetime.timezone.utc)
     with sc.ServingClient(server, max_connections=args.concurrency) as client:
-        print(f"[Caovan] benchmark: waiting up to {server.wait_s:g} s for {server.api_base} ({sc.READY_PROBES})")
+        print(f"[Caovan] benchmark: waiting up to {server.wait_s:g} s for {server.shown_api_base} ({sc.READY_PROBES})")
         ready = client.wait_ready(server.wait_s)
-        model = sc.resolve_model(ready.models, args.model, server.api_base)
+        model = sc.resolve_model(ready.models, args.model, server.shown_api_base)
         settings["model"] = model
         if baseline is not None:
             _refuse(sb.settings_differences(baseline["settings"], settings), args.compare[0])
         version = client.vllm_version()
         print(f"[Caovan] benchmark: server ready (model {model}, vLLM {version or 'version unknown'})", flush=True)
-        results = {load: _run_load(client, model, load, planned[load], args.concurrency) for load in loads}
+        warned: list[str] = []  # the short-answers warning, said once per run
+        results = {load: _run_load(client, model, load, planned[load], args.concurrency, warned) for load in loads}
 
     every_phase = [r for by_load in results.values() for r in [by_load["warmup"], *by_load["repeats"]] if r]
     failed = sum(r["errors"] for r in every_phase)
@@ -214,11 +246,11 @@ def _benchmark(args: argparse.Namespace) -> int:
     record = {
         "schema": sb.SCHEMA,
         "created_utc": started_utc.isoformat(timespec="seconds"),
-        "argv": list(sys.argv),
+        "argv": sc.redacted_argv(sys.argv),  # no --api-key value, no user:password@
         "caovan_version": _caovan_version(),
         "label": args.label,
         "server": {
-            "api_base": server.api_base,
+            "api_base": server.shown_api_base,  # no user:password@
             "vllm_version": version,
             "models": ready.models,
             "max_model_len": ready.max_model_len.get(model),
@@ -229,22 +261,55 @@ def _benchmark(args: argparse.Namespace) -> int:
         "totals": {"requests": sent, "errors": failed, "error_rate": failed / sent if sent else 0.0},
         "exit_status": 1 if failed else 0,
     }
-    if args.output:
-        from caovan.matrix.results import write_json_atomic
-
-        write_json_atomic(Path(args.output), record)
-    _print_table(record)
-    if args.output:
-        print(f"[Caovan] benchmark: record written to {args.output}")
+    _print_table(record)  # first: a record that cannot be written must not take the results with it
+    written = _write_record(args.output, record) if args.output else None
     if baseline is not None:
         _print_comparison(baseline, record, args.compare[0], "this run")
     if failed:
+        _print_errors(results, failed, sent, recorded=bool(written))
+    if written is False:
+        return 2
+    return 1 if failed else 0
+
+
+def _write_record(target: str, record: dict[str, Any]) -> bool:
+    """Write ``record`` to ``target``; ``False`` (and one error line) when it cannot be, e.g. the folder became
+    read-only during the run or refuses new files."""
+    from caovan.matrix.results import write_json_atomic
+
+    try:
+        write_json_atomic(Path(target), record)
+    except OSError as exc:
         print(
-            f"caovan {NAME}: error: {failed} of {sent} requests failed (see first_errors in the record)",
+            f"caovan {NAME}: error: --output {target}: cannot write the record: {exc.strerror or exc} "
+            "(the results are in the table above)",
             file=sys.stderr,
         )
-        return 1
-    return 0
+        return False
+    print(f"[Caovan] benchmark: record written to {target}")
+    return True
+
+
+#: How many distinct error messages a run with failed requests prints (the record keeps every request's).
+SHOWN_ERRORS = 3
+
+
+def _print_errors(results: dict[str, Any], failed: int, sent: int, *, recorded: bool) -> None:
+    """The failure count, then the first distinct error messages with how many requests each ended, on stderr."""
+    counts: dict[str, int] = {}  # first seen first
+    for by_load in results.values():
+        for stats in [by_load["warmup"], *by_load["repeats"]]:
+            for request in stats["per_request"] if stats else []:
+                if "error" in request:
+                    message = " ".join(request["error"].split())
+                    counts[message] = counts.get(message, 0) + 1
+    shown = min(SHOWN_ERRORS, len(counts))
+    what = f"{len(counts)} distinct error{'s' if len(counts) > 1 else ''}"
+    what += f", the first {shown} below" if shown < len(counts) else ""
+    what += "; the record's per_request has every request's" if recorded else ""
+    print(f"caovan {NAME}: error: {failed} of {sent} requests failed ({what})", file=sys.stderr)
+    for message, count in list(counts.items())[:shown]:
+        print(f"caovan {NAME}: error:   {message} ({count} request{'s' if count > 1 else ''})", file=sys.stderr)
 
 
 def _caovan_version() -> str:
@@ -253,12 +318,16 @@ def _caovan_version() -> str:
     return __version__
 
 
-def _run_load(client: sc.ServingClient, model: str, load: str, by_phase: dict, concurrency: int) -> dict[str, Any]:
+def _run_load(
+    client: sc.ServingClient, model: str, load: str, by_phase: dict, concurrency: int, warned: list[str]
+) -> dict[str, Any]:
     result: dict[str, Any] = {"warmup": None, "repeats": []}
     repeats = [phase for phase in by_phase if phase != "warmup"]
     for phase, requests in by_phase.items():
         stats = _run_phase(client, model, requests, concurrency)
         done = f"{stats['ok']}/{stats['requests']} ok"
+        if not warned:
+            _warn_short_answers(load, phase, stats, requests[0].max_tokens, warned)
         if phase == "warmup":
             result["warmup"] = stats
             print(f"[Caovan] benchmark: {load} warmup (not counted): {done}, {stats['wall_s']:.2f} s", flush=True)
@@ -272,6 +341,21 @@ def _run_load(client: sc.ServingClient, model: str, load: str, by_phase: dict, c
         )
     result["summary"] = sb.summarize(result["repeats"])
     return result
+
+
+def _warn_short_answers(load: str, phase: str, stats: dict[str, Any], asked: int, warned: list[str]) -> None:
+    tokens = [r["completion_tokens"] for r in stats["per_request"] if "completion_tokens" in r]
+    note = sc.fewer_tokens_than_asked(tokens, asked)
+    if note:
+        short = sum(1 for n in tokens if n < asked)
+        warned.append(note)
+        print(
+            f"caovan {NAME}: warning: {load} {phase}: {short} of {len(tokens)} answers generated fewer tokens than "
+            f"asked (as few as {min(tokens)}; {note}); output tok/s and TPOT then measure less work than the "
+            "settings say",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _run_phase(client: sc.ServingClient, model: str, requests: list[sb.Planned], concurrency: int) -> dict[str, Any]:
@@ -294,7 +378,7 @@ def _print_table(record: dict[str, Any]) -> None:
 
     headers = [
         "load", "repeat", "ok", "err %", "wall s", "out tok/s", "lat mean s", "lat p50 s", "lat p95 s",
-        "TTFT p50 ms", "TTFT p95 ms", "ITL p50 ms", "ITL p95 ms",
+        "TTFT p50 ms", "TTFT p95 ms", "TPOT p50 ms", "TPOT p95 ms",
     ]  # fmt: skip
     rows = []
     for load, result in record["results"].items():
@@ -304,7 +388,7 @@ def _print_table(record: dict[str, Any]) -> None:
                 _num(r["output_tokens_per_s"], digits=1), _num(r["latency_mean_s"], digits=3),
                 _num(r["latency_p50_s"], digits=3), _num(r["latency_p95_s"], digits=3),
                 _num(r["ttft_p50_s"], 1000, 1), _num(r["ttft_p95_s"], 1000, 1),
-                _num(r["itl_p50_s"], 1000, 2), _num(r["itl_p95_s"], 1000, 2),
+                _num(r["tpot_p50_s"], 1000, 2), _num(r["tpot_p95_s"], 1000, 2),
             ])  # fmt: skip
         s = result["summary"]
         med = {metric: s[metric]["median"] for metric in sb.SUMMARY_METRICS}
@@ -313,7 +397,7 @@ def _print_table(record: dict[str, Any]) -> None:
             _num(med["output_tokens_per_s"], digits=1), _num(med["latency_mean_s"], digits=3),
             _num(med["latency_p50_s"], digits=3), _num(med["latency_p95_s"], digits=3),
             _num(med["ttft_p50_s"], 1000, 1), _num(med["ttft_p95_s"], 1000, 1),
-            _num(med["itl_p50_s"], 1000, 2), _num(med["itl_p95_s"], 1000, 2),
+            _num(med["tpot_p50_s"], 1000, 2), _num(med["tpot_p95_s"], 1000, 2),
         ])  # fmt: skip
     settings = record["settings"]
     label = f" [{record['label']}]" if record.get("label") else ""
@@ -352,6 +436,10 @@ def _print_comparison(baseline: dict[str, Any], record: dict[str, Any], baseline
     print(f"\n{this_name} compared with baseline {baseline_file}")
     rows = sb.compare_rows(baseline, record, this_name=this_name)
     print(tabulate(rows, headers=headers, disable_numparse=True))
+    print(
+        f"better: named only when the two runs' min-max ranges over the repeats do not overlap; "
+        f"'{sb.WITHIN_SPREAD}': they do, the difference is no larger than the repeats' own"
+    )
 
 
 def _compare_records(args: argparse.Namespace) -> int:

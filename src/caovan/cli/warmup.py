@@ -34,8 +34,9 @@ ALIAS = "caovan-sm75-warmup"
 EPILOG = (
     "Exit status: 0 every warmup request answered ([Caovan] warmup=READY); 1 the server answered but a request "
     "failed, or it does not serve --model; 2 a usage error (a bad option, several models served and no --model, a "
-    "missing API key) or the server was not ready within --wait-s; 130 interrupted (Ctrl-C). Every exit but 0 ends "
-    "with a [Caovan] warmup=FAIL line."
+    "missing or refused API key, a value that is not a number) or the server was not ready within --wait-s; 130 "
+    "interrupted (Ctrl-C). Every exit but 0 ends with a [Caovan] warmup=FAIL line, except for a command line that "
+    "cannot be parsed at all (an unknown option, an option without its value): exit 2 with a usage message."
 )
 
 DEFAULT_BATCHES = "1,2,4,8"
@@ -63,8 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-tokens",
-        type=int,
-        default=32,
+        default=32,  # converted in run(), so that a bad value ends with a FAIL line too
         metavar="N",
         help="tokens each request generates (ignore_eos, so decode and MTP run that long) (default: 32)",
     )
@@ -96,26 +96,26 @@ def _prompt(index: int) -> str:
 def _tokens_text(tokens: list[int], asked: int) -> str:
     low, high = min(tokens), max(tokens)
     text = f"{low} tokens each" if low == high else f"{low}-{high} tokens"
-    if low < asked:
-        text += f" (asked for {asked}: does the server ignore ignore_eos?)"
-    return text
+    note = sc.fewer_tokens_than_asked(tokens, asked)
+    return f"{text} ({note})" if note else text
 
 
 def _warmup(args: argparse.Namespace) -> int:
     settings = sc.server_settings(args)
     batches = sc.positive_int_list(args.batches, "--batches")
-    sc.require_at_least(args.max_tokens, 1, "--max-tokens")
+    max_tokens = sc.whole_number(args.max_tokens, "--max-tokens")
+    sc.require_at_least(max_tokens, 1, "--max-tokens")
     with sc.ServingClient(settings, max_connections=max(batches)) as client:
-        print(f"[Caovan] warmup: waiting up to {settings.wait_s:g} s for {settings.api_base} ({sc.READY_PROBES})")
+        print(f"[Caovan] warmup: waiting up to {settings.wait_s:g} s for {settings.shown_api_base} ({sc.READY_PROBES})")
         ready = client.wait_ready(settings.wait_s)
-        model = sc.resolve_model(ready.models, args.model, settings.api_base)
+        model = sc.resolve_model(ready.models, args.model, settings.shown_api_base)
         print(f"[Caovan] warmup: server ready after {ready.seconds:.1f} s (model {model})", flush=True)
         started = time.perf_counter()
         requests = 0
         for batch in batches:
             batch_started = time.perf_counter()
             results = sc.run_concurrently(
-                lambda i: client.complete(model, _prompt(i), args.max_tokens), batch, concurrency=batch
+                lambda i: client.complete(model, _prompt(i), max_tokens), batch, concurrency=batch
             )
             seconds = time.perf_counter() - batch_started
             requests += batch
@@ -123,7 +123,7 @@ def _warmup(args: argparse.Namespace) -> int:
             failed = [r for r in results if isinstance(r, sc.ClientError)]
             step = f"[Caovan] warmup: batch {batch}: {len(answered)}/{batch} ok"
             if answered:
-                step += ", " + _tokens_text([r.completion_tokens for r in answered], args.max_tokens)
+                step += ", " + _tokens_text([r.completion_tokens for r in answered], max_tokens)
             print(f"{step}, {seconds:.2f} s", flush=True)
             if failed:
                 raise sc.RequestFailed(f"batch {batch}: {len(failed)}/{batch} request(s) failed; first: {failed[0]}")
