@@ -556,9 +556,13 @@ def _check_architecture(architecture: str | None, family: GdnArchitecture | None
 SERVE_ADVICE = "serve with "
 
 
+def mtp_speculative_config(num_tokens: int) -> str:
+    """vLLM's ``--speculative-config`` value for MTP with ``num_tokens`` draft tokens, as JSON."""
+    return json.dumps({"method": "mtp", "num_speculative_tokens": num_tokens}, separators=(",", ":"))
+
+
 def _speculative_config_flag(num_tokens: int) -> str:
-    value = json.dumps({"method": "mtp", "num_speculative_tokens": num_tokens}, separators=(",", ":"))
-    return f"--speculative-config '{value}'"
+    return f"--speculative-config '{mtp_speculative_config(num_tokens)}'"
 
 
 def _check_mtp(folder: Path, text: _Fields, family: GdnArchitecture | None, report: ModelReport) -> None:

@@ -40,6 +40,7 @@ from caovan.model_check import (
     ModelCheckError,
     ModelReport,
     check_model_dir,
+    mtp_speculative_config,
 )
 from caovan.options import AUTOSPEC_ENV, CaovanConfigError, parse_options
 
@@ -103,7 +104,7 @@ class ServePlan:
         return f"{env} {command}" if env else command
 
 
-def _flag_name(token: str) -> str:
+def flag_name(token: str) -> str:
     """``--additional_config.caovan=x`` → ``--additional-config``: vLLM's normalisation of a flag's name."""
     name = token.split("=", 1)[0].split(".", 1)[0]
     return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
@@ -117,7 +118,7 @@ def find_flag(args: Sequence[str], long: str, short: str | None = None) -> list[
         token = args[index]
         if token == "--":
             break
-        name = _flag_name(token)
+        name = flag_name(token)
         if name == long or (short is not None and name == short):
             head, has_inline, inline = token.partition("=")
             key_path = tuple(head.split(".")[1:]) if name == long else ()
@@ -178,7 +179,7 @@ def refuse_abbreviations(args: Sequence[str]) -> None:
     for token in args:
         if token == "--":
             return
-        name = _flag_name(token)
+        name = flag_name(token)
         for flag in EDITED_FLAGS:
             if len(name) > 2 and name != flag and flag.startswith(name):
                 raise ServeArgsError(f"{token}: write {flag} in full; caovan serve reads and edits it by its full name")
@@ -208,6 +209,11 @@ def _file_json_flag(config: Mapping[str, Any], key: str, path: str) -> dict[str,
     return value
 
 
+def _keys_to_add(effective: Mapping[str, Any]) -> dict[str, Any]:
+    """:data:`ENABLE_KEYS`, unless the user's config already sets one of caovan's switches."""
+    return {} if any(key in effective for key in SWITCH_KEYS) else dict(ENABLE_KEYS)
+
+
 def _merge_additional_config(
     args: list[str], config_path: str | None, config: Mapping[str, Any]
 ) -> tuple[list[str], dict[str, Any], list[str]]:
@@ -224,7 +230,7 @@ def _merge_additional_config(
                 child = node.get(key)
                 node = node[key] = child if isinstance(child, dict) else {}
             node[use.key_path[-1]] = _dotted_value(use.value)
-        added = {} if any(key in effective for key in SWITCH_KEYS) else dict(ENABLE_KEYS)
+        added = _keys_to_add(effective)
         new_args = list(args)
         for key, value in added.items():
             new_args += [f"--additional-config.{key}", json.dumps(value)]
@@ -232,7 +238,7 @@ def _merge_additional_config(
     elif plain:
         last = plain[-1]
         effective = _json_object(last.value, "--additional-config")
-        added = {} if any(key in effective for key in SWITCH_KEYS) else dict(ENABLE_KEYS)
+        added = _keys_to_add(effective)
         merged = {**effective, **added}
         dropped = {use.index + offset for use in plain for offset in range(use.width)}
         new_args = []
@@ -244,7 +250,7 @@ def _merge_additional_config(
         where = "--additional-config"
     else:
         effective = _file_json_flag(config, "additional-config", config_path or "") or {}
-        added = {} if any(key in effective for key in SWITCH_KEYS) else dict(ENABLE_KEYS)
+        added = _keys_to_add(effective)
         merged = {**effective, **added}
         # A command-line value replaces the file's, so the file's keys are carried over into it.
         new_args = [*args, "--additional-config", json.dumps(merged, separators=(",", ":"))]
@@ -345,8 +351,7 @@ def plan_serve(
         depth, note = _autospec(model, mtp, locate, check)
         plan.notes.append(note)
         if depth is not None:
-            value = json.dumps({"method": "mtp", "num_speculative_tokens": depth}, separators=(",", ":"))
-            plan.vllm_args += ["--speculative-config", value]
+            plan.vllm_args += ["--speculative-config", mtp_speculative_config(depth)]
             plan.env_added[AUTOSPEC_ENV] = str(depth)
 
     raised = []

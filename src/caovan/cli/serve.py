@@ -67,6 +67,8 @@ def _error(message: str) -> int:
 
 def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
     """The vLLM arguments with the --caovan-* options taken out into ``args``; a message for an unknown one."""
+    from caovan.serve_command import flag_name
+
     picker = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     _add_caovan_options(picker)
     try:
@@ -81,7 +83,7 @@ def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
     for token in rest:
         if token == "--":
             break
-        if token.split("=", 1)[0].lower().replace("_", "-").startswith("--caovan"):
+        if flag_name(token).lower().startswith("--caovan"):
             close = difflib.get_close_matches(token.split("=", 1)[0], known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             return f"unknown option {token}{hint}; caovan serve takes {', '.join(known)}"
