@@ -266,7 +266,7 @@ def _benchmark(args: argparse.Namespace) -> int:
     if baseline is not None:
         _print_comparison(baseline, record, args.compare[0], "this run")
     if failed:
-        _print_errors(results, failed, sent, recorded=bool(written))
+        _print_errors(every_phase, failed, sent, recorded=bool(written))
     if written is False:
         return 2
     return 1 if failed else 0
@@ -294,15 +294,14 @@ def _write_record(target: str, record: dict[str, Any]) -> bool:
 SHOWN_ERRORS = 3
 
 
-def _print_errors(results: dict[str, Any], failed: int, sent: int, *, recorded: bool) -> None:
+def _print_errors(phases: list[dict[str, Any]], failed: int, sent: int, *, recorded: bool) -> None:
     """The failure count, then the first distinct error messages with how many requests each ended, on stderr."""
     counts: dict[str, int] = {}  # first seen first
-    for by_load in results.values():
-        for stats in [by_load["warmup"], *by_load["repeats"]]:
-            for request in stats["per_request"] if stats else []:
-                if "error" in request:
-                    message = " ".join(request["error"].split())
-                    counts[message] = counts.get(message, 0) + 1
+    for stats in phases:
+        for request in stats["per_request"]:
+            if "error" in request:
+                message = " ".join(request["error"].split())
+                counts[message] = counts.get(message, 0) + 1
     shown = min(SHOWN_ERRORS, len(counts))
     what = f"{len(counts)} distinct error{'s' if len(counts) > 1 else ''}"
     what += f", the first {shown} below" if shown < len(counts) else ""
@@ -373,6 +372,16 @@ def _num(value: float | None, scale: float = 1.0, digits: int = 2) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
 
 
+def _metric_cells(values: dict[str, Any]) -> list[str]:
+    """The timing columns of the table: one repeat's values and the medians over the repeats alike."""
+    return [
+        _num(values["output_tokens_per_s"], digits=1), _num(values["latency_mean_s"], digits=3),
+        _num(values["latency_p50_s"], digits=3), _num(values["latency_p95_s"], digits=3),
+        _num(values["ttft_p50_s"], 1000, 1), _num(values["ttft_p95_s"], 1000, 1),
+        _num(values["tpot_p50_s"], 1000, 2), _num(values["tpot_p95_s"], 1000, 2),
+    ]  # fmt: skip
+
+
 def _print_table(record: dict[str, Any]) -> None:
     from tabulate import tabulate
 
@@ -383,22 +392,12 @@ def _print_table(record: dict[str, Any]) -> None:
     rows = []
     for load, result in record["results"].items():
         for n, r in enumerate(result["repeats"], 1):
-            rows.append([
-                load, n, f"{r['ok']}/{r['requests']}", _num(r["error_rate"], 100, 1), _num(r["wall_s"]),
-                _num(r["output_tokens_per_s"], digits=1), _num(r["latency_mean_s"], digits=3),
-                _num(r["latency_p50_s"], digits=3), _num(r["latency_p95_s"], digits=3),
-                _num(r["ttft_p50_s"], 1000, 1), _num(r["ttft_p95_s"], 1000, 1),
-                _num(r["tpot_p50_s"], 1000, 2), _num(r["tpot_p95_s"], 1000, 2),
-            ])  # fmt: skip
+            ok = f"{r['ok']}/{r['requests']}"
+            rows.append([load, n, ok, _num(r["error_rate"], 100, 1), _num(r["wall_s"]), *_metric_cells(r)])
         s = result["summary"]
         med = {metric: s[metric]["median"] for metric in sb.SUMMARY_METRICS}
-        rows.append([
-            load, "median", f"{s['requests'] - s['errors']}/{s['requests']}", _num(med["error_rate"], 100, 1), "",
-            _num(med["output_tokens_per_s"], digits=1), _num(med["latency_mean_s"], digits=3),
-            _num(med["latency_p50_s"], digits=3), _num(med["latency_p95_s"], digits=3),
-            _num(med["ttft_p50_s"], 1000, 1), _num(med["ttft_p95_s"], 1000, 1),
-            _num(med["tpot_p50_s"], 1000, 2), _num(med["tpot_p95_s"], 1000, 2),
-        ])  # fmt: skip
+        ok = f"{s['requests'] - s['errors']}/{s['requests']}"
+        rows.append([load, "median", ok, _num(med["error_rate"], 100, 1), "", *_metric_cells(med)])
     settings = record["settings"]
     label = f" [{record['label']}]" if record.get("label") else ""
     print(
