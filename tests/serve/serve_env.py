@@ -10,6 +10,10 @@ import pytest
 
 from caovan import PLUGIN_NAME
 
+#: The line Turbo3 users look for once a request has been served by caovan's kernels (written out here, not
+#: imported from caovan: the tests check the words users rely on).
+ACTIVE_LINE = "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed"
+
 
 def require_cuda() -> None:
     try:

@@ -85,7 +85,7 @@ from caovan.testing.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_
 pytestmark = pytest.mark.serve
 
 RUNNER = Path(__file__).resolve().with_name("engine_runner.py")
-ACTIVE_LINE = "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed"
+ACTIVE_LINE = serve_env.ACTIVE_LINE
 KERNEL_NAMES = ("_caovan_sm75_prepare_qk_conv_spec_decode_kernel", "_caovan_sm75_fused_v_gdn_spec_decode_kernel")
 INTERFACE_PASS = "GDN interface check: PASS"
 ALLOWED_FALLBACKS = frozenset({"no-metadata", "no-spec-tokens"})

@@ -41,7 +41,7 @@ VOCAB_SIZE = 2048  # the tiny model's default
 MTP = 2
 MAX_TOKENS = 24
 STARTUP_WAIT_S = 480
-ACTIVE_LINE = "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed"
+ACTIVE_LINE = serve_env.ACTIVE_LINE
 TAIL_LINES = 80
 
 
