@@ -17,7 +17,8 @@ The argument forms follow vLLM's ``FlexibleArgumentParser`` (``vllm/utils/argpar
 ``-`` are the same in a flag name, ``--flag=value`` and ``--flag value`` are the same, ``--flag.key value`` sets
 one key of a JSON flag, and every dotted form of a flag is gathered into one JSON object appended after the other
 arguments, so that it replaces a plain ``--flag JSON`` given anywhere.  ``--config FILE.yaml`` values come before
-the command line's.  The discovery tier parses what :func:`plan_serve` builds with the installed vLLM's own serve
+the command line's.  The model is MODEL first, the first ``--model``, or the config file's ``model``
+(:func:`served_model`).  The discovery tier parses what :func:`plan_serve` builds with the installed vLLM's own serve
 parser (``tests/discovery/test_serve_command_vllm_parser.py``), so a vLLM that reads these forms differently fails
 there rather than in a user's start-up.  This module only computes; ``caovan.cli.serve`` prints and execs.
 """
@@ -80,15 +81,22 @@ class FlagUse:
 class ServePlan:
     """The ``vllm serve`` command caovan serve runs, and why it looks the way it does."""
 
-    model: str
+    model: str  # what vLLM loads and AutoSpec checks
     vllm_args: list[str]
     env_added: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: False: the user named the model with ``--model``, which stays in ``vllm_args`` where they wrote it.
+    model_positional: bool = True
+
+    @property
+    def serve_args(self) -> list[str]:
+        """The arguments after ``vllm serve``."""
+        return [self.model, *self.vllm_args] if self.model_positional else list(self.vllm_args)
 
     @property
     def argv(self) -> list[str]:
         """What is executed: this interpreter running vLLM's CLI."""
-        return [sys.executable, "-m", VLLM_CLI_MODULE, "serve", self.model, *self.vllm_args]
+        return [sys.executable, "-m", VLLM_CLI_MODULE, "serve", *self.serve_args]
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
         """``base`` with the variables caovan serve sets; a stale AutoSpec mark from an earlier run is dropped."""
@@ -100,7 +108,7 @@ class ServePlan:
     def display(self) -> str:
         """The command as a user would type it."""
         env = " ".join(f"{name}={shlex.quote(value)}" for name, value in self.env_added.items())
-        command = shlex.join(["vllm", "serve", self.model, *self.vllm_args])
+        command = shlex.join(["vllm", "serve", *self.serve_args])
         return f"{env} {command}" if env else command
 
 
@@ -131,6 +139,43 @@ def find_flag(args: Sequence[str], long: str, short: str | None = None) -> list[
                 raise ServeArgsError(f"{token} needs a value")
         index += 1
     return uses
+
+
+def split_model(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``MODEL`` when it is the first argument (vLLM's positional ``model_tag``) and the arguments after it;
+    ``None`` and all of them otherwise (the model may then be given another way, see :func:`served_model`).
+
+    Only the first place is looked at: where a positional lands among other options depends on which options
+    take values, which only vLLM's own parser knows.
+    """
+    if args and not args[0].startswith("-"):
+        return args[0], list(args[1:])
+    return None, list(args)
+
+
+def served_model(positional: str | None, args: Sequence[str], config: Mapping[str, Any]) -> str:
+    """The model ``vllm serve`` will load, found where vLLM looks for it; :class:`ServeArgsError` when none is.
+
+    vLLM 0.21's ``FlexibleArgumentParser.parse_args`` moves the first ``--model`` (``--model X`` or
+    ``--model=X``) to MODEL's place, so MODEL and ``--model`` together are an error there ("unrecognized
+    arguments"); without either, a ``--config`` file's ``model`` is used.  The discovery tier checks both.
+    """
+    uses = find_flag(args, "--model")
+    if positional is not None:
+        if uses:
+            raise ServeArgsError(
+                f"the model is given twice ({positional} as MODEL and --model {uses[0].value}); vllm serve refuses "
+                "that: keep one"
+            )
+        return positional
+    if uses:
+        return uses[0].value
+    if "model" in config:
+        return str(config["model"])
+    raise ServeArgsError(
+        "no model: write it first (caovan serve MODEL [vllm serve arguments]), give --model MODEL, or set model in "
+        "the --config file; caovan serve does not fall back to vLLM's default model"
+    )
 
 
 def _json_object(text: str, where: str) -> dict[str, Any]:
@@ -312,7 +357,7 @@ def _autospec(
 
 
 def plan_serve(
-    model: str,
+    model: str | None,
     vllm_args: Sequence[str],
     environ: Mapping[str, str],
     *,
@@ -324,14 +369,22 @@ def plan_serve(
 ) -> ServePlan:
     """The ``vllm serve`` command for ``model`` and the user's ``vllm_args``; :class:`ServeArgsError` if impossible.
 
+    ``model``: the positional ``MODEL`` (:func:`split_model`); ``None`` when the user named it another way in
+    ``vllm_args`` (``--model MODEL``, a ``--config`` file), which then stays as they wrote it.
+
     ``vllm_env_names``: the variables the installed vLLM reads (``vllm.envs.environment_variables``); a timeout it
     does not read is not set.  None: set them all (the caller could not ask vLLM).
     """
     if mtp is not None and mtp < 1:
         raise ServeArgsError(f"--caovan-mtp {mtp}: the MTP depth is a number of tokens, at least 1")
     args = list(vllm_args)
+    # After a "--" every argument is positional to vLLM: what caovan serve adds goes before it, never after.
+    after_double_dash = args[args.index("--") :] if "--" in args else []
+    args = args[: len(args) - len(after_double_dash)]
     refuse_abbreviations(args)
     config_path, config = _config_file(args)
+    model_positional = model is not None
+    model = served_model(model, args, config)
     args, additional, notes = _merge_additional_config(args, config_path, config)
     try:
         options = parse_options(additional, environ, where="--additional-config")
@@ -339,7 +392,7 @@ def plan_serve(
         raise ServeArgsError(str(exc)) from None
     if not options.enabled:
         notes.append(f"caovan: off ({options.source}): vLLM's own GDN kernels will run")
-    plan = ServePlan(model=model, vllm_args=args, notes=notes)
+    plan = ServePlan(model=model, vllm_args=args, notes=notes, model_positional=model_positional)
 
     if _has_speculative_config(args, config):
         if mtp is not None:
@@ -365,4 +418,5 @@ def plan_serve(
         raised.append(f"{name}={value}")
     if raised:
         plan.notes.append(f"timeouts: raised for the first compile ({', '.join(raised)}; set them to override)")
+    plan.vllm_args += after_double_dash
     return plan

@@ -38,9 +38,13 @@ PARSE_IN_CHILD = textwrap.dedent(
     for argv in json.loads(sys.stdin.read()):
         parser = FlexibleArgumentParser()
         ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
-        args = parser.parse_args(["serve", *argv])
+        try:
+            args = parser.parse_args(["serve", *argv])
+        except SystemExit as exc:  # argparse's error, already on stderr
+            results.append({"exit": exc.code})
+            continue
         results.append(
-            {"model": args.model_tag, "additional_config": args.additional_config,
+            {"model": args.model_tag, "model_option": args.model, "additional_config": args.additional_config,
              "speculative_config": args.speculative_config, "port": args.port}
         )
     print("RESULTS=" + json.dumps(results))
@@ -78,12 +82,38 @@ def test_vllm_serve_parser_reads_what_caovan_serve_builds(tmp_path):
     model = write_tiny_qwen3_next(tmp_path / "model")
     cases = _cases(tmp_path)
     plans = [plan_serve(str(model), args, {}, vllm_env_names=set(COLD_START_TIMEOUTS)) for args, _, _ in cases]
-    results = _parse_with_vllm([[p.model, *p.vllm_args] for p in plans])
+    results = _parse_with_vllm([p.serve_args for p in plans])
     for (args, additional, speculative), plan, parsed in zip(cases, plans, results, strict=True):
         assert parsed["model"] == str(model), args
         assert parsed["additional_config"] == additional, (args, plan.vllm_args)
         assert parsed["speculative_config"] == speculative, (args, plan.vllm_args)
     assert results[4]["port"] == 8123  # the --config file's other values still reach vLLM
+
+
+def test_vllm_serve_parser_serves_the_model_caovan_serve_checks(tmp_path):
+    # --model M (the first one) or a --config file's model, where MODEL is not given: the arguments stay as the
+    # user wrote them, caovan's additions still reach vLLM, and the model vLLM serves is the one AutoSpec checked.
+    model = write_tiny_qwen3_next(tmp_path / "model")
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"model: {model}\nport: 8125\n")
+    forms = [
+        ["--port", "8124", f"--model={model}"],
+        ["--model", str(model), "--model", "/other"],
+        ["--config", str(config)],
+    ]
+    plans = [plan_serve(None, form, {}, vllm_env_names=set(COLD_START_TIMEOUTS)) for form in forms]
+    for plan, parsed in zip(plans, _parse_with_vllm([p.serve_args for p in plans]), strict=True):
+        # vllm serve's own rule (entrypoints/cli/serve.py): model_tag when parsed, else --model
+        served = parsed["model"] if parsed["model"] is not None else parsed["model_option"]
+        assert served == plan.model == str(model), plan.serve_args
+        assert parsed["additional_config"] == ENABLED and parsed["speculative_config"] == AUTOSPEC, plan.serve_args
+
+
+def test_vllm_refuses_model_and_model_option_together():
+    # caovan serve refuses MODEL with --model (serve_command.served_model) because vLLM does: once vLLM accepts
+    # it, this fails and caovan serve must learn which of the two vLLM serves.
+    (parsed,) = _parse_with_vllm([["/m", "--model", "/other"]])
+    assert parsed == {"exit": 2}
 
 
 def _parse_with_vllm(argvs: list[list[str]]) -> list[dict]:

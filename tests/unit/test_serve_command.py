@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from caovan import cli
 from caovan.cli import serve as serve_cli
 from caovan.model_check import check_model_dir
 from caovan.serve_command import (
@@ -305,3 +306,83 @@ def test_config_file_with_equals_is_refused_because_vllm_ignores_it(candidate, t
     config.write_text("speculative-config:\n  method: mtp\n")
     with pytest.raises(ServeArgsError, match="write --config FILE"):
         plan(candidate, [f"--config={config}"])
+
+
+def test_additions_go_before_a_double_dash(candidate):
+    # After "--" vLLM reads every argument as positional: a flag caovan serve appended there would be lost.
+    args = plan(candidate, ["--port", "1", "--", "extra"]).vllm_args
+    assert args[-2:] == ["--", "extra"]
+    assert args.index("--additional-config") < args.index("--") and args.index("--speculative-config") < args.index(
+        "--"
+    )
+
+
+@pytest.mark.parametrize("form", [["--model", "{m}"], ["--model={m}"], ["--port", "1", "--model", "{m}"]])
+def test_model_given_as_an_option_stays_where_it_is_and_gets_autospec(candidate, form):
+    args = [token.format(m=candidate) for token in form]
+    result = plan_serve(None, args, {}, vllm_env_names=ALL_TIMEOUTS)
+    assert result.model == str(candidate) and not result.model_positional
+    assert result.serve_args[: len(args)] == args  # no positional MODEL added in front
+    assert value_after(result.vllm_args, "--speculative-config") == '{"method":"mtp","num_speculative_tokens":3}'
+
+
+def test_first_model_option_is_the_served_one_as_in_vllm(candidate, dense):
+    # vLLM's FlexibleArgumentParser moves the first --model to MODEL's place; AutoSpec checks that model.
+    result = plan_serve(None, ["--model", str(candidate), "--model", str(dense)], {}, vllm_env_names=ALL_TIMEOUTS)
+    assert result.model == str(candidate) and "--speculative-config" in result.vllm_args
+
+
+def test_model_and_model_option_together_are_refused_as_vllm_does(candidate, dense):
+    with pytest.raises(ServeArgsError, match=f"the model is given twice .*--model {dense}.* keep one"):
+        plan(candidate, ["--model", str(dense)])
+
+
+def test_model_from_the_config_file(candidate, tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"model: {candidate}\n")
+    result = plan_serve(None, ["--config", str(config)], {}, vllm_env_names=ALL_TIMEOUTS)
+    assert result.model == str(candidate) and result.serve_args[:2] == ["--config", str(config)]
+    assert "--speculative-config" in result.vllm_args
+
+
+def test_no_model_is_one_error():
+    with pytest.raises(ServeArgsError, match=r"no model: write it first .*, give --model MODEL, or set model in"):
+        plan_serve(None, ["--port", "8000"], {})
+
+
+def _dry_run(monkeypatch, capsys, entry, argv):
+    monkeypatch.setattr(serve_cli, "_vllm_env_names", lambda: ALL_TIMEOUTS)
+    monkeypatch.setattr(serve_cli.os, "execve", lambda *a: pytest.fail("dry run must not exec"))
+    status = entry(argv)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize(
+    ("entry", "prefix"), [(lambda argv: cli.main(["serve", *argv]), "caovan serve"), (cli.serve_alias, "caovan serve")]
+)
+def test_command_line_takes_vllm_options_anywhere(candidate, monkeypatch, capsys, entry, prefix):
+    # argparse would stop at --model or --port ("unrecognized arguments"): the command hands them over unparsed.
+    status, out, _ = _dry_run(
+        monkeypatch, capsys, entry, ["--caovan-dry-run", "--port", "8001", "--model", str(candidate), "-O3"]
+    )
+    assert status == 0
+    assert f"vllm serve --port 8001 --model {candidate} -O3 --additional-config " in out
+    status, _, err = _dry_run(monkeypatch, capsys, entry, ["--port", "8001", str(candidate)])
+    assert status == 2 and err.startswith(f"{prefix}: error: no model: write it first")
+
+
+def test_caovan_options_after_double_dash_are_vllms(candidate, monkeypatch, capsys):
+    status, out, _ = _dry_run(
+        monkeypatch, capsys, cli.main, ["serve", str(candidate), "--caovan-dry-run", "--", "--caovan-mtp", "2"]
+    )
+    assert status == 0 and out.rstrip().endswith("-- --caovan-mtp 2")
+    assert 'num_speculative_tokens":3' in out  # --caovan-mtp 2 after "--" was not taken as caovan's
+
+
+@pytest.mark.parametrize("entry", [lambda argv: cli.main(["serve", *argv]), cli.serve_alias])
+def test_help_still_comes_from_argparse(entry, capsys):
+    with pytest.raises(SystemExit) as stop:
+        entry(["--help"])
+    assert stop.value.code == 0
+    assert "MODEL [VLLM_ARGS ...]" in capsys.readouterr().out

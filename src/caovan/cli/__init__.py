@@ -1,7 +1,8 @@
 """The ``caovan`` command and its Turbo3 aliases (``caovan-sm75-doctor`` …).
 
 Each subcommand is a module here defining NAME, HELP, ALIAS, ``add_arguments(parser)`` and ``run(args) -> int``,
-and EPILOG, its exit codes for ``--help``.
+and EPILOG, its exit codes for ``--help``. A command that passes another program's options through (``serve``)
+also defines ``raw_namespace(tokens)``: its arguments then skip argparse unless they ask for help.
 """
 
 from __future__ import annotations
@@ -75,12 +76,27 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_BROKEN_PIPE
 
 
+#: First arguments that still go to argparse for a command with ``raw_namespace``.
+_PARSER_FIRST = ("-h", "--help", "--version")
+
+
+def _raw(command: str, tokens: list[str]) -> argparse.Namespace | None:
+    module = next((m for m in _commands() if m.NAME == command), None)
+    if module is None or not hasattr(module, "raw_namespace") or not tokens or tokens[0] in _PARSER_FIRST:
+        return None
+    return module.raw_namespace(tokens)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return _run(build_parser().parse_args(argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    raw = _raw(argv[0], argv[1:]) if argv else None
+    return _run(raw if raw is not None else build_parser().parse_args(argv))
 
 
 def _alias(command: str, argv: Sequence[str] | None = None) -> int:
-    return _run(build_alias_parser(command).parse_args(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    raw = _raw(command, argv)
+    return _run(raw if raw is not None else build_alias_parser(command).parse_args(argv))
 
 
 def doctor_alias(argv: Sequence[str] | None = None) -> int:

@@ -16,9 +16,10 @@ NAME = "serve"
 HELP = "run `vllm serve` with caovan on, AutoSpec's MTP speculative config and raised timeouts"
 ALIAS = "caovan-vllm-serve"
 EPILOG = (
-    "Every argument after MODEL goes to `vllm serve` as written, except the --caovan-* options, which may come "
-    "anywhere. Exit status: vLLM's own once it runs; 0 after --caovan-dry-run; 2 the arguments cannot be handed "
-    "to vLLM (malformed --additional-config, a caovan key error, an unknown --caovan-* option) or vLLM is not "
+    "MODEL comes first, or as --model MODEL anywhere, or as model: in a --config file. Every other argument goes "
+    "to `vllm serve` as written, except the --caovan-* options, which may come anywhere before a `--`. Exit "
+    "status: vLLM's own once it runs; 0 after --caovan-dry-run; 2 the arguments cannot be handed to vLLM "
+    "(no model, malformed --additional-config, a caovan key error, an unknown --caovan-* option) or vLLM is not "
     "installed here."
 )
 
@@ -54,9 +55,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "your --gpu-memory-utilization and --tensor-parallel-size pass through."
     )
     _add_caovan_options(parser)
-    parser.add_argument("model", metavar="MODEL", help="the model vllm serve loads")
+    # One positional takes everything: argparse cannot leave vLLM's own options (--model among them) alone, so
+    # MODEL is found in it by caovan.serve_command.split_model and the top-level CLI hands the arguments over
+    # unparsed (raw_namespace).
     parser.add_argument(
-        "vllm_args", nargs=argparse.REMAINDER, metavar="VLLM_ARGS", help="arguments for vllm serve, as written"
+        "vllm_args",
+        nargs=argparse.REMAINDER,
+        metavar="MODEL [VLLM_ARGS ...]",
+        help="the model vllm serve loads (a folder or a Hugging Face name), then arguments for vllm serve, as written",
+    )
+
+
+def raw_namespace(tokens: list[str]) -> argparse.Namespace:
+    """What the parser above would give for ``tokens`` if argparse could pass unknown options through in order."""
+    return argparse.Namespace(
+        caovan_dry_run=False, caovan_mtp=None, caovan_no_autospec=False, vllm_args=list(tokens), _run=run
     )
 
 
@@ -71,8 +84,12 @@ def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
 
     picker = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     _add_caovan_options(picker)
+    # What follows a "--" is vLLM's, untouched: split it off here rather than rely on how this Python's argparse
+    # treats "--" in parse_known_args (it changed across 3.12 and 3.13).
+    given = list(args.vllm_args)
+    head, after = (given[: given.index("--")], given[given.index("--") :]) if "--" in given else (given, [])
     try:
-        ours, rest = picker.parse_known_args(args.vllm_args)
+        ours, rest = picker.parse_known_args(head)
     except argparse.ArgumentError as exc:
         return str(exc)
     args.caovan_dry_run = args.caovan_dry_run or ours.caovan_dry_run
@@ -81,13 +98,11 @@ def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
         args.caovan_mtp = ours.caovan_mtp
     known = [opt for action in picker._actions for opt in action.option_strings]
     for token in rest:
-        if token == "--":
-            break
         if flag_name(token).lower().startswith("--caovan"):
             close = difflib.get_close_matches(token.split("=", 1)[0], known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             return f"unknown option {token}{hint}; caovan serve takes {', '.join(known)}"
-    return rest
+    return rest + after
 
 
 def _vllm_env_names() -> set[str] | str:
@@ -100,17 +115,18 @@ def _vllm_env_names() -> set[str] | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from caovan.serve_command import ServeArgsError, plan_serve
+    from caovan.serve_command import ServeArgsError, plan_serve, split_model
 
     vllm_args = _split_caovan_options(args)
     if isinstance(vllm_args, str):
         return _error(vllm_args)
+    model, vllm_args = split_model(vllm_args)
     env_names = _vllm_env_names()
     if isinstance(env_names, str):
         return _error(env_names)
     try:
         plan = plan_serve(
-            args.model,
+            model,
             vllm_args,
             os.environ,
             mtp=args.caovan_mtp,
