@@ -11,7 +11,9 @@ What this relies on in vLLM 0.21.0 (``vllm/entrypoints/…``):
   is dead. Not behind ``--api-key``: ``AuthenticationMiddleware`` (``openai/server_utils.py``) checks only paths
   that start with ``/v1``. A server without ``/health`` (404) is judged by ``/v1/models`` alone.
 - ``GET /v1/models`` (``openai/models/api_router.py``): a ``ModelList`` (``openai/engine/protocol.py``),
-  ``{"object": "list", "data": [{"id": NAME, "max_model_len": N, ...}, ...]}``; behind ``--api-key`` (401).
+  ``{"object": "list", "data": [{"id": NAME, "max_model_len": N, ...}, ...]}``; behind ``--api-key`` (401). The
+  server answers HTTP only once the engine is up (``openai/api_server.py``: the socket is bound early but served by
+  ``build_and_serve`` after the engine started), so a 404 there means ``--api-base`` names something else.
 - ``GET /version`` (``serve/instrumentator/basic.py``): ``{"version": VLLM_VERSION}``; other OpenAI-compatible
   servers may lack it, which is tolerated (``None``).
 - ``POST /v1/completions`` (``openai/completion/protocol.py``, ``openai/completion/serving.py``): ``ignore_eos``
@@ -21,7 +23,8 @@ What this relies on in vLLM 0.21.0 (``vllm/entrypoints/…``):
   marks the first token; with ``include_usage`` a last chunk whose ``choices`` is ``[]`` carries ``usage``; an
   error inside the stream comes as ``data: {"error": {...}}``; the stream ends with ``data: [DONE]``.
 - Errors: ``ErrorResponse`` ``{"error": {"message", "type", "param", "code"}}`` (``openai/engine/protocol.py``);
-  the older top-level ``{"object": "error", "message": ...}`` is read too.
+  the older top-level ``{"object": "error", "message": ...}`` is read too, and FastAPI's ``{"detail": ...}`` (a route
+  that does not exist).
 """
 
 from __future__ import annotations
@@ -341,8 +344,8 @@ def describe_http_error(status: int, body: bytes | str) -> str:
 
 
 def error_message(body: bytes | str) -> str:
-    """The message of an error body (vLLM's ``{"error": {"message": …}}`` or the older top-level ``message``),
-    else the body itself, shortened to one line."""
+    """The message of an error body (vLLM's ``{"error": {"message": …}}``, the older top-level ``message``, or
+    FastAPI's ``{"detail": …}``), else the body itself, shortened to one line."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     message = None
     try:
@@ -357,6 +360,8 @@ def error_message(body: bytes | str) -> str:
             message = error
         elif isinstance(data.get("message"), str):
             message = data["message"]
+        elif isinstance(data.get("detail"), str):  # FastAPI's own answers, e.g. a route that does not exist
+            message = data["detail"]
     if message is None:
         message = text.strip() or "(empty body)"
     return _short(message)
@@ -481,7 +486,9 @@ class ServingClient:
         """Poll ``GET /health`` then ``GET /v1/models`` until both answer, for at most ``wait_s`` seconds.
 
         :class:`NotReady` naming what was tried and the last error; :class:`UsageError` at once for a 401/403 (a
-        missing or wrong API key does not get better by waiting).
+        missing or wrong API key does not get better by waiting) and for a 404 from ``/v1/models`` (a wrong
+        ``--api-base``: vLLM answers HTTP only once its engine is up, so that route is never missing while it
+        starts).
         """
         start = clock()
         deadline = start + wait_s
@@ -527,6 +534,13 @@ class ServingClient:
                 hint += f" (taken from {self._api_key_source})" if self._api_key_source else ""
             raise UsageError(
                 f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}: {hint}"
+            )
+        if models.status_code == 404:
+            # vLLM answers HTTP only once its engine is up: a 404 here is a wrong URL, not a slow start
+            root = "{0.scheme}://{0.netloc}".format(urlsplit(self.api_base))
+            raise UsageError(
+                f"GET {self.url('/v1/models')}: {describe_http_error(404, models.content)}: no vLLM OpenAI API there; "
+                f"--api-base should be the server's root (e.g. {root}, or {root}/v1), not a route"
             )
         if models.status_code != 200:
             raise _NotYet(f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}")

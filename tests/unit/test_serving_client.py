@@ -196,6 +196,18 @@ def test_wait_ready_zero_tries_once():
     assert clock.sleeps == []
 
 
+def test_a_wrong_api_base_path_fails_at_once_and_says_what_it_should_be(fake_openai):
+    clock = FakeClock()
+    with _client(fake_openai.url + "/v1/completions") as client, pytest.raises(sc.UsageError) as info:
+        client.wait_ready(600.0, clock=clock, sleep=clock.sleep)
+    assert str(info.value) == (
+        f"GET {fake_openai.url}/v1/completions/v1/models: HTTP 404: Not Found: no vLLM OpenAI API there; --api-base "
+        f"should be the server's root (e.g. {fake_openai.url}, or {fake_openai.url}/v1), not a route"
+    )
+    assert clock.sleeps == []  # a route that is not there will not appear by waiting
+    assert [path for _, path, _ in fake_openai.requests] == ["/v1/completions/health", "/v1/completions/v1/models"]
+
+
 def test_a_server_without_health_is_judged_by_its_model_list(fake_openai):
     fake_openai.health_status = 404
     with _client(fake_openai.url) as client:
@@ -365,9 +377,10 @@ def test_sse_skips_comments_blank_lines_and_other_fields():
     assert list(sc.iter_sse_data(lines)) == ["{}"]
 
 
-def test_describe_http_error_reads_vllms_and_older_error_bodies():
+def test_describe_http_error_reads_vllms_older_and_fastapis_error_bodies():
     assert sc.describe_http_error(400, b'{"error": {"message": "too long", "code": 400}}') == "HTTP 400: too long"
     assert sc.describe_http_error(400, b'{"object": "error", "message": "old style"}') == "HTTP 400: old style"
+    assert sc.describe_http_error(404, b'{"detail": "Not Found"}') == "HTTP 404: Not Found"  # FastAPI's own
     assert sc.describe_http_error(502, b"Bad\n gateway") == "HTTP 502: Bad gateway"
     assert sc.describe_http_error(500, b"") == "HTTP 500: (empty body)"
 

@@ -47,10 +47,11 @@ HELP = (
 ALIAS = "caovan-sm75-benchmark"
 EPILOG = (
     "Exit status: 0 every request answered; 1 some requests failed (the record is still written) or the server "
-    "does not serve --model; 2 a usage error (a bad option or --output, several models served and no --model, a "
-    "missing or refused API key), the server was not ready within --wait-s, --compare cannot be used (an "
-    "unreadable or malformed record, settings that differ), or the record could not be written after the run (the "
-    "table is printed first); 130 interrupted (no record written). A comparison never changes the exit status."
+    "does not serve --model; 2 a usage error (a bad option or --output, an --api-base that is not the server's root, "
+    "several models served and no --model, a missing or refused API key), the server was not ready within "
+    "--wait-s, --compare cannot be used (an unreadable or malformed record, settings that differ), or the record "
+    "could not be written after the run (the table is printed first); 130 interrupted (no record written). A "
+    "comparison never changes the exit status."
 )
 
 DEFAULT_LOAD = "decode-heavy"
