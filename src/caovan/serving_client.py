@@ -618,6 +618,20 @@ class ServingClient:
             raise RequestFailed(f"POST {url}: {exc}") from None
 
 
+def wait_for_model(
+    client: ServingClient, settings: ServerSettings, requested: str | None, command: str
+) -> tuple[Ready, str]:
+    """Say what ``caovan COMMAND`` waits for, wait for the server (:meth:`ServingClient.wait_ready`) and pick the
+    model (:func:`resolve_model`): what both commands do first."""
+    # flushed: the wait can last minutes, and a piped stdout would hold the line back until then
+    print(
+        f"[Caovan] {command}: waiting up to {settings.wait_s:g} s for {settings.shown_api_base} ({READY_PROBES})",
+        flush=True,
+    )
+    ready = client.wait_ready(settings.wait_s)
+    return ready, resolve_model(ready.models, requested, settings.shown_api_base)
+
+
 def _max_model_len(cards: list[dict[str, Any]]) -> dict[str, int | None]:
     return {card["id"]: _int_or_none(card.get("max_model_len")) for card in cards}
 

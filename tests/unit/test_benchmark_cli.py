@@ -172,6 +172,7 @@ def test_a_run_writes_the_record(fake_openai, tmp_path, capsys):
     assert all(b["ignore_eos"] is True and b["temperature"] == 0 and b["model"] == "fake-model" for b in bodies)
     assert [b["max_tokens"] for b in bodies] == [5] * 7 + [1] * 7
 
+    assert out.splitlines()[0] == f"[Caovan] benchmark: waiting up to 60 s for {fake_openai.url} ({sc.READY_PROBES})"
     assert "decode-heavy   median" in out and "[Caovan] benchmark: record written to" in out
     assert "decode-heavy: output tok/s median " in out and "over 2 repeat(s)" in out
 

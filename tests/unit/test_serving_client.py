@@ -208,6 +208,20 @@ def test_a_wrong_api_base_path_fails_at_once_and_says_what_it_should_be(fake_ope
     assert [path for _, path, _ in fake_openai.requests] == ["/v1/completions/health", "/v1/completions/v1/models"]
 
 
+def test_wait_for_model_says_what_it_waits_for_then_waits_and_picks_the_model(fake_openai, capsys):
+    fake_openai.models = ["a", "b"]
+    settings = sc.ServerSettings(fake_openai.url, None, 2.5, 5.0)
+    with sc.ServingClient(settings) as client:
+        ready, model = sc.wait_for_model(client, settings, "b", "benchmark")
+        assert (ready.models, model) == (["a", "b"], "b")
+        assert capsys.readouterr().out == (
+            f"[Caovan] benchmark: waiting up to 2.5 s for {fake_openai.url} (GET /health then GET /v1/models)\n"
+        )
+        with pytest.raises(sc.UsageError, match="serves 2 models"):
+            sc.wait_for_model(client, settings, None, "warmup")
+    assert capsys.readouterr().out.startswith("[Caovan] warmup: waiting up to 2.5 s for ")
+
+
 def test_a_server_without_health_is_judged_by_its_model_list(fake_openai):
     fake_openai.health_status = 404
     with _client(fake_openai.url) as client:

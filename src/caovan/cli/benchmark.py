@@ -230,9 +230,7 @@ def _benchmark(args: argparse.Namespace) -> int:
 
     started_utc = datetime.datetime.now(datetime.timezone.utc)
     with sc.ServingClient(server, max_connections=args.concurrency) as client:
-        print(f"[Caovan] benchmark: waiting up to {server.wait_s:g} s for {server.shown_api_base} ({sc.READY_PROBES})")
-        ready = client.wait_ready(server.wait_s)
-        model = sc.resolve_model(ready.models, args.model, server.shown_api_base)
+        ready, model = sc.wait_for_model(client, server, args.model, NAME)
         settings["model"] = model
         if baseline is not None:
             _refuse(sb.settings_differences(baseline["settings"], settings), args.compare[0])

@@ -107,9 +107,7 @@ def _warmup(args: argparse.Namespace) -> int:
     max_tokens = sc.whole_number(args.max_tokens, "--max-tokens")
     sc.require_at_least(max_tokens, 1, "--max-tokens")
     with sc.ServingClient(settings, max_connections=max(batches)) as client:
-        print(f"[Caovan] warmup: waiting up to {settings.wait_s:g} s for {settings.shown_api_base} ({sc.READY_PROBES})")
-        ready = client.wait_ready(settings.wait_s)
-        model = sc.resolve_model(ready.models, args.model, settings.shown_api_base)
+        ready, model = sc.wait_for_model(client, settings, args.model, NAME)
         print(f"[Caovan] warmup: server ready after {ready.seconds:.1f} s (model {model})", flush=True)
         started = time.perf_counter()
         requests = 0
