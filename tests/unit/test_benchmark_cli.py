@@ -210,6 +210,60 @@ def test_the_prompt_set_and_its_sha256_are_the_same_in_two_runs(fake_openai, tmp
     assert other["settings"]["prompt_set"]["sha256"] != first["settings"]["prompt_set"]["sha256"]
 
 
+def test_loads_run_in_one_order_whatever_order_they_are_given(fake_openai, tmp_path):
+    _, given = _bench(fake_openai, tmp_path, "a.json", extra=["--load", "mixed,decode-heavy,mixed"])
+    sent = [b["prompt"] for b in fake_openai.completion_bodies()]
+    _, ordered = _bench(fake_openai, tmp_path, "b.json", extra=["--load", "decode-heavy,mixed"])
+    assert (
+        given["settings"]["loads"] == ["decode-heavy", "mixed"] and list(given["results"]) == given["settings"]["loads"]
+    )
+    assert given["settings"] == ordered["settings"]  # the prompt set's sha256 too
+    assert [b["prompt"] for b in fake_openai.completion_bodies()] == sent * 2
+    assert sent[0].startswith("[decode-heavy warmup 1]") and sent[-1].startswith("[mixed repeat-2 3]")
+
+
+def test_loads_written_in_another_order_compare(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json", extra=["--load", "decode-heavy,mixed"])
+    capsys.readouterr()
+    rc, _ = _bench(
+        fake_openai,
+        tmp_path,
+        "new.json",
+        extra=["--load", "mixed,decode-heavy", "--compare", str(tmp_path / "base.json")],
+    )
+    assert rc == 0 and capsys.readouterr().err == ""
+
+
+def _as_an_older_caovan_wrote_it(path, loads: list[str]) -> dict:
+    """The record at ``path``, rewritten as a caovan that ran (and hashed) the loads in the order given wrote it."""
+    data = json.loads(path.read_text())
+    settings = data["settings"]
+    kwargs = {k: settings[k] for k in ("max_tokens", "requests", "repeats", "warmup_requests")}
+    settings["loads"] = loads
+    settings["prompt_set"]["sha256"] = sb.prompt_set_sha256(sb.plan(loads, **kwargs))
+    path.write_text(json.dumps(data))
+    return data
+
+
+def test_an_older_record_with_its_loads_in_another_order_compares(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json", extra=["--load", "decode-heavy,mixed"])
+    old = _as_an_older_caovan_wrote_it(tmp_path / "base.json", ["mixed", "decode-heavy"])
+    assert sb.run_order_sha256(old["settings"]) != old["settings"]["prompt_set"]["sha256"]
+    capsys.readouterr()
+    base = str(tmp_path / "base.json")
+    rc, record = _bench(fake_openai, tmp_path, "new.json", extra=["--load", "mixed,decode-heavy", "--compare", base])
+    assert rc == 0 and capsys.readouterr().err == ""
+    assert sb.run_order_sha256(old["settings"]) == record["settings"]["prompt_set"]["sha256"]
+    assert _run(["--compare", base, str(tmp_path / "new.json")]) == 0
+    assert _run(["--compare", str(tmp_path / "new.json"), base]) == 0
+    # prompts this caovan would not send (another prompt set) still differ, whatever the order
+    old["settings"]["prompt_set"]["sha256"] = "0" * 64
+    (tmp_path / "base.json").write_text(json.dumps(old))
+    capsys.readouterr()
+    assert _run(["--compare", base, str(tmp_path / "new.json")]) == 2
+    assert "prompt set sha256 000000000000… (prompt set version 1) vs " in capsys.readouterr().err
+
+
 def test_failed_requests_are_counted_the_record_written_and_exit_1(fake_openai, tmp_path, capsys):
     fake_openai.fail_requests = {1, 5}  # request 0 is the warmup; 1-3 repeat 1, 4-6 repeat 2
     fake_openai.stream_error_requests = {6}

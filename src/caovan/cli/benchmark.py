@@ -4,23 +4,23 @@ End-to-end speed of a running vLLM server through its OpenAI API, the way Turbo3
 run it once against the server without the plugin (``--label baseline --output base.json``), once with it, same
 flags, and compare (``--compare base.json``). Not ``caovan bench``, which times caovan's kernels alone on a GPU.
 
-For each ``--load`` (decode-heavy, prefill-heavy, mixed: see :mod:`caovan.serving_bench`), ``--warmup-requests``
-uncounted requests first, ``--concurrency`` in flight as in the repeats (first-request JIT is excluded, as Turbo3
-taught; caovan's kernels compile once per batch size, so by default there are as many warmup requests as
-``--concurrency``, sent together: the repeats' batch sizes are compiled before they are timed), then ``--repeats``
-repeats of ``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in flight. Each request
-is timed from the stream: time to the first token, end-to-end latency, tokens from the usage chunk. A table goes to
-stdout, then the full record (JSON, written atomically; no ``--api-key`` value, no ``user:password@``) to
-``--output``. Failed requests: the count and the first distinct errors on stderr. Answers shorter than asked (a
-server ignoring ``ignore_eos``): one warning.
+For each ``--load`` (decode-heavy, prefill-heavy, mixed, run in that order: see :mod:`caovan.serving_bench`),
+``--warmup-requests`` uncounted requests first, ``--concurrency`` in flight as in the repeats (first-request JIT is
+excluded, as Turbo3 taught; caovan's kernels compile once per batch size, so by default there are as many warmup
+requests as ``--concurrency``, sent together: the repeats' batch sizes are compiled before they are timed), then
+``--repeats`` repeats of ``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in
+flight. Each request is timed from the stream: time to the first token, end-to-end latency, tokens from the usage
+chunk. A table goes to stdout, then the full record (JSON, written atomically; no ``--api-key`` value, no
+``user:password@``) to ``--output``. Failed requests: the count and the first distinct errors on stderr. Answers
+shorter than asked (a server ignoring ``ignore_eos``): one warning.
 
 ``--compare BASELINE.json``: after the run, a side-by-side table (the medians over repeats, ratio this/baseline, the
 better run, named only when the two runs' min-max ranges over the repeats do not overlap). Settings that must match
-(model, loads, --max-tokens, --requests, --concurrency, --repeats, --warmup-requests and the prompt set) are checked
-before any request is sent, the model once the server names it; a difference is refused, as is a record of another
-schema or an --output that would overwrite the baseline; a different vLLM version on the server is only warned
-about. ``--compare BASELINE.json RECORD.json`` compares two records already written and contacts no server (the run
-options are then unused; --output is refused).
+(model, loads in any order, --max-tokens, --requests, --concurrency, --repeats, --warmup-requests and the prompt
+set) are checked before any request is sent, the model once the server names it; a difference is refused, as is a
+record of another schema or an --output that would overwrite the baseline; a different vLLM version on the server is
+only warned about. ``--compare BASELINE.json RECORD.json`` compares two records already written and contacts no
+server (the run options are then unused; --output is refused).
 
 Comparisons are information: the exit status says whether requests failed, never which run was faster.
 """
@@ -98,7 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--load",
         default=DEFAULT_LOAD,
         metavar="LOAD[,LOAD...]",
-        help=f"load levels to run, in order ({loads}) (default: {DEFAULT_LOAD})",
+        help=f"load levels to run, comma-separated; they always run in this order, whatever order they are given "
+        f"in ({loads}) (default: {DEFAULT_LOAD})",
     )
     parser.add_argument("--label", metavar="TEXT", help="a name for this run in the record, e.g. baseline or caovan")
     parser.add_argument(
@@ -118,14 +119,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _loads(text: str) -> list[str]:
-    loads: list[str] = []
-    for item in text.split(","):
-        item = item.strip()
+    """The loads ``--load`` names, in run order: runs of the same loads then compare however they were written."""
+    loads = [item.strip() for item in text.split(",")]
+    for item in loads:
         if item not in sb.LOADS:
             raise sc.UsageError(f"--load {text!r}: {item!r} is not one of {', '.join(sb.LOADS)}")
-        if item not in loads:
-            loads.append(item)
-    return loads
+    return sb.in_run_order(loads)
 
 
 def _read_record(target: str) -> dict[str, Any]:
