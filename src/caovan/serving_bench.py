@@ -177,6 +177,15 @@ def in_run_order(loads: Sequence[str]) -> list[str]:
     return [load for load in LOADS if load in loads]
 
 
+def longest_prompts(planned: dict[str, dict[str, list[Planned]]]) -> dict[str, Planned]:
+    """Per load, its request with the longest prompt in characters: a load's prompts are words of one list, so the
+    longest in characters is (about) the longest in tokens, found without a tokenizer."""
+    return {
+        load: max((p for requests in by_phase.values() for p in requests), key=lambda p: len(p.prompt))
+        for load, by_phase in planned.items()
+    }
+
+
 def prompt_set_sha256(planned: dict[str, dict[str, list[Planned]]]) -> str:
     """SHA-256 of every planned request (load, phase, number, output tokens, prompt), in the plan's order."""
     items = [

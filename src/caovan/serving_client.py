@@ -1,9 +1,9 @@
 """The HTTP client pieces ``caovan warmup`` and ``caovan benchmark`` share: both talk to a running vLLM server.
 
 One place for: the ``--api-base``/``--model``/``--api-key``/``--wait-s``/``--request-timeout-s`` options, base URL
-normalisation, the Bearer key, waiting for the server to become ready, picking the model, and one completion
-request (plain for warmup, streamed and timed for the benchmark). Requests go out from daemon threads
-(:func:`run_concurrently`), so Ctrl-C ends a command at once instead of waiting for requests in flight.
+normalisation, the Bearer key, waiting for the server to become ready, picking the model, counting a prompt's tokens,
+and one completion request (plain for warmup, streamed and timed for the benchmark). Requests go out from daemon
+threads (:func:`run_concurrently`), so Ctrl-C ends a command at once instead of waiting for requests in flight.
 
 What this relies on in vLLM 0.21.0 (``vllm/entrypoints/…``):
 
@@ -22,6 +22,11 @@ What this relies on in vLLM 0.21.0 (``vllm/entrypoints/…``):
   choice per chunk; chunks that carry no token yet are not sent (chunked prefill), so the first chunk with a choice
   marks the first token; with ``include_usage`` a last chunk whose ``choices`` is ``[]`` carries ``usage``; an
   error inside the stream comes as ``data: {"error": {...}}``; the stream ends with ``data: [DONE]``.
+- ``POST /tokenize`` (``serve/tokenize/api_router.py``, ``protocol.py``, ``serving.py``): ``{"model", "prompt"}``
+  gives ``{"count": N, "max_model_len": L, "tokens": [...]}``, special tokens added as ``/v1/completions`` adds them
+  (both default ``add_special_tokens`` true), so ``count`` is what the prompt costs a completion. Not behind
+  ``--api-key`` (not a ``/v1`` path). A completion fails (HTTP 400) when its prompt's tokens plus ``max_tokens``
+  exceed ``max_model_len`` (``renderers/params.py``).
 - Errors: ``ErrorResponse`` ``{"error": {"message", "type", "param", "code"}}`` (``openai/engine/protocol.py``);
   the older top-level ``{"object": "error", "message": ...}`` is read too, and FastAPI's ``{"detail": ...}`` (a route
   that does not exist).
@@ -561,6 +566,26 @@ class ServingClient:
         except (_NotYet, ValueError, AttributeError):
             return None
         return version if isinstance(version, str) else None
+
+    def count_tokens(self, model: str, prompt: str) -> int:
+        """How many tokens ``prompt`` is for ``model``, by vLLM's ``POST /tokenize``; :class:`RequestFailed` for
+        any failure, a server without that route (404) among them."""
+        import httpx
+
+        url = self.url("/tokenize")
+        try:
+            response = self._http.post(self._request_url("/tokenize"), json={"model": model, "prompt": prompt})
+        except httpx.HTTPError as exc:
+            raise RequestFailed(f"POST {url}: {describe_exception(exc, self.request_timeout_s)}") from None
+        if response.status_code != 200:
+            raise RequestFailed(f"POST {url}: {describe_http_error(response.status_code, response.content)}")
+        try:
+            count = _int_or_none(response.json().get("count"))
+        except (ValueError, AttributeError):
+            count = None
+        if count is None:
+            raise RequestFailed(f"POST {url}: no token count in the answer ({_short(response.text, 120)!r})")
+        return count
 
     # completions -----------------------------------------------------------------------------------------------
 

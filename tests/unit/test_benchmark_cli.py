@@ -368,6 +368,55 @@ def test_model_choice_and_a_server_never_ready(fake_openai, tmp_path, capsys):
     assert capsys.readouterr().err.rstrip().endswith(f"GET http://127.0.0.1:{port}/health: connection refused")
 
 
+def _longest_in_words(load: str, max_tokens: int = 5) -> int:
+    """The fake server's token count (words) of ``load``'s longest prompt in a run of SMALL."""
+    planned = sb.plan([load], max_tokens=max_tokens, requests=3, repeats=2, warmup_requests=1)
+    return len(sb.longest_prompts(planned)[load].prompt.split())
+
+
+def test_a_load_that_cannot_fit_max_model_len_is_refused_before_any_completion(fake_openai, tmp_path, capsys):
+    prefill = _longest_in_words("prefill-heavy")
+    fake_openai.max_model_len = prefill  # the prompt fits, its one token out does not
+    out = tmp_path / "r.json"
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--load", "mixed,prefill-heavy", "--output", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"caovan benchmark: error: --load prefill-heavy: its longest prompt is {prefill} tokens and asks for 1 token "
+        f"out, {prefill + 1} in all, more than the max_model_len {prefill} of fake-model on {fake_openai.url}: start "
+        "the server with a larger --max-model-len, or leave prefill-heavy out with --load\n"
+    )
+    assert fake_openai.completion_bodies() == [] and not out.exists()
+    assert [path for _, path, _ in fake_openai.requests][-2:] == ["/version", "/tokenize"]  # prefill-heavy first
+
+    mixed = _longest_in_words("mixed", max_tokens=100)
+    fake_openai.max_model_len = mixed + 99
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--max-tokens", "100", "--load", "mixed"]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"{mixed} tokens and asks for 100 tokens out, {mixed + 100} in all, more than the max_model_len {mixed + 99} "
+        "of fake-model on " + fake_openai.url + ": start the server with a larger --max-model-len, pass --max-tokens "
+        "99 or less, or leave mixed out with --load\n"
+    )
+    assert fake_openai.completion_bodies() == []
+    fake_openai.max_model_len = mixed + 100  # exactly full still fits, as vLLM has it
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--max-tokens", "100", "--load", "mixed"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("knob", "line"),
+    [
+        ({"tokenize": False}, "not checked against max_model_len 4096: POST {url}/tokenize: HTTP 404: Not Found"),
+        ({"max_model_len": None}, "not checked: /v1/models gives no max_model_len for fake-model"),
+    ],
+)
+def test_without_tokenize_or_max_model_len_the_check_is_skipped_in_one_line(fake_openai, capsys, knob, line):
+    for key, value in knob.items():
+        setattr(fake_openai, key, value)
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--load", "prefill-heavy"]) == 0
+    captured = capsys.readouterr()
+    skipped = [text for text in captured.out.splitlines() if "prompt lengths" in text]
+    assert skipped == [f"[Caovan] benchmark: prompt lengths {line.format(url=fake_openai.url)}"]
+    assert captured.err == "" and len(fake_openai.completion_bodies()) == 7
+
+
 def test_ctrl_c_is_130_and_writes_no_record(fake_openai, tmp_path, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

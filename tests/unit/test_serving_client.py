@@ -264,6 +264,16 @@ def test_vllm_version(fake_openai):
         assert client.vllm_version() is None
 
 
+def test_count_tokens_asks_vllms_tokenize_route(fake_openai):
+    with _client(fake_openai.url + "/v1") as client:
+        assert client.count_tokens("fake-model", "one two three") == 3
+        assert fake_openai.requests[-1] == ("POST", "/tokenize", {"model": "fake-model", "prompt": "one two three"})
+        fake_openai.tokenize = False  # a server without the route
+        with pytest.raises(sc.RequestFailed) as info:
+            client.count_tokens("fake-model", "p")
+    assert str(info.value) == f"POST {fake_openai.url}/tokenize: HTTP 404: Not Found"
+
+
 # --- completions ---------------------------------------------------------------------------------------------------
 
 

@@ -8,11 +8,13 @@ For each ``--load`` (decode-heavy, prefill-heavy, mixed, run in that order: see 
 ``--warmup-requests`` uncounted requests first, ``--concurrency`` in flight as in the repeats (first-request JIT is
 excluded, as Turbo3 taught; caovan's kernels compile once per batch size, so by default there are as many warmup
 requests as ``--concurrency``, sent together: the repeats' batch sizes are compiled before they are timed), then
-``--repeats`` repeats of ``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in
-flight. Each request is timed from the stream: time to the first token, end-to-end latency, tokens from the usage
-chunk. A table goes to stdout, then the full record (JSON, written atomically; no ``--api-key`` value, no
-``user:password@``) to ``--output``. Failed requests: the count and the first distinct errors on stderr. Answers
-shorter than asked (a server ignoring ``ignore_eos``): one warning.
+``--repeats`` repeats of ``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in flight.
+Before the first request, each load's longest prompt is counted by the server (``POST /tokenize``): a load whose
+prompt and output tokens exceed the model's max_model_len is refused, instead of every request of it failing
+(skipped, in one line, without ``/tokenize`` or a known max_model_len). Each request is timed from the stream: time
+to the first token, end-to-end latency, tokens from the usage chunk. A table goes to stdout, then the full record
+(JSON, written atomically; no ``--api-key`` value, no ``user:password@``) to ``--output``. Failed requests: the count
+and the first distinct errors on stderr. Answers shorter than asked (a server ignoring ``ignore_eos``): one warning.
 
 ``--compare BASELINE.json``: after the run, a side-by-side table (the medians over repeats, ratio this/baseline, the
 better run, named only when the two runs' min-max ranges over the repeats do not overlap). Settings that must match
@@ -46,12 +48,12 @@ HELP = (
 )
 ALIAS = "caovan-sm75-benchmark"
 EPILOG = (
-    "Exit status: 0 every request answered; 1 some requests failed (the record is still written) or the server "
-    "does not serve --model; 2 a usage error (a bad option or --output, an --api-base that is not the server's root, "
-    "several models served and no --model, a missing or refused API key), the server was not ready within "
-    "--wait-s, --compare cannot be used (an unreadable or malformed record, settings that differ), or the record "
-    "could not be written after the run (the table is printed first); 130 interrupted (no record written). A "
-    "comparison never changes the exit status."
+    "Exit status: 0 every request answered; 1 some requests failed (the record is still written) or the server does "
+    "not serve --model; 2 a usage error (a bad option or --output, an --api-base that is not the server's root, "
+    "several models served and no --model, a missing or refused API key, a load whose longest prompt and output do "
+    "not fit the server's max_model_len), the server was not ready within --wait-s, --compare cannot be used (an "
+    "unreadable or malformed record, settings that differ), or the record could not be written after the run (the "
+    "table is printed first); 130 interrupted (no record written). A comparison never changes the exit status."
 )
 
 DEFAULT_LOAD = "decode-heavy"
@@ -235,6 +237,7 @@ def _benchmark(args: argparse.Namespace) -> int:
             _refuse(sb.settings_differences(baseline["settings"], settings), args.compare[0])
         version = client.vllm_version()
         print(f"[Caovan] benchmark: server ready (model {model}, vLLM {version or 'version unknown'})", flush=True)
+        _check_prompts_fit(client, model, ready.max_model_len.get(model), planned, args.max_tokens)
         warned: list[str] = []  # the short-answers warning, said once per run
         results = {load: _run_load(client, model, load, planned[load], args.concurrency, warned) for load in loads}
 
@@ -268,6 +271,39 @@ def _benchmark(args: argparse.Namespace) -> int:
     if written is False:
         return 2
     return 1 if failed else 0
+
+
+def _check_prompts_fit(
+    client: sc.ServingClient, model: str, max_model_len: int | None, planned: dict, max_tokens: int
+) -> None:
+    """Refuse, before any completion, a load whose longest prompt plus its output tokens exceeds the model's
+    max_model_len: vLLM would answer each of its requests with an HTTP 400. Skipped, in one line, when the server
+    does not give max_model_len or cannot count tokens (no ``POST /tokenize``)."""
+    if max_model_len is None:
+        print(
+            f"[Caovan] benchmark: prompt lengths not checked: /v1/models gives no max_model_len for {model}", flush=True
+        )
+        return
+    for load, longest in sb.longest_prompts(planned).items():
+        try:
+            tokens = client.count_tokens(model, longest.prompt)
+        except sc.RequestFailed as exc:
+            print(
+                f"[Caovan] benchmark: prompt lengths not checked against max_model_len {max_model_len}: {exc}",
+                flush=True,
+            )
+            return
+        out = longest.max_tokens
+        if tokens + out <= max_model_len:
+            continue
+        advice = "start the server with a larger --max-model-len"
+        if out == max_tokens and tokens < max_model_len:  # a smaller --max-tokens would do too
+            advice += f", pass --max-tokens {max_model_len - tokens} or less"
+        raise sc.UsageError(
+            f"--load {load}: its longest prompt is {tokens} tokens and asks for {out} token{'s' if out > 1 else ''} "
+            f"out, {tokens + out} in all, more than the max_model_len {max_model_len} of {model} on {client.api_base}: "
+            f"{advice}, or leave {load} out with --load"
+        )
 
 
 def _write_record(target: str, record: dict[str, Any]) -> bool:
