@@ -362,12 +362,14 @@ def settings_differences(baseline: dict[str, Any], current: dict[str, Any], *, w
         for k in keys
         if not (_same_loads(baseline[k], current[k]) if k == "loads" else baseline[k] == current[k])
     ]
-    base_prompts, prompts = baseline["prompt_set"], current["prompt_set"]
+    if differences:
+        return differences
     base_sha, sha = run_order_sha256(baseline), run_order_sha256(current)
-    if not differences and base_sha != sha:
+    if base_sha != sha:
+        base_version, version = baseline["prompt_set"].get("version"), current["prompt_set"].get("version")
         differences.append(
-            f"prompt set sha256 {str(base_sha)[:12]}… (prompt set version {base_prompts.get('version')}) vs "
-            f"{str(sha)[:12]}… (version {prompts.get('version')})"
+            f"prompt set sha256 {str(base_sha)[:12]}… (prompt set version {base_version}) vs {str(sha)[:12]}… "
+            f"(version {version})"
         )
     return differences
 

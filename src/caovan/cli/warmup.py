@@ -33,11 +33,11 @@ HELP = (
 ALIAS = "caovan-sm75-warmup"
 EPILOG = (
     "Exit status: 0 every warmup request answered ([Caovan] warmup=READY); 1 the server answered but a request "
-    "failed, or it does not serve --model; 2 a usage error (a bad option, an --api-base that is not the server's "
-    "root, several models served and no --model, a missing or refused API key, a value that is not a number) or the "
-    "server was not ready within --wait-s; 130 "
-    "interrupted (Ctrl-C). Every exit but 0 ends with a [Caovan] warmup=FAIL line, except for a command line that "
-    "cannot be parsed at all (an unknown option, an option without its value): exit 2 with a usage message."
+    "failed, or it does not serve --model; 2 a usage error (a bad option, an --api-base that is not the server's root, "
+    "several models served and no --model, a missing or refused API key, a value that is not a number) or the server "
+    "was not ready within --wait-s; 130 interrupted (Ctrl-C). Every exit but 0 ends with a [Caovan] warmup=FAIL line, "
+    "except for a command line that cannot be parsed at all (an unknown option, an option without its value): exit 2 "
+    "with a usage message."
 )
 
 DEFAULT_BATCHES = "1,2,4,8"
