@@ -6,14 +6,15 @@
   repeat from an earlier one: prefill-heavy really prefills.
 - Loads (after the KV-cache tutorial Turbo3 users know): ``decode-heavy`` (a tiny prompt, ``--max-tokens`` out),
   ``prefill-heavy`` (~2000 words in, 1 token out), ``mixed`` (chat-like prompts of 50 to 800 words,
-  ``--max-tokens`` out).
+  ``--max-tokens`` out). They always run in that order (:data:`LOADS`), whatever order ``--load`` names them in,
+  so two runs of the same loads send the same requests in the same order.
 - Per load and repeat: counts, error rate, wall time, output tokens/s, latency mean/p50/p95, time to first token
   (TTFT) p50/p95, time per output token (TPOT: per request, (latency - TTFT) / (completion tokens - 1), as
   ``vllm bench serve`` computes it; not vLLM's ITL, the gaps between stream chunks) p50/p95; percentiles by
   linear interpolation between closest ranks (numpy's default). Over the repeats: the median of the repeats' values
   with their min and max, so a single peak never decides.
 - ``--compare`` refuses two records whose settings differ (Turbo3's rule: same model, flags, prompts and output
-  length) and only warns when the servers' vLLM versions differ.
+  length; the loads in any order) and only warns when the servers' vLLM versions differ.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ PROMPT_SET_VERSION = 1
 
 PREFILL_WORDS = 2000
 MIXED_WORDS = (50, 100, 200, 300, 500, 800)
+#: The loads, in the order a run sends them.
 LOADS = {
     "decode-heavy": "a tiny prompt, --max-tokens tokens out",
     "prefill-heavy": f"a long prompt (~{PREFILL_WORDS} words), 1 token out",
@@ -170,7 +172,22 @@ def plan(
     }
 
 
+def in_run_order(loads: Sequence[str]) -> list[str]:
+    """``loads`` in the order a run sends them (that of :data:`LOADS`), each once."""
+    return [load for load in LOADS if load in loads]
+
+
+def longest_prompts(planned: dict[str, dict[str, list[Planned]]]) -> dict[str, Planned]:
+    """Per load, its request with the longest prompt in characters: a load's prompts are words of one list, so the
+    longest in characters is (about) the longest in tokens, found without a tokenizer."""
+    return {
+        load: max((p for requests in by_phase.values() for p in requests), key=lambda p: len(p.prompt))
+        for load, by_phase in planned.items()
+    }
+
+
 def prompt_set_sha256(planned: dict[str, dict[str, list[Planned]]]) -> str:
+    """SHA-256 of every planned request (load, phase, number, output tokens, prompt), in the plan's order."""
     items = [
         [p.load, p.phase, p.index, p.max_tokens, p.prompt]
         for by_phase in planned.values()
@@ -306,15 +323,53 @@ def _is_number_or_none(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
+def _same_loads(first: list[Any], second: list[Any]) -> bool:
+    # the order is not compared: runs go in LOADS' order, older records kept the order --load gave
+    return sorted(map(repr, first)) == sorted(map(repr, second))
+
+
+def run_order_sha256(settings: dict[str, Any]) -> Any:
+    """A record's prompt-set sha256 as a run of its loads in the order of :data:`LOADS` has it.
+
+    Older caovans sent (and hashed) the loads in the order ``--load`` gave. Such a record's plan is built again from
+    its settings: when it hashes to the record's sha256, the record sent this caovan's prompts, and the same plan in
+    run order gives the sha256 to compare. Otherwise the stored sha256, which then differs from a current run's.
+    """
+    stored = settings["prompt_set"].get("sha256")
+    loads = settings["loads"]
+    if not all(isinstance(load, str) and load in LOADS for load in loads) or loads == in_run_order(loads):
+        return stored
+    try:
+        planned = plan(
+            loads,
+            max_tokens=settings["max_tokens"],
+            requests=settings["requests"],
+            repeats=settings["repeats"],
+            warmup_requests=settings["warmup_requests"],
+        )
+    except (TypeError, ValueError):  # settings no run of this caovan writes
+        return stored
+    if prompt_set_sha256(planned) != stored:
+        return stored
+    return prompt_set_sha256({load: planned[load] for load in in_run_order(loads)})
+
+
 def settings_differences(baseline: dict[str, Any], current: dict[str, Any], *, with_model: bool = True) -> list[str]:
-    """What differs between two records' settings, one phrase each (``baseline`` first)."""
+    """What differs between two records' settings, one phrase each (``baseline`` first); the loads in any order."""
     keys = [k for k in COMPARED_SETTINGS if with_model or k != "model"]
-    differences = [f"{k} {baseline[k]!r} vs {current[k]!r}" for k in keys if baseline[k] != current[k]]
-    base_prompts, prompts = baseline["prompt_set"], current["prompt_set"]
-    if not differences and base_prompts.get("sha256") != prompts.get("sha256"):
+    differences = [
+        f"{k} {baseline[k]!r} vs {current[k]!r}"
+        for k in keys
+        if not (_same_loads(baseline[k], current[k]) if k == "loads" else baseline[k] == current[k])
+    ]
+    if differences:
+        return differences
+    base_sha, sha = run_order_sha256(baseline), run_order_sha256(current)
+    if base_sha != sha:
+        base_version, version = baseline["prompt_set"].get("version"), current["prompt_set"].get("version")
         differences.append(
-            f"prompt set sha256 {str(base_prompts.get('sha256'))[:12]}… (prompt set version "
-            f"{base_prompts.get('version')}) vs {str(prompts.get('sha256'))[:12]}… (version {prompts.get('version')})"
+            f"prompt set sha256 {str(base_sha)[:12]}… (prompt set version {base_version}) vs {str(sha)[:12]}… "
+            f"(version {version})"
         )
     return differences
 

@@ -1,9 +1,9 @@
 """The HTTP client pieces ``caovan warmup`` and ``caovan benchmark`` share: both talk to a running vLLM server.
 
 One place for: the ``--api-base``/``--model``/``--api-key``/``--wait-s``/``--request-timeout-s`` options, base URL
-normalisation, the Bearer key, waiting for the server to become ready, picking the model, and one completion
-request (plain for warmup, streamed and timed for the benchmark). Requests go out from daemon threads
-(:func:`run_concurrently`), so Ctrl-C ends a command at once instead of waiting for requests in flight.
+normalisation, the Bearer key, waiting for the server to become ready, picking the model, counting a prompt's tokens,
+and one completion request (plain for warmup, streamed and timed for the benchmark). Requests go out from daemon
+threads (:func:`run_concurrently`), so Ctrl-C ends a command at once instead of waiting for requests in flight.
 
 What this relies on in vLLM 0.21.0 (``vllm/entrypoints/…``):
 
@@ -11,7 +11,9 @@ What this relies on in vLLM 0.21.0 (``vllm/entrypoints/…``):
   is dead. Not behind ``--api-key``: ``AuthenticationMiddleware`` (``openai/server_utils.py``) checks only paths
   that start with ``/v1``. A server without ``/health`` (404) is judged by ``/v1/models`` alone.
 - ``GET /v1/models`` (``openai/models/api_router.py``): a ``ModelList`` (``openai/engine/protocol.py``),
-  ``{"object": "list", "data": [{"id": NAME, "max_model_len": N, ...}, ...]}``; behind ``--api-key`` (401).
+  ``{"object": "list", "data": [{"id": NAME, "max_model_len": N, ...}, ...]}``; behind ``--api-key`` (401). The
+  server answers HTTP only once the engine is up (``openai/api_server.py``: the socket is bound early but served by
+  ``build_and_serve`` after the engine started), so a 404 there means ``--api-base`` names something else.
 - ``GET /version`` (``serve/instrumentator/basic.py``): ``{"version": VLLM_VERSION}``; other OpenAI-compatible
   servers may lack it, which is tolerated (``None``).
 - ``POST /v1/completions`` (``openai/completion/protocol.py``, ``openai/completion/serving.py``): ``ignore_eos``
@@ -20,8 +22,14 @@ What this relies on in vLLM 0.21.0 (``vllm/entrypoints/…``):
   choice per chunk; chunks that carry no token yet are not sent (chunked prefill), so the first chunk with a choice
   marks the first token; with ``include_usage`` a last chunk whose ``choices`` is ``[]`` carries ``usage``; an
   error inside the stream comes as ``data: {"error": {...}}``; the stream ends with ``data: [DONE]``.
+- ``POST /tokenize`` (``serve/tokenize/api_router.py``, ``protocol.py``, ``serving.py``): ``{"model", "prompt"}``
+  gives ``{"count": N, "max_model_len": L, "tokens": [...]}``, special tokens added as ``/v1/completions`` adds them
+  (both default ``add_special_tokens`` true), so ``count`` is what the prompt costs a completion. Not behind
+  ``--api-key`` (not a ``/v1`` path). A completion fails (HTTP 400) when its prompt's tokens plus ``max_tokens``
+  exceed ``max_model_len`` (``renderers/params.py``).
 - Errors: ``ErrorResponse`` ``{"error": {"message", "type", "param", "code"}}`` (``openai/engine/protocol.py``);
-  the older top-level ``{"object": "error", "message": ...}`` is read too.
+  the older top-level ``{"object": "error", "message": ...}`` is read too, and FastAPI's ``{"detail": ...}`` (a route
+  that does not exist).
 """
 
 from __future__ import annotations
@@ -341,8 +349,8 @@ def describe_http_error(status: int, body: bytes | str) -> str:
 
 
 def error_message(body: bytes | str) -> str:
-    """The message of an error body (vLLM's ``{"error": {"message": …}}`` or the older top-level ``message``),
-    else the body itself, shortened to one line."""
+    """The message of an error body (vLLM's ``{"error": {"message": …}}``, the older top-level ``message``, or
+    FastAPI's ``{"detail": …}``), else the body itself, shortened to one line."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     message = None
     try:
@@ -357,6 +365,8 @@ def error_message(body: bytes | str) -> str:
             message = error
         elif isinstance(data.get("message"), str):
             message = data["message"]
+        elif isinstance(data.get("detail"), str):  # FastAPI's own answers, e.g. a route that does not exist
+            message = data["detail"]
     if message is None:
         message = text.strip() or "(empty body)"
     return _short(message)
@@ -481,7 +491,9 @@ class ServingClient:
         """Poll ``GET /health`` then ``GET /v1/models`` until both answer, for at most ``wait_s`` seconds.
 
         :class:`NotReady` naming what was tried and the last error; :class:`UsageError` at once for a 401/403 (a
-        missing or wrong API key does not get better by waiting).
+        missing or wrong API key does not get better by waiting) and for a 404 from ``/v1/models`` (a wrong
+        ``--api-base``: vLLM answers HTTP only once its engine is up, so that route is never missing while it
+        starts).
         """
         start = clock()
         deadline = start + wait_s
@@ -528,6 +540,13 @@ class ServingClient:
             raise UsageError(
                 f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}: {hint}"
             )
+        if models.status_code == 404:
+            # vLLM answers HTTP only once its engine is up: a 404 here is a wrong URL, not a slow start
+            root = "{0.scheme}://{0.netloc}".format(urlsplit(self.api_base))
+            raise UsageError(
+                f"GET {self.url('/v1/models')}: {describe_http_error(404, models.content)}: no vLLM OpenAI API there; "
+                f"--api-base should be the server's root (e.g. {root}, or {root}/v1), not a route"
+            )
         if models.status_code != 200:
             raise _NotYet(f"GET {self.url('/v1/models')}: {describe_http_error(models.status_code, models.content)}")
         try:
@@ -547,6 +566,26 @@ class ServingClient:
         except (_NotYet, ValueError, AttributeError):
             return None
         return version if isinstance(version, str) else None
+
+    def count_tokens(self, model: str, prompt: str) -> int:
+        """How many tokens ``prompt`` is for ``model``, by vLLM's ``POST /tokenize``; :class:`RequestFailed` for
+        any failure, a server without that route (404) among them."""
+        import httpx
+
+        url = self.url("/tokenize")
+        try:
+            response = self._http.post(self._request_url("/tokenize"), json={"model": model, "prompt": prompt})
+        except httpx.HTTPError as exc:
+            raise RequestFailed(f"POST {url}: {describe_exception(exc, self.request_timeout_s)}") from None
+        if response.status_code != 200:
+            raise RequestFailed(f"POST {url}: {describe_http_error(response.status_code, response.content)}")
+        try:
+            count = _int_or_none(response.json().get("count"))
+        except (ValueError, AttributeError):
+            count = None
+        if count is None:
+            raise RequestFailed(f"POST {url}: no token count in the answer ({_short(response.text, 120)!r})")
+        return count
 
     # completions -----------------------------------------------------------------------------------------------
 
@@ -602,6 +641,20 @@ class ServingClient:
             if str(exc).startswith("POST "):
                 raise
             raise RequestFailed(f"POST {url}: {exc}") from None
+
+
+def wait_for_model(
+    client: ServingClient, settings: ServerSettings, requested: str | None, command: str
+) -> tuple[Ready, str]:
+    """Say what ``caovan COMMAND`` waits for, wait for the server (:meth:`ServingClient.wait_ready`) and pick the
+    model (:func:`resolve_model`): what both commands do first."""
+    # flushed: the wait can last minutes, and a piped stdout would hold the line back until then
+    print(
+        f"[Caovan] {command}: waiting up to {settings.wait_s:g} s for {settings.shown_api_base} ({READY_PROBES})",
+        flush=True,
+    )
+    ready = client.wait_ready(settings.wait_s)
+    return ready, resolve_model(ready.models, requested, settings.shown_api_base)
 
 
 def _max_model_len(cards: list[dict[str, Any]]) -> dict[str, int | None]:

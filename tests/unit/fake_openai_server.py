@@ -1,9 +1,11 @@
 """A fake vLLM OpenAI-compatible server in a thread, for unit tests of caovan's HTTP clients (warmup, benchmark).
 
 It answers the routes caovan's client uses the way vLLM 0.21.0 does (see caovan.serving_client's docstring):
-/health (empty 200), /v1/models (ModelList), /version ({"version": ...}), /v1/completions (plain, or streamed as
+/health (empty 200), /v1/models (ModelList), /version ({"version": ...}), /tokenize (``{"count", "max_model_len",
+"tokens"}``; a token is a word here, as in the completions' usage), /v1/completions (plain, or streamed as
 ``data: {chunk}`` + blank line, a last usage chunk with ``"choices": []``, then ``data: [DONE]``), errors as
-``{"error": {"message", "type", "param", "code"}}``. Knobs make it fail.
+``{"error": {"message", "type", "param", "code"}}``, routes it lacks as FastAPI's 404 ``{"detail": "Not Found"}``.
+Knobs make it fail.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class FakeOpenAI:
     def __init__(self) -> None:
         self.models: list[str] = ["fake-model"]
-        self.max_model_len = 4096
+        self.max_model_len: int | None = 4096  # None: the model cards carry no max_model_len
+        self.tokenize = True  # False: no /tokenize route (404)
         self.version: str | None = "0.21.0"  # None: no /version route (404)
         self.health_not_ready = 0  # /health answers 503 this many times first
         self.models_not_ready = 0  # /v1/models answers 503 this many times first
@@ -111,10 +114,10 @@ class FakeOpenAI:
                     if not_ready:
                         self._error(503, "starting")
                         return
-                    cards = [
-                        {"id": m, "object": "model", "owned_by": "vllm", "max_model_len": fake.max_model_len}
-                        for m in fake.models
-                    ]
+                    cards = [{"id": m, "object": "model", "owned_by": "vllm"} for m in fake.models]
+                    if fake.max_model_len is not None:
+                        for card in cards:
+                            card["max_model_len"] = fake.max_model_len
                     self._json(200, {"object": "list", "data": cards})
                 elif self.path == "/version" and fake.version is not None:
                     self._json(200, {"version": fake.version})
@@ -131,6 +134,9 @@ class FakeOpenAI:
                 self._record(body)
                 if not self._authorised():
                     return
+                if self.path == "/tokenize" and fake.tokenize and isinstance(body, dict):
+                    self._tokenize(body)
+                    return
                 if self.path != "/v1/completions" or not isinstance(body, dict):
                     self._json(404, {"detail": "Not Found"})
                     return
@@ -144,6 +150,13 @@ class FakeOpenAI:
                 finally:
                     with fake._lock:
                         fake._in_flight -= 1
+
+            def _tokenize(self, body: dict) -> None:
+                if body.get("model") not in fake.models:
+                    self._error(404, f"The model `{body.get('model')}` does not exist.")
+                    return
+                count = len(str(body["prompt"]).split())
+                self._json(200, {"count": count, "max_model_len": fake.max_model_len, "tokens": list(range(count))})
 
             def _complete(self, body: dict, number: int) -> None:
                 if body.get("model") not in fake.models:

@@ -172,6 +172,7 @@ def test_a_run_writes_the_record(fake_openai, tmp_path, capsys):
     assert all(b["ignore_eos"] is True and b["temperature"] == 0 and b["model"] == "fake-model" for b in bodies)
     assert [b["max_tokens"] for b in bodies] == [5] * 7 + [1] * 7
 
+    assert out.splitlines()[0] == f"[Caovan] benchmark: waiting up to 60 s for {fake_openai.url} ({sc.READY_PROBES})"
     assert "decode-heavy   median" in out and "[Caovan] benchmark: record written to" in out
     assert "decode-heavy: output tok/s median " in out and "over 2 repeat(s)" in out
 
@@ -207,6 +208,60 @@ def test_the_prompt_set_and_its_sha256_are_the_same_in_two_runs(fake_openai, tmp
     assert first["settings"] == second["settings"]
     _, other = _bench(fake_openai, tmp_path, "c.json", extra=["--load", "mixed", "--requests", "4"])
     assert other["settings"]["prompt_set"]["sha256"] != first["settings"]["prompt_set"]["sha256"]
+
+
+def test_loads_run_in_one_order_whatever_order_they_are_given(fake_openai, tmp_path):
+    _, given = _bench(fake_openai, tmp_path, "a.json", extra=["--load", "mixed,decode-heavy,mixed"])
+    sent = [b["prompt"] for b in fake_openai.completion_bodies()]
+    _, ordered = _bench(fake_openai, tmp_path, "b.json", extra=["--load", "decode-heavy,mixed"])
+    assert (
+        given["settings"]["loads"] == ["decode-heavy", "mixed"] and list(given["results"]) == given["settings"]["loads"]
+    )
+    assert given["settings"] == ordered["settings"]  # the prompt set's sha256 too
+    assert [b["prompt"] for b in fake_openai.completion_bodies()] == sent * 2
+    assert sent[0].startswith("[decode-heavy warmup 1]") and sent[-1].startswith("[mixed repeat-2 3]")
+
+
+def test_loads_written_in_another_order_compare(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json", extra=["--load", "decode-heavy,mixed"])
+    capsys.readouterr()
+    rc, _ = _bench(
+        fake_openai,
+        tmp_path,
+        "new.json",
+        extra=["--load", "mixed,decode-heavy", "--compare", str(tmp_path / "base.json")],
+    )
+    assert rc == 0 and capsys.readouterr().err == ""
+
+
+def _as_an_older_caovan_wrote_it(path, loads: list[str]) -> dict:
+    """The record at ``path``, rewritten as a caovan that ran (and hashed) the loads in the order given wrote it."""
+    data = json.loads(path.read_text())
+    settings = data["settings"]
+    kwargs = {k: settings[k] for k in ("max_tokens", "requests", "repeats", "warmup_requests")}
+    settings["loads"] = loads
+    settings["prompt_set"]["sha256"] = sb.prompt_set_sha256(sb.plan(loads, **kwargs))
+    path.write_text(json.dumps(data))
+    return data
+
+
+def test_an_older_record_with_its_loads_in_another_order_compares(fake_openai, tmp_path, capsys):
+    _bench(fake_openai, tmp_path, "base.json", extra=["--load", "decode-heavy,mixed"])
+    old = _as_an_older_caovan_wrote_it(tmp_path / "base.json", ["mixed", "decode-heavy"])
+    assert sb.run_order_sha256(old["settings"]) != old["settings"]["prompt_set"]["sha256"]
+    capsys.readouterr()
+    base = str(tmp_path / "base.json")
+    rc, record = _bench(fake_openai, tmp_path, "new.json", extra=["--load", "mixed,decode-heavy", "--compare", base])
+    assert rc == 0 and capsys.readouterr().err == ""
+    assert sb.run_order_sha256(old["settings"]) == record["settings"]["prompt_set"]["sha256"]
+    assert _run(["--compare", base, str(tmp_path / "new.json")]) == 0
+    assert _run(["--compare", str(tmp_path / "new.json"), base]) == 0
+    # prompts this caovan would not send (another prompt set) still differ, whatever the order
+    old["settings"]["prompt_set"]["sha256"] = "0" * 64
+    (tmp_path / "base.json").write_text(json.dumps(old))
+    capsys.readouterr()
+    assert _run(["--compare", base, str(tmp_path / "new.json")]) == 2
+    assert "prompt set sha256 000000000000… (prompt set version 1) vs " in capsys.readouterr().err
 
 
 def test_failed_requests_are_counted_the_record_written_and_exit_1(fake_openai, tmp_path, capsys):
@@ -311,6 +366,55 @@ def test_model_choice_and_a_server_never_ready(fake_openai, tmp_path, capsys):
         port = s.getsockname()[1]
     assert _run(["--api-base", f"http://127.0.0.1:{port}", "--wait-s", "0.05"]) == 2
     assert capsys.readouterr().err.rstrip().endswith(f"GET http://127.0.0.1:{port}/health: connection refused")
+
+
+def _longest_in_words(load: str, max_tokens: int = 5) -> int:
+    """The fake server's token count (words) of ``load``'s longest prompt in a run of SMALL."""
+    planned = sb.plan([load], max_tokens=max_tokens, requests=3, repeats=2, warmup_requests=1)
+    return len(sb.longest_prompts(planned)[load].prompt.split())
+
+
+def test_a_load_that_cannot_fit_max_model_len_is_refused_before_any_completion(fake_openai, tmp_path, capsys):
+    prefill = _longest_in_words("prefill-heavy")
+    fake_openai.max_model_len = prefill  # the prompt fits, its one token out does not
+    out = tmp_path / "r.json"
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--load", "mixed,prefill-heavy", "--output", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"caovan benchmark: error: --load prefill-heavy: its longest prompt is {prefill} tokens and asks for 1 token "
+        f"out, {prefill + 1} in all, more than the max_model_len {prefill} of fake-model on {fake_openai.url}: start "
+        "the server with a larger --max-model-len, or leave prefill-heavy out with --load\n"
+    )
+    assert fake_openai.completion_bodies() == [] and not out.exists()
+    assert [path for _, path, _ in fake_openai.requests][-2:] == ["/version", "/tokenize"]  # prefill-heavy first
+
+    mixed = _longest_in_words("mixed", max_tokens=100)
+    fake_openai.max_model_len = mixed + 99
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--max-tokens", "100", "--load", "mixed"]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"{mixed} tokens and asks for 100 tokens out, {mixed + 100} in all, more than the max_model_len {mixed + 99} "
+        "of fake-model on " + fake_openai.url + ": start the server with a larger --max-model-len, pass --max-tokens "
+        "99 or less, or leave mixed out with --load\n"
+    )
+    assert fake_openai.completion_bodies() == []
+    fake_openai.max_model_len = mixed + 100  # exactly full still fits, as vLLM has it
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--max-tokens", "100", "--load", "mixed"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("knob", "line"),
+    [
+        ({"tokenize": False}, "not checked against max_model_len 4096: POST {url}/tokenize: HTTP 404: Not Found"),
+        ({"max_model_len": None}, "not checked: /v1/models gives no max_model_len for fake-model"),
+    ],
+)
+def test_without_tokenize_or_max_model_len_the_check_is_skipped_in_one_line(fake_openai, capsys, knob, line):
+    for key, value in knob.items():
+        setattr(fake_openai, key, value)
+    assert _run(["--api-base", fake_openai.url, *SMALL, "--load", "prefill-heavy"]) == 0
+    captured = capsys.readouterr()
+    skipped = [text for text in captured.out.splitlines() if "prompt lengths" in text]
+    assert skipped == [f"[Caovan] benchmark: prompt lengths {line.format(url=fake_openai.url)}"]
+    assert captured.err == "" and len(fake_openai.completion_bodies()) == 7
 
 
 def test_ctrl_c_is_130_and_writes_no_record(fake_openai, tmp_path, capsys, monkeypatch):

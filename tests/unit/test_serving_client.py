@@ -196,6 +196,32 @@ def test_wait_ready_zero_tries_once():
     assert clock.sleeps == []
 
 
+def test_a_wrong_api_base_path_fails_at_once_and_says_what_it_should_be(fake_openai):
+    clock = FakeClock()
+    with _client(fake_openai.url + "/v1/completions") as client, pytest.raises(sc.UsageError) as info:
+        client.wait_ready(600.0, clock=clock, sleep=clock.sleep)
+    assert str(info.value) == (
+        f"GET {fake_openai.url}/v1/completions/v1/models: HTTP 404: Not Found: no vLLM OpenAI API there; --api-base "
+        f"should be the server's root (e.g. {fake_openai.url}, or {fake_openai.url}/v1), not a route"
+    )
+    assert clock.sleeps == []  # a route that is not there will not appear by waiting
+    assert [path for _, path, _ in fake_openai.requests] == ["/v1/completions/health", "/v1/completions/v1/models"]
+
+
+def test_wait_for_model_says_what_it_waits_for_then_waits_and_picks_the_model(fake_openai, capsys):
+    fake_openai.models = ["a", "b"]
+    settings = sc.ServerSettings(fake_openai.url, None, 2.5, 5.0)
+    with sc.ServingClient(settings) as client:
+        ready, model = sc.wait_for_model(client, settings, "b", "benchmark")
+        assert (ready.models, model) == (["a", "b"], "b")
+        assert capsys.readouterr().out == (
+            f"[Caovan] benchmark: waiting up to 2.5 s for {fake_openai.url} (GET /health then GET /v1/models)\n"
+        )
+        with pytest.raises(sc.UsageError, match="serves 2 models"):
+            sc.wait_for_model(client, settings, None, "warmup")
+    assert capsys.readouterr().out.startswith("[Caovan] warmup: waiting up to 2.5 s for ")
+
+
 def test_a_server_without_health_is_judged_by_its_model_list(fake_openai):
     fake_openai.health_status = 404
     with _client(fake_openai.url) as client:
@@ -236,6 +262,16 @@ def test_vllm_version(fake_openai):
         assert client.vllm_version() == "0.21.0"
         fake_openai.version = None
         assert client.vllm_version() is None
+
+
+def test_count_tokens_asks_vllms_tokenize_route(fake_openai):
+    with _client(fake_openai.url + "/v1") as client:
+        assert client.count_tokens("fake-model", "one two three") == 3
+        assert fake_openai.requests[-1] == ("POST", "/tokenize", {"model": "fake-model", "prompt": "one two three"})
+        fake_openai.tokenize = False  # a server without the route
+        with pytest.raises(sc.RequestFailed) as info:
+            client.count_tokens("fake-model", "p")
+    assert str(info.value) == f"POST {fake_openai.url}/tokenize: HTTP 404: Not Found"
 
 
 # --- completions ---------------------------------------------------------------------------------------------------
@@ -365,9 +401,10 @@ def test_sse_skips_comments_blank_lines_and_other_fields():
     assert list(sc.iter_sse_data(lines)) == ["{}"]
 
 
-def test_describe_http_error_reads_vllms_and_older_error_bodies():
+def test_describe_http_error_reads_vllms_older_and_fastapis_error_bodies():
     assert sc.describe_http_error(400, b'{"error": {"message": "too long", "code": 400}}') == "HTTP 400: too long"
     assert sc.describe_http_error(400, b'{"object": "error", "message": "old style"}') == "HTTP 400: old style"
+    assert sc.describe_http_error(404, b'{"detail": "Not Found"}') == "HTTP 404: Not Found"  # FastAPI's own
     assert sc.describe_http_error(502, b"Bad\n gateway") == "HTTP 502: Bad gateway"
     assert sc.describe_http_error(500, b"") == "HTTP 500: (empty body)"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import time
 
 import pytest
 
@@ -106,6 +107,17 @@ def test_a_server_that_never_comes_up_is_exit_2_naming_the_last_error(capsys):
     assert out[0] == f"[Caovan] warmup: waiting up to 0.05 s for http://127.0.0.1:{port} ({sc.READY_PROBES})"
     assert out[-1].startswith(f"[Caovan] warmup=FAIL reason=server at http://127.0.0.1:{port} not ready after ")
     assert err[0].endswith(f"last error: GET http://127.0.0.1:{port}/health: connection refused")
+
+
+def test_a_wrong_api_base_is_exit_2_at_once_not_after_wait_s(fake_openai, capsys):
+    url = fake_openai.url
+    started = time.monotonic()
+    assert _run(["--api-base", url + "/v1/completions"]) == 2  # --wait-s 600 by default
+    assert time.monotonic() - started < 30
+    out, err = _lines(capsys)
+    assert len(err) == 1 and err[0].startswith(f"caovan warmup: error: GET {url}/v1/completions/v1/models: HTTP 404")
+    assert err[0].endswith(f"--api-base should be the server's root (e.g. {url}, or {url}/v1), not a route")
+    assert out[-1].startswith("[Caovan] warmup=FAIL reason=GET ") and fake_openai.completion_bodies() == []
 
 
 @pytest.mark.parametrize(

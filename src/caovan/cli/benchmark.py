@@ -4,23 +4,25 @@ End-to-end speed of a running vLLM server through its OpenAI API, the way Turbo3
 run it once against the server without the plugin (``--label baseline --output base.json``), once with it, same
 flags, and compare (``--compare base.json``). Not ``caovan bench``, which times caovan's kernels alone on a GPU.
 
-For each ``--load`` (decode-heavy, prefill-heavy, mixed: see :mod:`caovan.serving_bench`), ``--warmup-requests``
-uncounted requests first, ``--concurrency`` in flight as in the repeats (first-request JIT is excluded, as Turbo3
-taught; caovan's kernels compile once per batch size, so by default there are as many warmup requests as
-``--concurrency``, sent together: the repeats' batch sizes are compiled before they are timed), then ``--repeats``
-repeats of ``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in flight. Each request
-is timed from the stream: time to the first token, end-to-end latency, tokens from the usage chunk. A table goes to
-stdout, then the full record (JSON, written atomically; no ``--api-key`` value, no ``user:password@``) to
-``--output``. Failed requests: the count and the first distinct errors on stderr. Answers shorter than asked (a
-server ignoring ``ignore_eos``): one warning.
+For each ``--load`` (decode-heavy, prefill-heavy, mixed, run in that order: see :mod:`caovan.serving_bench`),
+``--warmup-requests`` uncounted requests first, ``--concurrency`` in flight as in the repeats (first-request JIT is
+excluded, as Turbo3 taught; caovan's kernels compile once per batch size, so by default there are as many warmup
+requests as ``--concurrency``, sent together: the repeats' batch sizes are compiled before they are timed), then
+``--repeats`` repeats of ``--requests`` streamed greedy completions with ``ignore_eos``, ``--concurrency`` in flight.
+Before the first request, each load's longest prompt is counted by the server (``POST /tokenize``): a load whose
+prompt and output tokens exceed the model's max_model_len is refused, instead of every request of it failing
+(skipped, in one line, without ``/tokenize`` or a known max_model_len). Each request is timed from the stream: time
+to the first token, end-to-end latency, tokens from the usage chunk. A table goes to stdout, then the full record
+(JSON, written atomically; no ``--api-key`` value, no ``user:password@``) to ``--output``. Failed requests: the count
+and the first distinct errors on stderr. Answers shorter than asked (a server ignoring ``ignore_eos``): one warning.
 
 ``--compare BASELINE.json``: after the run, a side-by-side table (the medians over repeats, ratio this/baseline, the
 better run, named only when the two runs' min-max ranges over the repeats do not overlap). Settings that must match
-(model, loads, --max-tokens, --requests, --concurrency, --repeats, --warmup-requests and the prompt set) are checked
-before any request is sent, the model once the server names it; a difference is refused, as is a record of another
-schema or an --output that would overwrite the baseline; a different vLLM version on the server is only warned
-about. ``--compare BASELINE.json RECORD.json`` compares two records already written and contacts no server (the run
-options are then unused; --output is refused).
+(model, loads in any order, --max-tokens, --requests, --concurrency, --repeats, --warmup-requests and the prompt
+set) are checked before any request is sent, the model once the server names it; a difference is refused, as is a
+record of another schema or an --output that would overwrite the baseline; a different vLLM version on the server is
+only warned about. ``--compare BASELINE.json RECORD.json`` compares two records already written and contacts no
+server (the run options are then unused; --output is refused).
 
 Comparisons are information: the exit status says whether requests failed, never which run was faster.
 """
@@ -46,9 +48,10 @@ HELP = (
 )
 ALIAS = "caovan-sm75-benchmark"
 EPILOG = (
-    "Exit status: 0 every request answered; 1 some requests failed (the record is still written) or the server "
-    "does not serve --model; 2 a usage error (a bad option or --output, several models served and no --model, a "
-    "missing or refused API key), the server was not ready within --wait-s, --compare cannot be used (an "
+    "Exit status: 0 every request answered; 1 some requests failed (the record is still written) or the server does "
+    "not serve --model; 2 a usage error (a bad option or --output, an --api-base that is not the server's root, "
+    "several models served and no --model, a missing or refused API key, a load whose longest prompt and output do "
+    "not fit the server's max_model_len), the server was not ready within --wait-s, --compare cannot be used (an "
     "unreadable or malformed record, settings that differ), or the record could not be written after the run (the "
     "table is printed first); 130 interrupted (no record written). A comparison never changes the exit status."
 )
@@ -97,7 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--load",
         default=DEFAULT_LOAD,
         metavar="LOAD[,LOAD...]",
-        help=f"load levels to run, in order ({loads}) (default: {DEFAULT_LOAD})",
+        help=f"load levels to run, comma-separated; they always run in this order, whatever order they are given "
+        f"in ({loads}) (default: {DEFAULT_LOAD})",
     )
     parser.add_argument("--label", metavar="TEXT", help="a name for this run in the record, e.g. baseline or caovan")
     parser.add_argument(
@@ -117,14 +121,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _loads(text: str) -> list[str]:
-    loads: list[str] = []
-    for item in text.split(","):
-        item = item.strip()
+    """The loads ``--load`` names, in run order: runs of the same loads then compare however they were written."""
+    loads = [item.strip() for item in text.split(",")]
+    for item in loads:
         if item not in sb.LOADS:
             raise sc.UsageError(f"--load {text!r}: {item!r} is not one of {', '.join(sb.LOADS)}")
-        if item not in loads:
-            loads.append(item)
-    return loads
+    return sb.in_run_order(loads)
 
 
 def _read_record(target: str) -> dict[str, Any]:
@@ -229,14 +231,13 @@ def _benchmark(args: argparse.Namespace) -> int:
 
     started_utc = datetime.datetime.now(datetime.timezone.utc)
     with sc.ServingClient(server, max_connections=args.concurrency) as client:
-        print(f"[Caovan] benchmark: waiting up to {server.wait_s:g} s for {server.shown_api_base} ({sc.READY_PROBES})")
-        ready = client.wait_ready(server.wait_s)
-        model = sc.resolve_model(ready.models, args.model, server.shown_api_base)
+        ready, model = sc.wait_for_model(client, server, args.model, NAME)
         settings["model"] = model
         if baseline is not None:
             _refuse(sb.settings_differences(baseline["settings"], settings), args.compare[0])
         version = client.vllm_version()
         print(f"[Caovan] benchmark: server ready (model {model}, vLLM {version or 'version unknown'})", flush=True)
+        _check_prompts_fit(client, model, ready.max_model_len.get(model), planned, args.max_tokens)
         warned: list[str] = []  # the short-answers warning, said once per run
         results = {load: _run_load(client, model, load, planned[load], args.concurrency, warned) for load in loads}
 
@@ -270,6 +271,39 @@ def _benchmark(args: argparse.Namespace) -> int:
     if written is False:
         return 2
     return 1 if failed else 0
+
+
+def _check_prompts_fit(
+    client: sc.ServingClient, model: str, max_model_len: int | None, planned: dict, max_tokens: int
+) -> None:
+    """Refuse, before any completion, a load whose longest prompt plus its output tokens exceeds the model's
+    max_model_len: vLLM would answer each of its requests with an HTTP 400. Skipped, in one line, when the server
+    does not give max_model_len or cannot count tokens (no ``POST /tokenize``)."""
+    if max_model_len is None:
+        print(
+            f"[Caovan] benchmark: prompt lengths not checked: /v1/models gives no max_model_len for {model}", flush=True
+        )
+        return
+    for load, longest in sb.longest_prompts(planned).items():
+        try:
+            tokens = client.count_tokens(model, longest.prompt)
+        except sc.RequestFailed as exc:
+            print(
+                f"[Caovan] benchmark: prompt lengths not checked against max_model_len {max_model_len}: {exc}",
+                flush=True,
+            )
+            return
+        out = longest.max_tokens
+        if tokens + out <= max_model_len:
+            continue
+        advice = "start the server with a larger --max-model-len"
+        if out == max_tokens and tokens < max_model_len:  # a smaller --max-tokens would do too
+            advice += f", pass --max-tokens {max_model_len - tokens} or less"
+        raise sc.UsageError(
+            f"--load {load}: its longest prompt is {tokens} tokens and asks for {out} token{'s' if out > 1 else ''} "
+            f"out, {tokens + out} in all, more than the max_model_len {max_model_len} of {model} on {client.api_base}: "
+            f"{advice}, or leave {load} out with --load"
+        )
 
 
 def _write_record(target: str, record: dict[str, Any]) -> bool:

@@ -33,10 +33,11 @@ HELP = (
 ALIAS = "caovan-sm75-warmup"
 EPILOG = (
     "Exit status: 0 every warmup request answered ([Caovan] warmup=READY); 1 the server answered but a request "
-    "failed, or it does not serve --model; 2 a usage error (a bad option, several models served and no --model, a "
-    "missing or refused API key, a value that is not a number) or the server was not ready within --wait-s; 130 "
-    "interrupted (Ctrl-C). Every exit but 0 ends with a [Caovan] warmup=FAIL line, except for a command line that "
-    "cannot be parsed at all (an unknown option, an option without its value): exit 2 with a usage message."
+    "failed, or it does not serve --model; 2 a usage error (a bad option, an --api-base that is not the server's root, "
+    "several models served and no --model, a missing or refused API key, a value that is not a number) or the server "
+    "was not ready within --wait-s; 130 interrupted (Ctrl-C). Every exit but 0 ends with a [Caovan] warmup=FAIL line, "
+    "except for a command line that cannot be parsed at all (an unknown option, an option without its value): exit 2 "
+    "with a usage message."
 )
 
 DEFAULT_BATCHES = "1,2,4,8"
@@ -106,9 +107,7 @@ def _warmup(args: argparse.Namespace) -> int:
     max_tokens = sc.whole_number(args.max_tokens, "--max-tokens")
     sc.require_at_least(max_tokens, 1, "--max-tokens")
     with sc.ServingClient(settings, max_connections=max(batches)) as client:
-        print(f"[Caovan] warmup: waiting up to {settings.wait_s:g} s for {settings.shown_api_base} ({sc.READY_PROBES})")
-        ready = client.wait_ready(settings.wait_s)
-        model = sc.resolve_model(ready.models, args.model, settings.shown_api_base)
+        ready, model = sc.wait_for_model(client, settings, args.model, NAME)
         print(f"[Caovan] warmup: server ready after {ready.seconds:.1f} s (model {model})", flush=True)
         started = time.perf_counter()
         requests = 0
