@@ -528,7 +528,9 @@ class ServingClient:
 
     def _probe(self, timeout: float) -> list[dict[str, Any]]:
         health = self._get("/health", timeout)
-        if health.status_code != 404 and health.status_code != 200:  # 404: no /health there, ask /v1/models
+        # 404: no /health there; 401/403: /health is not behind vLLM's --api-key, so --api-base points under /v1
+        # (a route): either way /v1/models judges, and its answer (404, 401) ends the wait at once.
+        if health.status_code not in (200, 401, 403, 404):
             raise _NotYet(f"GET {self.url('/health')}: {describe_http_error(health.status_code, health.content)}")
         models = self._get("/v1/models", timeout)
         if models.status_code in (401, 403):

@@ -208,6 +208,18 @@ def test_a_wrong_api_base_path_fails_at_once_and_says_what_it_should_be(fake_ope
     assert [path for _, path, _ in fake_openai.requests] == ["/v1/completions/health", "/v1/completions/v1/models"]
 
 
+@pytest.mark.parametrize("key", [None, "sekrit"])
+def test_a_wrong_route_on_a_server_with_an_api_key_is_not_polled(fake_openai, key):
+    # /health under /v1 is behind the key (401): the wait must still end at once, on /v1/models' answer.
+    fake_openai.api_key = "sekrit"
+    clock = FakeClock()
+    settings = sc.ServerSettings(fake_openai.url + "/v1/completions", key, 600.0, 5.0)
+    with sc.ServingClient(settings) as client, pytest.raises(sc.UsageError) as info:
+        client.wait_ready(600.0, clock=clock, sleep=clock.sleep)
+    assert clock.sleeps == []
+    assert ("no vLLM OpenAI API there" if key else "the server wants an API key") in str(info.value)
+
+
 def test_wait_for_model_says_what_it_waits_for_then_waits_and_picks_the_model(fake_openai, capsys):
     fake_openai.models = ["a", "b"]
     settings = sc.ServerSettings(fake_openai.url, None, 2.5, 5.0)
