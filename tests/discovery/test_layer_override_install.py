@@ -71,3 +71,20 @@ def test_install_wraps_the_model_loader_once_and_uninstall_restores_it(v020):
     assert BaseModelLoader.load_model is wrapped, "the loader must not be wrapped twice"
     adapter.uninstall()
     assert BaseModelLoader.load_model is original
+
+
+def test_install_wraps_the_loaders_that_override_load_model(v020):
+    # GGUF and tensorizer loading never reach BaseModelLoader.load_model: their own load_model carries the checks.
+    adapter, _, _ = v020
+    from vllm.model_executor.model_loader.gguf_loader import GGUFModelLoader
+    from vllm.model_executor.model_loader.tensorizer_loader import TensorizerLoader
+
+    adapter.uninstall()
+    originals = {cls: cls.__dict__["load_model"] for cls in (GGUFModelLoader, TensorizerLoader)}
+    adapter.install()
+    try:
+        for cls, original in originals.items():
+            assert cls.__dict__["load_model"]._caovan_wrapped is original, cls.__name__
+    finally:
+        adapter.uninstall()
+    assert all(cls.__dict__["load_model"] is original for cls, original in originals.items())

@@ -117,3 +117,43 @@ def test_a_config_object_of_another_plugin_is_not_caovans_business(inert_plugin)
     assert _load(inert_plugin, PlatformConfig()) == "model"
     with pytest.raises(CaovanConfigError, match="must be a JSON object, got list"):
         _load(inert_plugin, ["caovan"])
+
+
+def test_loaders_with_their_own_load_model_get_the_checks_once_per_load(fake_loader):
+    # vLLM's GGUF and tensorizer loaders (among others) override load_model and never reach the base's.
+    calls = []
+
+    class OwnLoader(fake_loader):  # like GGUFModelLoader
+        def load_model(self, vllm_config, model_config, prefix=""):
+            return "own"
+
+    class ChainedLoader(OwnLoader):  # a loader that defers to its parent's load_model
+        def load_model(self, vllm_config, model_config, prefix=""):
+            return "chained " + super().load_model(vllm_config, model_config, prefix)
+
+    class OtherShape(fake_loader):  # not a load_model vLLM calls that way: left alone
+        def load_model(self, config):
+            return "other"
+
+    original_other = OtherShape.load_model
+    assert model_loader.install(before=lambda vllm_config, model_config: calls.append(model_config.model))
+    assert _load(OwnLoader, None) == "own" and _load(ChainedLoader, None) == "chained own"
+    assert calls == ["/models/qwen", "/models/qwen"]  # one check per load, the chained one included
+    assert OtherShape.load_model is original_other
+    assert model_loader.uninstall()
+    assert not hasattr(OwnLoader.load_model, "_caovan_wrapped") and not hasattr(
+        ChainedLoader.load_model, "_caovan_wrapped"
+    )
+
+
+def test_inert_plugin_enforces_require_through_a_loader_of_its_own(monkeypatch, fake_loader):
+    class OwnLoader(fake_loader):
+        def load_model(self, vllm_config, model_config, prefix=""):
+            return "own"
+
+    monkeypatch.setattr(plugin, "_state", plugin._PluginState())
+    monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
+    monkeypatch.setattr(caovan.adapters, "select_adapter", lambda: Selection("9.9.9", None, "no GDN family: x"))
+    plugin.register()
+    with pytest.raises(CaovanRequireError, match="plugin is inert"):
+        _load(OwnLoader, {"caovan": True, "caovan_require_turbo3": True})

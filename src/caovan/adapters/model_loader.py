@@ -7,16 +7,21 @@ Patch of upstream behaviour, documented in place:
   decided at load time: require mode (``caovan_require_turbo3``) must fail start-up when caovan cannot act, and
   malformed ``caovan*`` keys must be reported, not ignored.
 * How: ``BaseModelLoader.load_model`` is wrapped with a check run before the model is built (the inert plugin:
-  nothing to wait for) and/or one run after it (a family's check of the layers it took over).  The loader is
-  found by probing its module and the ``(vllm_config, model_config)`` parameters, not by version; when it is not
-  there the checks are skipped quietly (the plugin never breaks vLLM over a missing hook).
-* Upstream code wrapped: ``vllm/model_executor/model_loader/base_loader.py``, ``BaseModelLoader.load_model``,
-  vLLM 0.21.0.  Loaders that override ``load_model`` (GGUF, tensorizer) are not covered.
+  nothing to wait for) and/or one run after it (a family's check of the layers it took over), and so is the
+  ``load_model`` of every loader class that defines its own (vLLM 0.21.0: ``GGUFModelLoader`` and
+  ``TensorizerLoader``; the classes exist once ``base_loader`` is imported, as its package imports them all).
+  The checks run once per load, in the outermost wrapped call, should one loader call another's ``load_model``.
+  The loader is found by probing its module and the ``(vllm_config, model_config)`` parameters, not by version;
+  when it is not there the checks are skipped quietly (the plugin never breaks vLLM over a missing hook).
+* Upstream code wrapped: ``vllm/model_executor/model_loader/base_loader.py``, ``BaseModelLoader.load_model`` and
+  its overrides in ``vllm/model_executor/model_loader/*_loader.py``, vLLM 0.21.0.  A loader class defined after
+  the plugin loaded (``register_model_loader`` in the user's own code) is not covered.
 * Remove when: vLLM gives plugins the model config at load time.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib
 from collections.abc import Callable
@@ -47,12 +52,22 @@ def is_target_model(vllm_config: Any, model_config: Any) -> bool:
     return model_config is not getattr(speculative, "draft_model_config", None)
 
 
+#: True inside a wrapped ``load_model``: a loader calling another's (``super().load_model``) is one load.
+_loading = contextvars.ContextVar("caovan_load_model_running", default=False)
+
+
 def wrap_load_model(original: Any, before: Before | None = None, after: After | None = None) -> Any:
     @functools.wraps(original)
     def load_model(self: Any, vllm_config: Any, model_config: Any, *args: Any, **kwargs: Any) -> Any:
+        if _loading.get():
+            return original(self, vllm_config, model_config, *args, **kwargs)
         if before is not None:
             before(vllm_config, model_config)
-        model = original(self, vllm_config, model_config, *args, **kwargs)
+        token = _loading.set(True)
+        try:
+            model = original(self, vllm_config, model_config, *args, **kwargs)
+        finally:
+            _loading.reset(token)
         if after is not None:
             after(vllm_config, model_config, model)
         return model
@@ -78,24 +93,49 @@ def loader_class() -> type | None:
     return cls
 
 
+def _own_load_model(cls: type) -> Any:
+    """``cls``'s own ``load_model`` (not inherited) as vLLM defined it, when it takes the base's parameters."""
+    method = cls.__dict__.get("load_model")
+    method = getattr(method, "_caovan_wrapped", method)
+    if not callable(method) or not (has_argument(method, "vllm_config") and has_argument(method, "model_config")):
+        return None
+    return method
+
+
+def _subclasses(cls: type) -> list[type]:
+    found: list[type] = []
+    for sub in cls.__subclasses__():
+        if sub not in found:
+            found += [sub, *(s for s in _subclasses(sub) if s not in found)]
+    return found
+
+
+def loader_classes() -> list[type]:
+    """``BaseModelLoader`` and every loader class under it with its own ``load_model`` of that shape; [] when vLLM
+    has no ``BaseModelLoader`` of that shape."""
+    base = loader_class()
+    if base is None:
+        return []
+    return [base, *(cls for cls in _subclasses(base) if _own_load_model(cls) is not None)]
+
+
 def install(before: Before | None = None, after: After | None = None) -> bool:
-    """Wrap the loader with these checks, replacing caovan's earlier ones (never wrapping twice); False when vLLM
+    """Wrap the loaders with these checks, replacing caovan's earlier ones (never wrapping twice); False when vLLM
     has no loader of that shape."""
-    cls = loader_class()
-    if cls is None:
-        return False
-    current = cls.load_model
-    if getattr(current, "_caovan_checks", None) == (before, after):
-        return True
-    cls.load_model = wrap_load_model(getattr(current, "_caovan_wrapped", current), before, after)
-    return True
+    classes = loader_classes()
+    for cls in classes:
+        current = cls.load_model  # the base's may be inherited from a mixin; the others are their own
+        if getattr(current, "_caovan_checks", None) != (before, after):
+            cls.load_model = wrap_load_model(getattr(current, "_caovan_wrapped", current), before, after)
+    return bool(classes)
 
 
 def uninstall() -> bool:
-    """Put vLLM's own ``load_model`` back; True when caovan had wrapped it."""
-    cls = loader_class()
-    original = getattr(getattr(cls, "load_model", None), "_caovan_wrapped", None)
-    if cls is None or original is None:
-        return False
-    cls.load_model = original
-    return True
+    """Put vLLM's own ``load_model`` back on every loader; True when caovan had wrapped one."""
+    restored = False
+    for cls in loader_classes():
+        original = getattr(cls.load_model, "_caovan_wrapped", None)
+        if original is not None:
+            cls.load_model = original
+            restored = True
+    return restored
