@@ -113,6 +113,9 @@ class GdnArchitecture:
     honours_full_attention_interval: bool
     #: Interval vLLM's config class uses when neither layer_types nor the interval is given.
     default_full_attention_interval: int = 4
+    #: The multimodal class vLLM registers instead, for a text-only variant its registry lacks
+    #: (``vllm/model_executor/models/registry.py``, 0.20.2 and 0.21.0); None: vLLM registers this one.
+    served_by_vllm_as: str | None = None
 
 
 GDN_ARCHITECTURES: dict[str, GdnArchitecture] = {
@@ -121,9 +124,13 @@ GDN_ARCHITECTURES: dict[str, GdnArchitecture] = {
         GdnArchitecture("Qwen3NextForCausalLM", "num_nextn_predict_layers", 1, False),
         GdnArchitecture("Qwen3_5ForConditionalGeneration", "mtp_num_hidden_layers", None, True),
         GdnArchitecture("Qwen3_5MoeForConditionalGeneration", "mtp_num_hidden_layers", None, True),
-        # Text-only variants (newer vLLM registers them; same layer code).
-        GdnArchitecture("Qwen3_5ForCausalLM", "mtp_num_hidden_layers", None, True),
-        GdnArchitecture("Qwen3_5MoeForCausalLM", "mtp_num_hidden_layers", None, True),
+        # Text-only variants: the same layer code, but not in vLLM 0.20.2's or 0.21.0's registry.
+        GdnArchitecture(
+            "Qwen3_5ForCausalLM", "mtp_num_hidden_layers", None, True, 4, "Qwen3_5ForConditionalGeneration"
+        ),
+        GdnArchitecture(
+            "Qwen3_5MoeForCausalLM", "mtp_num_hidden_layers", None, True, 4, "Qwen3_5MoeForConditionalGeneration"
+        ),
     )
 }
 
@@ -269,6 +276,23 @@ def _parse_json_bytes(raw: bytes, where: str) -> Any:
         raise ModelCheckError(
             f"{where}: invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}"
         ) from None
+
+
+def find_model_folder(model: str, revision: str | None = None) -> Path | None:
+    """A local folder holding ``model``'s ``config.json``: the path itself (as vLLM will read it: no ``~``
+    expansion), or the Hugging Face cache snapshot of ``model`` at ``revision`` (the default branch when None)."""
+    path = Path(model)
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        cached = try_to_load_from_cache(repo_id=model, filename=CONFIG_FILE_NAME, revision=revision)
+    except Exception:  # a name that is not a valid repo id: nothing cached under it
+        return None
+    return Path(cached).parent if isinstance(cached, str) else None
 
 
 def load_config(model_dir: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -536,6 +560,15 @@ def _count_gdn_layers(text: _Fields, family: GdnArchitecture | None, report: Mod
 
 
 def _check_architecture(architecture: str | None, family: GdnArchitecture | None, report: ModelReport) -> None:
+    if family is not None and family.served_by_vllm_as is not None:
+        report._add(
+            "architecture",
+            STATUS_WARN,
+            f"{architecture}: a text-only variant that vLLM 0.20.2 and 0.21.0 do not register (they serve "
+            f"{family.served_by_vllm_as} checkpoints); caovan acts only if your vLLM builds it with "
+            "GatedDeltaNetAttention",
+        )
+        return
     if family is not None:
         report._add(
             "architecture",

@@ -41,6 +41,7 @@ from caovan.model_check import (
     ModelCheckError,
     ModelReport,
     check_model_dir,
+    find_model_folder,
     mtp_speculative_config,
 )
 from caovan.options import AUTOSPEC_ENV, CaovanConfigError, parse_options
@@ -161,6 +162,9 @@ def served_model(positional: str | None, args: Sequence[str], config: Mapping[st
     arguments"); without either, a ``--config`` file's ``model`` is used.  The discovery tier checks both.
     """
     uses = find_flag(args, "--model")
+    given = positional if positional is not None else uses[0].value if uses else config.get("model")
+    if given is not None and not str(given).strip():
+        raise ServeArgsError("the model name is empty; give a folder or a Hugging Face name")
     if positional is not None:
         if uses:
             raise ServeArgsError(
@@ -197,22 +201,40 @@ def _dotted_value(text: str) -> Any:
 
 
 def read_config_file(path: str) -> dict[str, Any]:
-    """The ``--config`` YAML file vLLM would read, as a dict with vLLM's flag spelling (dashes) for its keys."""
+    """The ``--config`` YAML file vLLM would read, as a dict with vLLM's flag spelling (dashes) for its keys.
+
+    Refused where vLLM 0.21's ``FlexibleArgumentParser.load_config_file`` would fail at start-up (an extension other
+    than .yaml/.yml, an empty file) and where caovan serve cannot tell what vLLM will make of it (dotted
+    ``additional-config.KEY`` keys: vLLM gathers them into one object that replaces the command line's).
+    """
+    if path.split(".")[-1] not in ("yaml", "yml"):
+        raise ServeArgsError(f"--config {path}: vLLM reads only .yaml or .yml config files")
     try:
         loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ServeArgsError(f"--config {path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ServeArgsError(f"--config {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except yaml.YAMLError as exc:
         raise ServeArgsError(f"--config {path}: not valid YAML: {exc}") from None
     if loaded is None:
-        return {}
+        raise ServeArgsError(f"--config {path}: the file is empty (vLLM cannot start from an empty config file)")
     if not isinstance(loaded, dict):
         raise ServeArgsError(f"--config {path}: must be a YAML mapping of vLLM arguments, got {type(loaded).__name__}")
-    return {str(key).replace("_", "-"): value for key, value in loaded.items()}
+    config = {str(key).replace("_", "-"): value for key, value in loaded.items()}
+    dotted = next((key for key in loaded if flag_name("--" + str(key)) == "--additional-config" and "." in key), None)
+    if dotted is not None:
+        raise ServeArgsError(
+            f"--config {path}: {dotted}: write the file's additional-config as one mapping (additional-config: "
+            "{key: value}); vLLM's dotted keys from a file would replace what caovan serve adds"
+        )
+    return config
 
 
 #: The flags caovan serve reads or edits; it finds them by their full names only.
 EDITED_FLAGS = ("--additional-config", "--speculative-config", "--config")
+#: Their single-dash forms, which argparse abbreviates too (``-s`` is taken for ``-sc``).
+EDITED_SHORT_FLAGS = ("-sc",)
 
 
 def refuse_abbreviations(args: Sequence[str]) -> None:
@@ -225,8 +247,9 @@ def refuse_abbreviations(args: Sequence[str]) -> None:
         if token == "--":
             return
         name = flag_name(token)
-        for flag in EDITED_FLAGS:
-            if len(name) > 2 and name != flag and flag.startswith(name):
+        single_dash = name.startswith("-") and not name.startswith("--")
+        for flag in EDITED_SHORT_FLAGS if single_dash else EDITED_FLAGS:
+            if len(name) > (1 if single_dash else 2) and name != flag and flag.startswith(name):
                 raise ServeArgsError(f"{token}: write {flag} in full; caovan serve reads and edits it by its full name")
 
 
@@ -255,8 +278,21 @@ def _file_json_flag(config: Mapping[str, Any], key: str, path: str) -> dict[str,
 
 
 def _keys_to_add(effective: Mapping[str, Any]) -> dict[str, Any]:
-    """:data:`ENABLE_KEYS`, unless the user's config already sets one of caovan's switches."""
-    return {} if any(key in effective for key in SWITCH_KEYS) else dict(ENABLE_KEYS)
+    """What of :data:`ENABLE_KEYS` to add: nothing when the user switched caovan on or off themselves
+    (``caovan``, ``caovan_sm75_turbo3``, or ``caovan_mode`` "on"/"off"); ``caovan_mode`` "auto" alone decides
+    nothing (caovan stays off without a switch), so ``"caovan": true`` is added beside it."""
+    if any(key in effective for key in SWITCH_KEYS if key != "caovan_mode"):
+        return {}
+    if effective.get("caovan_mode", "auto") != "auto":
+        return {}
+    return {key: value for key, value in ENABLE_KEYS.items() if key not in effective}
+
+
+def _json_text(value: Any, where: str) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ServeArgsError(f"{where}: a value JSON cannot hold ({exc})") from None
 
 
 def _merge_additional_config(
@@ -278,7 +314,7 @@ def _merge_additional_config(
         added = _keys_to_add(effective)
         new_args = list(args)
         for key, value in added.items():
-            new_args += [f"--additional-config.{key}", json.dumps(value)]
+            new_args += [f"--additional-config.{key}", _json_text(value, "--additional-config")]
         where = "--additional-config.KEY arguments"
     elif plain:
         last = plain[-1]
@@ -289,7 +325,7 @@ def _merge_additional_config(
         new_args = []
         for index, token in enumerate(args):
             if index == last.index:
-                new_args += ["--additional-config", json.dumps(merged, separators=(",", ":"))]
+                new_args += ["--additional-config", _json_text(merged, "--additional-config")]
             elif index not in dropped:
                 new_args.append(token)
         where = "--additional-config"
@@ -298,7 +334,7 @@ def _merge_additional_config(
         added = _keys_to_add(effective)
         merged = {**effective, **added}
         # A command-line value replaces the file's, so the file's keys are carried over into it.
-        new_args = [*args, "--additional-config", json.dumps(merged, separators=(",", ":"))]
+        new_args = [*args, "--additional-config", _json_text(merged, f"--config {config_path}: additional-config")]
         # vLLM then logs "Found duplicate keys --additional-config": the command line's value (the file's keys and
         # caovan's) wins, as intended.
         where = f"--config {config_path}: additional-config" if effective else "--additional-config"
@@ -308,37 +344,41 @@ def _merge_additional_config(
     return new_args, seen, notes
 
 
-def _has_speculative_config(args: Sequence[str], config: Mapping[str, Any]) -> bool:
-    return bool(find_flag(args, "--speculative-config", "-sc")) or "speculative-config" in config
+#: Speculative-config values vLLM reads as "none" (``optional_type``: "" and "None"; JSON ``null``); in a config
+#: file also ``false``, which ``load_config_file`` drops.
+_NO_SPECULATIVE_CONFIG = ("", "None", "null")
 
 
-def find_model_folder(model: str) -> Path | None:
-    """A local folder holding ``model``'s ``config.json``: the path itself, or its Hugging Face cache snapshot."""
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return path
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
+def _users_speculative_config(args: Sequence[str], config: Mapping[str, Any]) -> str | None:
+    """How the user set a speculative config ("given", or "off: ..." when their value turns it off); None: unset."""
+    uses = find_flag(args, "--speculative-config", "-sc")
+    if uses:
+        plain = [use for use in uses if not use.key_path]
+        if any(use.key_path for use in uses) or plain[-1].value.strip() not in _NO_SPECULATIVE_CONFIG:
+            return "given"
+        return f"off: your {args[plain[-1].index]} {plain[-1].value!r} is no speculative config"
+    file_keys = [key for key in config if flag_name("--" + key) == "--speculative-config"]
+    if not file_keys:
         return None
-    try:
-        cached = try_to_load_from_cache(repo_id=model, filename="config.json")
-    except Exception:  # a name that is not a valid repo id: nothing cached under it
-        return None
-    return Path(cached).parent if isinstance(cached, str) else None
+    value = config.get("speculative-config", {}) if "speculative-config" in file_keys else {}
+    if value is None or value is False or (isinstance(value, str) and value.strip() in _NO_SPECULATIVE_CONFIG):
+        return f"off: the --config file's speculative-config {value!r} is no speculative config"
+    return "given"
 
 
 def _autospec(
     model: str,
+    revision: str | None,
     depth: int | None,
-    locate: Callable[[str], Path | None],
+    locate: Callable[[str, str | None], Path | None],
     check: Callable[[Path], ModelReport],
 ) -> tuple[int | None, str]:
     """The MTP depth AutoSpec picks for ``model`` (None: none) and the note saying why."""
-    folder = locate(model)
+    folder = locate(model, revision)
     if folder is None:
+        at = f" at revision {revision}" if revision is not None else ""
         return None, (
-            f"AutoSpec: not added: {model} is not a local folder and its config.json is not in the Hugging Face "
+            f"AutoSpec: not added: {model} is not a local folder and its config.json{at} is not in the Hugging Face "
             "cache; pass --speculative-config yourself"
         )
     try:
@@ -364,7 +404,7 @@ def plan_serve(
     mtp: int | None = None,
     autospec: bool = True,
     vllm_env_names: Collection[str] | None = None,
-    locate: Callable[[str], Path | None] = find_model_folder,
+    locate: Callable[[str, str | None], Path | None] = find_model_folder,
     check: Callable[[Path], ModelReport] = check_model_dir,
 ) -> ServePlan:
     """The ``vllm serve`` command for ``model`` and the user's ``vllm_args``; :class:`ServeArgsError` if impossible.
@@ -394,14 +434,25 @@ def plan_serve(
         notes.append(f"caovan: off ({options.source}): vLLM's own GDN kernels will run")
     plan = ServePlan(model=model, vllm_args=args, notes=notes, model_positional=model_positional)
 
-    if _has_speculative_config(args, config):
-        if mtp is not None:
-            raise ServeArgsError("--caovan-mtp sets AutoSpec's depth, but you gave --speculative-config yourself")
+    users_spec = _users_speculative_config(args, config)
+    if users_spec is not None and mtp is not None:
+        raise ServeArgsError("--caovan-mtp sets AutoSpec's depth, but you gave --speculative-config yourself")
+    if users_spec == "given":
         plan.notes.append("AutoSpec: not needed, you gave a speculative config")
+    elif users_spec is not None:
+        plan.notes.append(
+            f"AutoSpec: not added, speculative decoding is {users_spec}; caovan has no spec-decode step to accelerate"
+        )
     elif not autospec:
+        if mtp is not None:
+            raise ServeArgsError("--caovan-mtp sets AutoSpec's depth, but --caovan-no-autospec turns AutoSpec off")
         plan.notes.append("AutoSpec: off (--caovan-no-autospec); no speculative decoding unless you ask vLLM for it")
     else:
-        depth, note = _autospec(model, mtp, locate, check)
+        revisions = find_flag(args, "--revision")
+        depth, note = _autospec(model, revisions[-1].value if revisions else None, mtp, locate, check)
+        if depth is None and mtp is not None:
+            # The user asked for a depth: starting without speculative decoding would not be what they asked for.
+            raise ServeArgsError(f"--caovan-mtp {mtp}: {note.removeprefix('AutoSpec: ')}")
         plan.notes.append(note)
         if depth is not None:
             plan.vllm_args += ["--speculative-config", mtp_speculative_config(depth)]

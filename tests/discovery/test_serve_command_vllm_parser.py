@@ -126,15 +126,26 @@ def _parse_with_vllm(argvs: list[list[str]]) -> list[dict]:
 
 
 def test_the_forms_caovan_serve_refuses_still_mislead_vllm(tmp_path):
-    # caovan serve refuses abbreviations of the flags it edits and "--config=FILE" (serve_command.py). Once vLLM
-    # stops taking the abbreviation or starts reading the file in that form, this fails: the refusal can go.
+    # caovan serve refuses abbreviations of the flags it edits, "--config=FILE" and a config file's dotted
+    # additional-config keys (serve_command.py). Once vLLM stops taking the abbreviation, starts reading the file in
+    # that form, or stops letting the file's dotted keys replace the command line's object, this fails: the refusal
+    # can go.
     config = tmp_path / "serve.yaml"
     config.write_text("port: 8123\n")
-    abbreviated, equals = _parse_with_vllm(
-        [["/m", "--additional-conf", '{"caovan": false}'], ["/m", f"--config={config}"]]
+    dotted = tmp_path / "dotted.yaml"
+    dotted.write_text("additional-config.foo: 1\n")
+    abbreviated, short, equals, file_dotted = _parse_with_vllm(
+        [
+            ["/m", "--additional-conf", '{"caovan": false}'],
+            ["/m", "-s", '{"method": "mtp", "num_speculative_tokens": 1}'],
+            ["/m", f"--config={config}"],
+            ["/m", "--config", str(dotted), "--additional-config", '{"caovan": true}'],
+        ]
     )
     assert abbreviated["additional_config"] == {"caovan": False}
+    assert short["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 1}
     assert equals["port"] != 8123
+    assert file_dotted["additional_config"] == {"foo": 1}
 
 
 def test_vllm_reads_the_timeouts_caovan_serve_raises():

@@ -878,3 +878,36 @@ def test_broken_safetensors_header(
     folder = variant(tmp_path, "qwen3_6_27b")
     (folder / "model.safetensors").write_bytes(content)
     assert_usage_error(capsys, folder, "model.safetensors", expected)
+
+
+def test_text_only_variant_is_a_warning_not_a_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # vLLM 0.20.2 and 0.21.0 register only the multimodal Qwen3.5 classes: a text-only checkpoint does not load there.
+    def text_only(config: dict[str, Any]) -> None:
+        text = config.pop("text_config")
+        config.clear()
+        config.update(text, architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5_text")
+
+    code, report = run_json(capsys, variant(tmp_path, "qwen3_6_27b", text_only))
+    architecture = reasons_by_check(report)["architecture"]
+    assert architecture["status"] == "warn", architecture
+    assert "vLLM 0.20.2 and 0.21.0 do not register" in architecture["message"]
+    assert "Qwen3_5ForConditionalGeneration" in architecture["message"]
+
+
+def test_a_hugging_face_name_is_read_from_the_local_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What `caovan serve` checks for AutoSpec, check-model checks too: the cached snapshot of the default branch.
+    constants = pytest.importorskip("huggingface_hub.constants", reason="huggingface_hub comes with vLLM")
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen3.6-27B" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    shutil.copy(FIXTURES / "qwen3_6_27b" / "config.json", snapshot)
+    (tmp_path / "hub" / "models--Qwen--Qwen3.6-27B" / "refs").mkdir()
+    (tmp_path / "hub" / "models--Qwen--Qwen3.6-27B" / "refs" / "main").write_text("0123abc")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    code, report = run_json(capsys, Path("Qwen/Qwen3.6-27B"))
+    assert code == 0 and report["model_dir"] == str(snapshot)
+    code, _, err = run_cli(capsys, "Qwen/Qwen3.5-9B")
+    assert code == 2
+    assert "model folder not found: Qwen/Qwen3.5-9B (nor a Hugging Face name whose config.json is in" in err

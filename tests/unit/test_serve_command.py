@@ -21,6 +21,7 @@ from caovan.serve_command import (
     ServeArgsError,
     find_flag,
     plan_serve,
+    split_model,
 )
 from caovan.testing.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
 
@@ -155,7 +156,7 @@ def test_no_autospec_for_a_model_that_is_not_a_candidate(dense):
 
 
 def test_no_autospec_when_the_config_is_not_local():
-    result = plan("org/not-downloaded", [], locate=lambda model: None)
+    result = plan("org/not-downloaded", [], locate=lambda model, revision: None)
     assert "--speculative-config" not in result.vllm_args
     assert any("not in the Hugging Face cache" in note for note in result.notes)
 
@@ -386,3 +387,110 @@ def test_help_still_comes_from_argparse(entry, capsys):
         entry(["--help"])
     assert stop.value.code == 0
     assert "MODEL [VLLM_ARGS ...]" in capsys.readouterr().out
+
+
+# --- what a QA pass found (session 18) ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", ["-s", "-s.method", "-s=x"])
+def test_single_dash_abbreviation_of_sc_is_refused(candidate, token):
+    # argparse abbreviates single-dash options too: vLLM reads -s as -sc, and AutoSpec's flag would replace it.
+    with pytest.raises(ServeArgsError, match="write -sc in full"):
+        plan(candidate, [token, "{}"] if "=" not in token else [token])
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("c.json", "{}", "vLLM reads only .yaml or .yml config files"),
+        ("c.yaml", "", "the file is empty"),
+        ("c.yaml", "additional-config.foo: 1\n", "additional-config.foo: write the file's additional-config as one"),
+        ("c.yaml", "additional_config.caovan: false\n", "additional_config.caovan: write the file's"),
+        ("c.yaml", "additional-config:\n  when: 2024-01-01\n", "additional-config: a value JSON cannot hold"),
+    ],
+)
+def test_config_files_vllm_or_caovan_cannot_read_are_one_error(candidate, tmp_path, name, text, message):
+    config = tmp_path / name
+    config.write_text(text)
+    with pytest.raises(ServeArgsError, match=message):
+        plan(candidate, ["--config", str(config)])
+
+
+def test_config_file_that_is_not_utf8_is_one_error(candidate, tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_bytes(b"served-model-name: caf\xe9\n")
+    with pytest.raises(ServeArgsError, match="not UTF-8 text"):
+        plan(candidate, ["--config", str(config)])
+
+
+def test_dotted_speculative_config_in_a_config_file_is_the_users(candidate, tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("speculative-config.method: mtp\nspeculative-config.num_speculative_tokens: 1\n")
+    result = plan(candidate, ["--config", str(config)])
+    assert "--speculative-config" not in result.vllm_args and "CAOVAN_SERVE_AUTOSPEC" not in result.env_added
+
+
+@pytest.mark.parametrize("args", [[""], ["--model="], ["--model", " "]])
+def test_an_empty_model_name_is_one_error(args):
+    with pytest.raises(ServeArgsError, match="the model name is empty"):
+        plan_serve(*split_model(args), {})
+
+
+def test_autospec_checks_the_model_name_as_vllm_reads_it(candidate, monkeypatch):
+    # vLLM does not expand "~": a quoted ~/model would be looked up as a Hugging Face name, not as this folder.
+    monkeypatch.setenv("HOME", str(candidate.parent))
+    result = plan(f"~/{candidate.name}", [])
+    assert "--speculative-config" not in result.vllm_args
+    assert any("is not a local folder" in note for note in result.notes)
+
+
+@pytest.mark.parametrize(
+    "args", [["--speculative-config", ""], ["--speculative-config", "None"], ["-sc=null"], ["-sc", " None "]]
+)
+def test_a_speculative_config_that_turns_it_off_is_said_to(candidate, args):
+    # vLLM reads "" and "None" as no speculative config (optional_type), and JSON null too.
+    result = plan(candidate, args)
+    assert "--speculative-config" not in result.vllm_args[len(args) :]
+    assert any("speculative decoding is off" in note for note in result.notes), result.notes
+
+
+@pytest.mark.parametrize("value", ["false", "null", "''"])
+def test_a_config_files_speculative_config_that_turns_it_off_is_said_to(candidate, tmp_path, value):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"speculative-config: {value}\n")
+    result = plan(candidate, ["--config", str(config)])
+    assert "--speculative-config" not in result.vllm_args
+    assert any("speculative decoding is off: the --config file's" in note for note in result.notes), result.notes
+
+
+def test_caovan_mode_auto_alone_still_gets_caovan_switched_on(candidate):
+    # "auto" with no switch is off (options.parse_options): caovan serve's job is to switch it on.
+    result = plan(candidate, ["--additional-config", '{"caovan_mode": "auto", "x": 1}'])
+    assert json.loads(value_after(result.vllm_args, "--additional-config")) == {
+        "caovan_mode": "auto",
+        "x": 1,
+        "caovan": True,
+    }
+    off = plan(candidate, ["--additional-config", '{"caovan_mode": "off"}'])
+    assert json.loads(value_after(off.vllm_args, "--additional-config")) == {"caovan_mode": "off"}
+
+
+def test_caovan_mtp_that_cannot_be_honoured_is_an_error(candidate, dense):
+    with pytest.raises(ServeArgsError, match="--caovan-no-autospec turns AutoSpec off"):
+        plan(candidate, [], mtp=2, autospec=False)
+    with pytest.raises(ServeArgsError, match="--caovan-mtp 2: not added, .* is not a caovan candidate"):
+        plan(dense, [], mtp=2)
+    with pytest.raises(ServeArgsError, match="--caovan-mtp sets AutoSpec.s depth, but you gave --speculative-config"):
+        plan(candidate, ["--speculative-config", "None"], mtp=2)
+
+
+def test_autospec_looks_up_the_revision_vllm_will_load(candidate):
+    asked = []
+    result = plan("org/model", ["--revision", "abc123"], locate=lambda model, revision: asked.append(revision))
+    assert asked == ["abc123"]
+    assert any("config.json at revision abc123 is not in the Hugging Face cache" in n for n in result.notes)
+
+
+def test_non_ascii_values_are_passed_as_written(candidate):
+    result = plan(candidate, ["--additional-config", '{"label": "café"}'])
+    assert '"label":"café"' in value_after(result.vllm_args, "--additional-config")

@@ -1,6 +1,7 @@
-"""``caovan check-model DIR [--json]`` (Turbo3 alias ``caovan-sm75-check-model``).
+"""``caovan check-model MODEL [--json]`` (Turbo3 alias ``caovan-sm75-check-model``).
 
-Static check that a model folder has the structure caovan's GDN + MTP spec-decode kernels need.
+Static check that a model folder (or a Hugging Face name whose config.json is cached) has the structure caovan's
+GDN + MTP spec-decode kernels need.
 Exit codes: 0 candidate, 1 not a candidate, 2 the folder or its config cannot be read.
 The logic lives in :mod:`caovan.model_check`; this module only parses arguments and prints.
 """
@@ -10,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from caovan.model_check import ModelCheckError, check_model_dir, format_report
+from caovan.model_check import ModelCheckError, check_model_dir, find_model_folder, format_report
 
 NAME = "check-model"
 HELP = "static check: could caovan's GDN spec-decode kernels serve this model folder?"
@@ -26,12 +28,17 @@ EXIT_USAGE_ERROR = 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Read DIR/config.json (text_config of Qwen3.5/3.6 multimodal configs, top level of "
+        "Read MODEL's config.json (text_config of Qwen3.5/3.6 multimodal configs, top level of "
         "Qwen3-Next) and report GDN layers, MTP depth, GDN head shapes per tensor-parallel rank, "
         "dtype and quantization advice for SM75, and a verdict. A candidate, not a guarantee: "
         "the start-up and dispatch logs decide. Exit 0 candidate, 1 not a candidate, 2 error."
     )
-    parser.add_argument("model_dir", metavar="DIR", help="model folder holding config.json")
+    parser.add_argument(
+        "model_dir",
+        metavar="MODEL",
+        help="model folder holding config.json, or a Hugging Face name whose config.json is in the local cache "
+        "(what `caovan serve` checks for AutoSpec)",
+    )
     parser.add_argument(
         "--json",
         action="store_true",
@@ -40,8 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    folder = find_model_folder(args.model_dir)
     try:
-        report = check_model_dir(args.model_dir)
+        if folder is None and not Path(args.model_dir).exists():
+            raise ModelCheckError(
+                f"model folder not found: {args.model_dir} (nor a Hugging Face name whose config.json is in the "
+                "local cache)"
+            )
+        report = check_model_dir(folder if folder is not None else args.model_dir)
     except ModelCheckError as error:
         print(f"caovan {NAME}: error: {error}", file=sys.stderr)
         return EXIT_USAGE_ERROR

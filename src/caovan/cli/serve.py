@@ -35,7 +35,8 @@ def _add_caovan_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="AutoSpec's number of speculative tokens per step (default 3, Turbo3's choice on 2x22 GB); "
-        "an error if you also give --speculative-config",
+        "an error where AutoSpec cannot add it (your own --speculative-config, --caovan-no-autospec, a model "
+        "that is not a candidate or whose config.json is not local)",
     )
     parser.add_argument(
         "--caovan-no-autospec",
