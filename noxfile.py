@@ -1,6 +1,6 @@
 # /// script
 # requires-python = ">=3.10"
-# dependencies = ["nox>=2025.2.9", "pyyaml>=6", "tabulate>=0.9", "packaging>=23"]
+# dependencies = ["nox>=2025.5.1", "pyyaml>=6", "tabulate>=0.9", "packaging>=23"]
 # ///
 """caovan's development and compatibility-matrix sessions.
 
@@ -54,7 +54,8 @@ from caovan.matrix.results import Provenance  # noqa: E402
 from caovan.matrix.row_run import Prepared, run_row  # noqa: E402
 from caovan.matrix.schema import MatrixRow, load_matrix, matrix_files  # noqa: E402
 
-nox.needs_version = ">=2025.2.9"
+# 2025.5.1: the first nox whose CommandFailed has return_code, which the tests session reads for pytest exit 5.
+nox.needs_version = ">=2025.5.1"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.error_on_missing_interpreters = True
 

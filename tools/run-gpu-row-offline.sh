@@ -57,6 +57,7 @@ done
 
 [ -f pyproject.toml ] && [ -d src/caovan ] && [ -d matrix ] || die "run it from the repository root (no pyproject.toml, src/caovan/ or matrix/ here)"
 command -v python3 >/dev/null || die "python3 is not on PATH"
+python3 -m pip --version >/dev/null 2>&1 || die "python3 ($(command -v python3)) has no pip, which installs the bundle"
 [[ $runner =~ ^[a-z0-9][a-z0-9._-]{0,63}$ ]] || die "runner name '$runner' must be a slug (lowercase letters, digits, '.', '_', '-')"
 [[ $row =~ ^[a-z0-9][a-z0-9._-]{0,63}$ ]] || die "'$row' is not a row id (lowercase letters, digits, '.', '_', '-')"
 # A plain text match of `- id: ROW` (quoted or not): this needs nothing but grep, and
@@ -76,7 +77,13 @@ wheels=("${plugin_wheels[@]}")
 if [ -d "$bundle/wheels" ]; then
     row_wheels=("$bundle"/wheels/*.whl)
     [ ${#row_wheels[@]} -gt 0 ] || die "'$bundle/wheels/' holds no *.whl (nox -s \"wheelhouse($row)\" -- --without-host-provided)"
-    wheels+=("${row_wheels[@]}")
+    for wheel in "${row_wheels[@]}"; do
+        # `nox -s wheelhouse` puts a plugin wheel in the wheelhouse too: the one that runs is dist/'s.
+        case $(basename "$wheel") in
+        caovan_vllm_sm75_turbo3-*.whl) ;;
+        *) wheels+=("$wheel") ;;
+        esac
+    done
 fi
 shopt -u nullglob
 if [ -e "$bundle/vllm-py.tgz" ]; then
@@ -100,5 +107,9 @@ fi
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 # No FlashInfer on such hosts: vLLM's FlashInfer sampler would fail to import.
 export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
-python3 -m caovan.matrix run-here "$row" --runner "$runner" "$@"
-cp "matrix/results/$runner/$row.json" "$out/"
+# The result comes back with OUT whatever run-here's status (--strict exits 1 on a failed tier): on a lent
+# host nothing else is brought back.
+status=0
+python3 -m caovan.matrix run-here "$row" --runner "$runner" "$@" || status=$?
+if [ -f "matrix/results/$runner/$row.json" ]; then cp "matrix/results/$runner/$row.json" "$out/"; fi
+exit $status

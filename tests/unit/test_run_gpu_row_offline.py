@@ -121,3 +121,61 @@ def test_a_plugin_wheel_of_other_source_is_refused_after_install(tmp_path, bundl
     assert done.returncode == 2
     assert "was built from other source than this checkout's src/caovan; rebuild it with uv build" in done.stderr
     assert "matrix run-here" not in done.stdout + done.stderr and not (tmp_path / "out" / f"{ROW}.json").exists()
+
+
+def _shim_python(tmp_path: Path, body: str) -> dict[str, str]:
+    """PATH with a `python3` that is this shell script (argument handling in ``body``), then the real one."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    script = shim / "python3"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_a_python_without_pip_is_one_error_before_anything_is_created(tmp_path, bundle, monkeypatch):
+    # uv's venvs have no pip: say so instead of failing halfway with "No module named pip".
+    for name, value in _shim_python(tmp_path, 'if [ "$1 $2" = "-m pip" ]; then exit 1; fi\nexit 0').items():
+        monkeypatch.setenv(name, value)
+    done = run(tmp_path, str(bundle), ROW, "cpu", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert done.stderr.startswith("run-gpu-row-offline: error: python3 (") and "has no pip" in done.stderr
+    assert not (tmp_path / "site").exists() and not (tmp_path / "out").exists()
+
+
+def test_the_result_comes_back_when_run_here_fails(tmp_path, bundle, monkeypatch):
+    # --strict makes run-here exit 1 on a failed tier; on a lent host only OUT comes back, so the result must be in it.
+    runner = "pytest-offline-strict"
+    body = f"""
+case "$1 $2 $3" in
+"-m pip --version") exit 0 ;;
+"-m pip install") mkdir -p "$CAOVAN_SITE" && cp -r src/caovan "$CAOVAN_SITE/"; exit 0 ;;
+"-m caovan.matrix run-here")
+    mkdir -p matrix/results/{runner} && echo '{{"tier": "fail"}}' > matrix/results/{runner}/{ROW}.json; exit 1 ;;
+esac
+exit 3"""
+    for name, value in _shim_python(tmp_path, body).items():
+        monkeypatch.setenv(name, value)
+    try:
+        done = run(tmp_path, str(bundle), ROW, runner, str(tmp_path / "out"), "--tiers", "discovery", "--strict")
+        assert done.returncode == 1, done.stderr
+        assert (tmp_path / "out" / f"{ROW}.json").read_text() == '{"tier": "fail"}\n'
+    finally:
+        shutil.rmtree(REPO / "matrix" / "results" / runner, ignore_errors=True)
+
+
+def test_a_plugin_wheel_in_the_wheelhouse_does_not_stand_in_for_dist(tmp_path, bundle, monkeypatch):
+    # `nox -s wheelhouse` copies a plugin wheel into the wheelhouse: installing both would make pip refuse.
+    python = _python_with_pip()
+    if python is None:
+        pytest.skip("no python3 with pip on this machine: the script installs the bundle with `python3 -m pip`")
+    make_wheel(bundle / "wheels", '__version__ = "0.1.0"  # the wheelhouse copy\n')
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python3").symlink_to(python)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    done = run(tmp_path, str(bundle), ROW, "cpu", str(tmp_path / "out"))
+    # pip installed dist/'s wheel alone and the source check judged it (a stand-in wheel: other source)
+    assert done.returncode == 2, done.stderr
+    assert "was built from other source than this checkout's src/caovan" in done.stderr
+    assert (tmp_path / "site" / "caovan" / "__init__.py").read_text() == '__version__ = "0.1.0"\n'
