@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from caovan.matrix import MatrixError  # noqa: E402
-from caovan.matrix.compat import regenerate  # noqa: E402
+from caovan.matrix.compat import older_source_note, regenerate  # noqa: E402
 from caovan.matrix.envinfo import PLUGIN_DISTRIBUTION  # noqa: E402
 from caovan.matrix.fingerprint import plugin_version, source_fingerprint  # noqa: E402
 from caovan.matrix.options import TRUE_WORDS, parse_matrix_options, parse_wheelhouse_options  # noqa: E402
@@ -265,6 +265,9 @@ def compat(session: nox.Session) -> None:
             session.warn(f"compat: {message}")
         session.error(f"compat: {len(exc.messages)} problem(s); {COMPAT_DOC.relative_to(ROOT)} left untouched")
     session.log(f"{COMPAT_DOC.relative_to(ROOT)}: {'updated' if changed else 'already up to date'}")
+    note = older_source_note(RESULTS_DIR, ROOT)
+    if note:
+        session.warn(f"compat: {note}")
 
 
 def _requirement_name(line: str) -> str:

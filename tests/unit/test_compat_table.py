@@ -13,7 +13,9 @@ from caovan.matrix.compat import (
     MARK_END,
     MARK_START,
     collect_results,
+    lines_at_other_source,
     main,
+    older_source_note,
     regenerate,
     render_block,
 )
@@ -242,3 +244,51 @@ def test_result_recorded_for_other_pins_than_the_matrix_row_now_is_an_error(work
 def test_committed_results_match_the_committed_matrix():
     repo = DATA.parents[2]
     assert collect_results(repo / "matrix" / "results", matrix_dir=repo / "matrix")
+
+
+def test_result_recorded_with_other_tiers_than_the_row_now_is_an_error(workspace):
+    # A tier the row lists but the result lacks would read as "the row does not list the tier" (—).
+    results, doc = workspace
+    matrix = doc.parent / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace("tiers: [discovery, kernel, serve]", "tiers: [discovery]", 1))
+    with pytest.raises(MatrixError) as caught:
+        regenerate(results, doc)
+    assert "tiers ['discovery', 'kernel', 'serve'] -> ['discovery']" in caught.value.messages[0]
+
+
+def test_an_interpreter_or_torch_other_than_the_rows_pin_is_shown(workspace):
+    results, _ = workspace
+    path = results / "nvidia-geforce-rtx-2080-ti" / "vllm-0.21.0.json"
+    doc = json.loads(path.read_text())
+    doc["env"]["python"], doc["env"]["torch"] = "3.12.3", "2.11.0+cu130"
+    path.write_text(json.dumps(doc))
+    rows = {r[6]: r for r in table_lines(render_block(collect_results(results)))[1:] if r[0] == "0.21.0"}
+    assert rows["nvidia-geforce-rtx-2080-ti"][3] == "3.12.3 (row: 3.11)"
+    assert rows["nvidia-geforce-rtx-2080-ti"][2] == "2.11.0+cu130"  # a local build tag still meets the 2.11.0 pin
+    assert rows["cpu"][3].startswith("3.11.") and "row:" not in rows["cpu"][3]
+
+
+def test_rows_without_a_result_are_listed_not_invisible(workspace):
+    results, doc = workspace
+    matrix = doc.parent / "matrix.yaml"
+    new_row = '  - id: vllm-0.99.0\n    vllm: "0.99.0"\n    torch: "2.11.0"\n    python: "3.11"\n    cuda: cu130\n'
+    matrix.write_text(
+        matrix.read_text().rstrip("\n") + "\n\n" + new_row + "    tiers: [discovery]\n    runner_labels: [x]\n"
+    )
+    regenerate(results, doc)
+    assert "Rows of `matrix/*.yaml` with no result yet: `vllm-0.99.0`." in doc.read_text()
+
+
+def test_lines_at_other_source_than_the_checkout_are_named(workspace):
+    results, _ = workspace
+    path = results / "cpu" / "vllm-0.20.2.json"
+    doc = json.loads(path.read_text())
+    current = doc["plugin"]["source_fingerprint"]
+    doc["plugin"]["source_fingerprint"] = "abcdef0123456789"
+    path.write_text(json.dumps(doc))
+    assert lines_at_other_source(collect_results(results), current) == ["cpu/vllm-0.20.2 @abcdef01"]
+
+
+def test_older_source_note_outside_a_checkout_says_nothing(workspace, tmp_path):
+    results, _ = workspace
+    assert older_source_note(results, tmp_path) is None
