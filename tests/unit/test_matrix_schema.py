@@ -255,3 +255,14 @@ def test_python_range_follows_pyproject_requires_python():
 def test_a_matrix_file_without_rows_is_an_error(tmp_path, text, expected):
     (message,) = errors_of(write(tmp_path, "m.yaml", text))
     assert message == f"{tmp_path}/{expected}"
+
+
+def test_extra_requirements_may_not_pin_vllm_or_torch_again(tmp_path):
+    # The row's vllm/torch fields are what the table shows; a second pin would contradict or silently repeat them.
+    path = write(
+        tmp_path, "m.yaml", "rows:\n" + VALID_ROW + '    extra_requirements: ["vllm==0.20.2", "Torch>=2", "numpy<3"]\n'
+    )
+    messages = errors_of(path)
+    assert len(messages) == 2
+    assert "field 'extra_requirements': 'vllm==0.20.2': vllm is pinned by the row's own field" in messages[0]
+    assert "'Torch>=2': torch is pinned by the row's own field" in messages[1]

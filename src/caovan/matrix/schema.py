@@ -372,9 +372,13 @@ def _check_row(raw: dict[str, Any], check: _RowChecker) -> dict[str, Any] | None
             requirements = check.string_list(raw, name)
             for requirement in requirements or ():
                 try:
-                    Requirement(requirement)
+                    parsed = Requirement(requirement)
                 except InvalidRequirement as exc:
                     check.error(name, f"{requirement!r} is not a requirement: {exc}")
+                    continue
+                # vllm and torch are the row's own pins: a second pin here would contradict or repeat them.
+                if parsed.name.lower() in ("vllm", "torch"):
+                    check.error(name, f"{requirement!r}: {parsed.name.lower()} is pinned by the row's own field")
             row[name] = requirements
     if len(check.errors) != before:
         return None
