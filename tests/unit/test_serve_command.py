@@ -381,10 +381,11 @@ def test_caovan_options_after_double_dash_are_vllms(candidate, monkeypatch, caps
     assert 'num_speculative_tokens":3' in out  # --caovan-mtp 2 after "--" was not taken as caovan's
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["--caovan-dry-run", "-h"], ["--caovan-no-autospec", "--help"]])
 @pytest.mark.parametrize("entry", [lambda argv: cli.main(["serve", *argv]), cli.serve_alias])
-def test_help_still_comes_from_argparse(entry, capsys):
+def test_help_before_the_model_comes_from_argparse(entry, argv, capsys):
     with pytest.raises(SystemExit) as stop:
-        entry(["--help"])
+        entry(argv)
     assert stop.value.code == 0
     assert "MODEL [VLLM_ARGS ...]" in capsys.readouterr().out
 

@@ -82,9 +82,16 @@ _PARSER_FIRST = ("-h", "--help", "--version")
 
 def _raw(command: str, tokens: list[str]) -> argparse.Namespace | None:
     module = next((m for m in _commands() if m.NAME == command), None)
-    if module is None or not hasattr(module, "raw_namespace") or not tokens or tokens[0] in _PARSER_FIRST:
+    if module is None or not hasattr(module, "raw_namespace"):
         return None
-    return module.raw_namespace(tokens)
+    # Help asked for before the first positional (``caovan serve --caovan-dry-run -h``) is caovan's; after it
+    # (``caovan serve MODEL -h``) it belongs to the program the arguments go to.
+    for token in tokens:
+        if token in _PARSER_FIRST:
+            return None
+        if not token.startswith("-") or token == "--":
+            break
+    return module.raw_namespace(tokens) if tokens else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
