@@ -68,10 +68,21 @@ def run_row(
             "(-- --redo or CAOVAN_REDO=1 runs it again)"
         )
         return RowRunOutcome(result_file, None)
-    if plan.reused:
-        log(f"resuming: tiers {', '.join(plan.reused)} already done with this checkout, kept")
+    resumed = [t for t in plan.reused if t in plan.selected]
+    if resumed:
+        log(f"resuming: tiers {', '.join(resumed)} already done with this checkout, kept")
+    others = [t for t in plan.reused if t not in plan.selected]
+    if others:
+        log(f"tiers {', '.join(others)}: not selected, their stored results (this row, this checkout) are kept")
+    for why in dict.fromkeys(plan.not_kept.values()):
+        rerun = [t for t, w in plan.not_kept.items() if w == why and t in plan.to_run]
+        dropped = [t for t, w in plan.not_kept.items() if w == why and t not in plan.to_run]
+        if rerun:
+            log(f"tiers {', '.join(rerun)}: stored results not reused, {why}: run again")
+        if dropped:
+            log(f"tiers {', '.join(dropped)}: stored results not kept, {why}: recorded as not run")
 
-    started_at = (partial or {}).get("started_at") if plan.reused and partial else None
+    started_at = (partial or {}).get("started_at") if plan.resumes_partial else None
     started_at = started_at or utc_now()
     tiers: dict[str, dict] = dict(plan.reused)
     env: dict[str, Any] = plan.reused_env or {}
