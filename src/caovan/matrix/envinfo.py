@@ -102,7 +102,8 @@ def family_facts(errors: dict[str, str]) -> dict[str, Any]:
     facts: dict[str, Any] = {"family": None, "family_reason": None, "family_probes": []}
     try:
         from caovan.adapters import registry
-    except ImportError as exc:
+    except Exception as exc:  # a module that raises on import (NameError, SyntaxError...) is a fact too
+        errors["family"] = _error_text(exc)
         facts["family_reason"] = f"caovan.adapters.registry is not importable: {_error_text(exc)}"
         return facts
     try:
