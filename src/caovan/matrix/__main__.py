@@ -8,7 +8,9 @@ problem on stderr (file:line: row: field: problem) and exit 2.
 installed (e.g. from ``nox -s wheelhouse``): no venv is made, pytest runs with this interpreter, and the
 result file records ``install.mode = "current-environment"`` and the interpreter, so nobody mistakes it
 for an isolated row venv. It takes the same options as the nox session (``--runner``, ``--tiers``,
-``--redo``, ``--strict``). Run it from the repository root.
+``--redo``, ``--strict``). Run it from the repository root. It refuses to run when the caovan package
+this interpreter imports is not this checkout's ``src/caovan`` (nor a byte-identical installed copy, e.g.
+a wheel built from it), since the result records this checkout's source fingerprint.
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ def run_here(positional: list[str], option_args: argparse.Namespace, matrix_dir:
     import os
     import subprocess
 
-    from .fingerprint import plugin_version, source_fingerprint
+    import caovan
+
+    from .fingerprint import package_difference, plugin_version, source_fingerprint
     from .options import matrix_options
     from .results import Provenance
     from .row_run import Prepared, run_row
@@ -83,6 +87,17 @@ def run_here(positional: list[str], option_args: argparse.Namespace, matrix_dir:
             raise MatrixError(
                 f"row {row.id} has none of the selected tiers ({', '.join(options.tiers)}; "
                 f"the row's tiers: {', '.join(row.tiers)}): nothing to run, nothing written"
+            )
+        # The tiers run with this interpreter and environment, so they import the caovan this process
+        # imported; the result records this checkout's source fingerprint, so that must be this source.
+        imported = Path(caovan.__file__).resolve().parent
+        source = (root / "src" / "caovan").resolve()
+        difference = None if imported == source else package_difference(imported, source)
+        if difference is not None:
+            raise MatrixError(
+                f"the caovan package this run imports, {imported}, is not this checkout's {source} ({difference}): "
+                "the result would vouch for source that did not run; run with PYTHONPATH=src, or install a wheel "
+                "built from this checkout"
             )
     except MatrixError as exc:
         for message in exc.messages:
