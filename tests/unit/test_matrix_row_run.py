@@ -103,3 +103,27 @@ def test_a_plain_run_after_an_interrupted_redo_keeps_every_stored_tier(runs):
     assert runs.ran == []
     # discovery as the interrupted redo found it; kernel, which it did not finish, as stored.
     assert runs.outcomes_on_disk() == {"discovery": "fail", "kernel": "skipped", "serve": "pass"}
+
+
+def test_an_interrupted_run_says_the_result_is_unchanged_and_the_same_command_resumes(runs):
+    runs(serve="skipped")
+    before = runs.outcomes_on_disk()
+    with pytest.raises(KeyboardInterrupt):
+        runs(["discovery", "kernel"], redo=True, discovery="fail", kernel="interrupt")
+    assert runs.lines[-1] == (
+        "interrupted in tier kernel: matrix/results/qa/vllm-0.21.0.json is unchanged; tiers discovery finished "
+        "and are kept in build/matrix/state/qa/vllm-0.21.0.json: the same command without --redo resumes after "
+        "them (with --redo it starts them over)"
+    )
+    assert runs.outcomes_on_disk() == before
+
+    with pytest.raises(KeyboardInterrupt):
+        runs(["discovery", "kernel"], kernel="interrupt")
+    assert runs.ran == ["kernel"], "resumed after discovery"
+    assert runs.lines[-1] == (
+        "interrupted in tier kernel: matrix/results/qa/vllm-0.21.0.json is unchanged; no tier finished in this "
+        "run, so the same command runs its tiers again"
+    )
+    runs(["discovery", "kernel"])
+    assert runs.ran == ["kernel"]
+    assert runs.outcomes_on_disk() == {"discovery": "fail", "kernel": "pass", "serve": "skipped"}

@@ -99,3 +99,45 @@ def test_run_here_accepts_a_byte_identical_installed_copy(checkout, row_runs):
     assert matrix_cli(["run-here", ROW, "--runner", "qa", "--tiers", "discovery"]) == 0
     (call,) = row_runs
     assert call["selected_tiers"] == ("discovery",) and call["root"] == checkout
+
+
+# --- where it runs, and how it ends --------------------------------------------------------------
+
+
+def test_run_here_outside_the_repository_root_is_one_error(checkout, tmp_path, monkeypatch, row_runs, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code = matrix_cli(["run-here", ROW, "--runner", "qa", "--matrix-dir", str(checkout / "matrix")])
+    assert code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"matrix: error: {elsewhere} is not the repository root (no pyproject.toml or src/caovan/__init__.py "
+        "here): run run-here from the root of the checkout whose row it runs"
+    ]
+    assert row_runs == [] and list(elsewhere.iterdir()) == []
+
+
+def test_run_here_writes_the_result_beside_the_rows_it_read(checkout, row_runs):
+    (checkout / "other").mkdir()
+    shutil.copy(checkout / "matrix" / "vllm.yaml", checkout / "other" / "vllm.yaml")
+    assert matrix_cli(["run-here", ROW, "--runner", "qa", "--matrix-dir", "other"]) == 0
+    (call,) = row_runs
+    assert call["results_dir"] == checkout / "other" / "results"
+
+
+def test_run_here_ctrl_c_in_a_tier_exits_130_without_a_traceback(checkout, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(row_run, "run_row", interrupted)
+    assert matrix_cli(["run-here", ROW, "--runner", "qa"]) == 130
+
+
+def test_run_here_ctrl_c_before_any_tier_says_nothing_was_written(checkout, monkeypatch, row_runs, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("caovan.matrix.fingerprint.package_difference", interrupted)
+    assert matrix_cli(["run-here", ROW, "--runner", "qa"]) == 130
+    assert capsys.readouterr().err == "matrix run-here: interrupted before any tier ran: nothing written\n"
+    assert row_runs == []
