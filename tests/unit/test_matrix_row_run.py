@@ -106,6 +106,12 @@ def test_a_plain_run_after_an_interrupted_redo_keeps_every_stored_tier(runs):
 
 
 def test_an_interrupted_run_says_the_result_is_unchanged_and_the_same_command_resumes(runs):
+    with pytest.raises(KeyboardInterrupt):
+        runs(discovery="interrupt")
+    assert runs.lines[-1] == (
+        "interrupted in tier discovery: no matrix/results/qa/vllm-0.21.0.json written; no tier finished in this "
+        "run, so the same command runs its tiers again"
+    )
     runs(serve="skipped")
     before = runs.outcomes_on_disk()
     with pytest.raises(KeyboardInterrupt):

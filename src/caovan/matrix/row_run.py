@@ -66,7 +66,7 @@ def run_row(
             install_note=install_note, progress=progress,
         )  # fmt: skip
     except KeyboardInterrupt:
-        log(progress.interrupted(_shown(result_file, root), _shown(state_file, root), redo=redo))
+        log(progress.interrupted(result_file, root, _shown(state_file, root), redo=redo))
         raise
 
 
@@ -82,10 +82,14 @@ class _Progress:
     finished: list[str] = field(default_factory=list)
     result_written: bool = False
 
-    def interrupted(self, result_shown: Path, state_shown: Path, *, redo: bool) -> str:
+    def interrupted(self, result_file: Path, root: Path, state_shown: Path, *, redo: bool) -> str:
+        result_shown = _shown(result_file, root)
         if self.result_written:
             return f"interrupted after {result_shown} was written: nothing is lost"
-        head = f"interrupted {self.doing}: {result_shown} is unchanged"
+        if result_file.exists():
+            head = f"interrupted {self.doing}: {result_shown} is unchanged"
+        else:
+            head = f"interrupted {self.doing}: no {result_shown} written"
         if not self.finished:
             return f"{head}; no tier finished in this run, so the same command runs its tiers again"
         if redo:
