@@ -123,3 +123,12 @@ def test_cli_stdout_carries_only_the_json_even_when_imports_print(monkeypatch, c
     captured = capsys.readouterr()
     assert json.loads(captured.out)["envinfo_version"] == envinfo.ENVINFO_VERSION
     assert "what vLLM prints" in captured.err
+
+
+def test_cli_interrupted_exits_130_quietly_and_writes_nothing(monkeypatch, tmp_path, capsys):
+    def interrupted(*, with_family):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(envinfo, "gather", interrupted)
+    assert envinfo.main(["--output", str(tmp_path / "env.json")]) == 130
+    assert capsys.readouterr() == ("", "") and list(tmp_path.iterdir()) == []

@@ -163,9 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         help="do not probe the GDN adapter family (no vLLM import)",
     )
     args = parser.parse_args(argv)
-    # vLLM logs to stdout when imported (family probe): keep stdout for the JSON alone.
-    with contextlib.redirect_stdout(sys.stderr):
-        info = gather(with_family=not args.no_family)
+    try:
+        # vLLM logs to stdout when imported (family probe): keep stdout for the JSON alone.
+        with contextlib.redirect_stdout(sys.stderr):
+            info = gather(with_family=not args.no_family)
+    except KeyboardInterrupt:
+        # A Ctrl-C reaches this child and its parent (a matrix run) together; the parent says what it means.
+        return 130
     if args.output is None:
         json.dump(info, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
