@@ -206,6 +206,37 @@ def test_a_plain_run_after_an_interrupted_redo_keeps_the_stored_records_it_did_n
     assert again.to_run == ["kernel"]
 
 
+HOST = {"mode": "current-environment", "python": "/usr/bin/python3"}
+
+
+def test_a_run_in_another_install_reuses_and_keeps_no_stored_record():
+    stored = document(ALL_DONE)  # a row venv's (no install mode)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=["serve"], stored=stored, partial=None, redo=False, install=HOST)
+    assert plan.to_run == ["serve"] and plan.reused == {} and not plan.up_to_date
+    why = (
+        "they ran in an isolated venv of the row, this run in the host's environment (/usr/bin/python3) "
+        "(a result file does not mix installs)"
+    )
+    assert plan.not_kept == {"discovery": why, "kernel": why, "serve": why}
+    partial = document({"discovery": tier("pass")}, complete=False)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=None, partial=partial, redo=False, install=HOST)
+    assert plan.to_run == ["discovery", "kernel", "serve"] and not plan.resumes_partial
+
+
+def test_another_interpreter_of_the_host_is_another_install():
+    stored = document(ALL_DONE)
+    stored["install"] = dict(HOST)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=None, redo=False, install=HOST)
+    assert plan.up_to_date
+    other = {**HOST, "python": "/opt/venv/bin/python"}
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=None, redo=False, install=other)
+    assert plan.to_run == ["discovery", "kernel", "serve"]
+    assert (
+        "they ran in the host's environment (/usr/bin/python3), this run in the host's environment "
+        in (plan.not_kept["discovery"])
+    )
+
+
 def test_interrupted_run_resumes_after_the_finished_tiers():
     partial = document({"discovery": tier("pass")}, complete=False)
     assert "kernel" not in partial["tiers"], "partial state records finished tiers only"

@@ -42,7 +42,7 @@ class Runs:
             raise KeyboardInterrupt
         return {"outcome": outcome, "reason": f"{tier} {outcome}"}
 
-    def __call__(self, tiers=None, *, redo=False, provenance=PROVENANCE, **outcomes):
+    def __call__(self, tiers=None, *, redo=False, provenance=PROVENANCE, install_note=None, **outcomes):
         self.lines.clear()
         self.ran.clear()
         self.outcomes = outcomes
@@ -57,11 +57,14 @@ class Runs:
             cache_dir=self.root / "build" / "matrix",
             prepare=lambda: Prepared("python", dict(ENV), {}),
             log=self.lines.append,
+            install_note=install_note,
         )
 
+    def on_disk(self) -> dict:
+        return json.loads((self.root / "matrix" / "results" / "qa" / f"{ROW.id}.json").read_text())
+
     def outcomes_on_disk(self) -> dict[str, str]:
-        doc = json.loads((self.root / "matrix" / "results" / "qa" / f"{ROW.id}.json").read_text())
-        return {tier: record["outcome"] for tier, record in doc["tiers"].items()}
+        return {tier: record["outcome"] for tier, record in self.on_disk()["tiers"].items()}
 
 
 @pytest.fixture
@@ -133,3 +136,15 @@ def test_an_interrupted_run_says_the_result_is_unchanged_and_the_same_command_re
     runs(["discovery", "kernel"])
     assert runs.ran == ["kernel"]
     assert runs.outcomes_on_disk() == {"discovery": "fail", "kernel": "pass", "serve": "skipped"}
+
+
+def test_a_run_in_another_install_does_not_keep_the_stored_tiers_and_says_so(runs):
+    host = {"mode": "current-environment", "python": "/usr/bin/python3"}
+    runs(["discovery"], install_note=host)  # run-here
+    runs(["serve"], install_note={"wheelhouse": None}, serve="skipped")  # nox -s matrix
+    assert runs.outcomes_on_disk() == {"discovery": "not-run", "kernel": "not-run", "serve": "skipped"}
+    assert "mode" not in runs.on_disk()["install"]
+    assert (
+        "tiers discovery: stored results not kept, they ran in the host's environment (/usr/bin/python3), this run "
+        "in an isolated venv of the row (a result file does not mix installs): recorded as not run"
+    ) in runs.lines

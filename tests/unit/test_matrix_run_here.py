@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,8 @@ def test_run_here_accepts_a_byte_identical_installed_copy(checkout, row_runs):
     assert matrix_cli(["run-here", ROW, "--runner", "qa", "--tiers", "discovery"]) == 0
     (call,) = row_runs
     assert call["selected_tiers"] == ("discovery",) and call["root"] == checkout
+    # Known before planning, so that tiers stored from another install are not reused.
+    assert call["install_note"] == {"mode": "current-environment", "python": sys.executable}
 
 
 # --- where it runs, and how it ends --------------------------------------------------------------

@@ -7,11 +7,12 @@ problem on stderr (file:line: row: field: problem) and exit 2.
 ``run-here`` is for a GPU host without network where the row's vLLM/torch and the plugin are already
 installed (e.g. from ``nox -s wheelhouse``): no venv is made, pytest runs with this interpreter, and the
 result file records ``install.mode = "current-environment"`` and the interpreter, so nobody mistakes it
-for an isolated row venv. It takes the same options as the nox session (``--runner``, ``--tiers``,
-``--redo``, ``--strict``). Run it from the repository root; the result goes to ``results/`` in the
-``--matrix-dir`` the row came from (default ``matrix/``). It refuses to run when the caovan package this
-interpreter imports is not this checkout's ``src/caovan`` (nor a byte-identical installed copy, e.g. a
-wheel built from it), since the result records this checkout's source fingerprint.
+for an isolated row venv; stored tiers of another install (a row venv, another interpreter) are neither
+reused nor kept, as one result file records one install. It takes the same options as the nox session
+(``--runner``, ``--tiers``, ``--redo``, ``--strict``). Run it from the repository root; the result goes
+to ``results/`` in the ``--matrix-dir`` the row came from (default ``matrix/``). It refuses to run when
+the caovan package this interpreter imports is not this checkout's ``src/caovan`` (nor a byte-identical
+installed copy, e.g. a wheel built from it), since the result records this checkout's source fingerprint.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def run_here(positional: list[str], option_args: argparse.Namespace, matrix_dir:
         envinfo.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "caovan.matrix.envinfo", "--output", str(envinfo)], check=True)
         env = json.loads(envinfo.read_text(encoding="utf-8"))
-        return Prepared(sys.executable, env, {"mode": "current-environment", "python": sys.executable})
+        return Prepared(sys.executable, env, {})
 
     try:
         outcome = run_row(
@@ -137,6 +138,8 @@ def run_here(positional: list[str], option_args: argparse.Namespace, matrix_dir:
             cache_dir=cache_dir,
             prepare=prepare,
             log=lambda line: print(f"matrix run-here: {line}", flush=True),
+            # Known before planning: records of another install are not reused (results.stale_reason).
+            install_note={"mode": "current-environment", "python": sys.executable},
         )
     except KeyboardInterrupt:
         return 130  # run_row has said what is kept

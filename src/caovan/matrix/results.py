@@ -248,8 +248,27 @@ def provenance_of(doc: Mapping[str, Any]) -> Provenance | None:
         return None
 
 
-def stale_reason(doc: Mapping[str, Any], provenance: Provenance) -> str | None:
-    """Why the tier records of ``doc`` do not hold for this row and checkout; None when they do."""
+def _install_of(install: Any) -> tuple[Any, Any]:
+    """What a result's ``install`` says about where its tiers ran: the mode and, for run-here, the
+    interpreter (no mode: an isolated venv of the row, made by ``nox -s matrix``)."""
+    install = install if isinstance(install, Mapping) else {}
+    return install.get("mode"), install.get("python")
+
+
+def _describe_install(install: tuple[Any, Any]) -> str:
+    mode, python = install
+    if mode is None:
+        return "an isolated venv of the row"
+    if mode == "current-environment":
+        return f"the host's environment ({python})"
+    return f"install mode {mode!r}" + (f" ({python})" if python else "")
+
+
+def stale_reason(
+    doc: Mapping[str, Any], provenance: Provenance, install: Mapping[str, Any] | None = None
+) -> str | None:
+    """Why the tier records of ``doc`` do not hold for this row and checkout, run in ``install`` (this
+    run's install note; None: a row venv); None when they do."""
     version = doc.get("schema_version")
     if version != RESULT_SCHEMA_VERSION:
         return f"written in result layout {version!r}, this checkout writes {RESULT_SCHEMA_VERSION}"
@@ -268,12 +287,20 @@ def stale_reason(doc: Mapping[str, Any], provenance: Provenance) -> str | None:
             f"recorded with other source (source fingerprint {theirs.source_fingerprint}, "
             f"this checkout's {provenance.source_fingerprint})"
         )
+    # One result records one install: tiers of another install kept beside this run's would be shown
+    # as run where they were not.
+    theirs_install, ours_install = _install_of(doc.get("install")), _install_of(install)
+    if theirs_install != ours_install:
+        return (
+            f"they ran in {_describe_install(theirs_install)}, this run in {_describe_install(ours_install)} "
+            "(a result file does not mix installs)"
+        )
     return None
 
 
-def is_current(doc: Mapping[str, Any] | None, provenance: Provenance) -> bool:
-    """Same schema, row fingerprint, plugin version and plugin source fingerprint."""
-    return doc is not None and stale_reason(doc, provenance) is None
+def is_current(doc: Mapping[str, Any] | None, provenance: Provenance, install: Mapping[str, Any] | None = None) -> bool:
+    """Same schema, row fingerprint, plugin version, plugin source fingerprint and install."""
+    return doc is not None and stale_reason(doc, provenance, install) is None
 
 
 def _final_records(doc: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -287,9 +314,11 @@ def _final_records(doc: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     }
 
 
-def finished_tiers(doc: Mapping[str, Any] | None, provenance: Provenance) -> dict[str, dict[str, Any]]:
+def finished_tiers(
+    doc: Mapping[str, Any] | None, provenance: Provenance, install: Mapping[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
     """Tier records of a current document that need no rerun (pass / fail / skipped / error)."""
-    return _final_records(doc) if is_current(doc, provenance) else {}
+    return _final_records(doc) if is_current(doc, provenance, install) else {}
 
 
 @dataclass
@@ -320,17 +349,19 @@ def plan_row(
     stored: Mapping[str, Any] | None,
     partial: Mapping[str, Any] | None,
     redo: bool,
+    install: Mapping[str, Any] | None = None,
 ) -> RowPlan:
     """The work for a row, from its stored result and partial state (either may be None/stale).
 
     ``redo`` reruns the selected tiers only: every other tier keeps its stored record where that
-    holds for this row and checkout, as it does without ``redo``.
+    holds for this row and checkout, as it does without ``redo``. ``install`` is this run's install
+    note (None: a row venv); records of another install are neither reused nor kept.
     """
     wanted = list(row.tiers) if selected_tiers is None else [t for t in row.tiers if t in selected_tiers]
     ignored = [] if selected_tiers is None else [t for t in selected_tiers if t not in row.tiers]
-    stored_done = finished_tiers(stored, provenance)
-    partial_done = finished_tiers(partial, provenance)
-    resumes_partial = is_current(partial, provenance)
+    stored_done = finished_tiers(stored, provenance, install)
+    partial_done = finished_tiers(partial, provenance, install)
+    resumes_partial = is_current(partial, provenance, install)
     if redo:
         to_run = wanted
     elif resumes_partial:
@@ -345,7 +376,7 @@ def plan_row(
     # The partial state is newer than the stored result (the state is removed once a result is written).
     available = {**stored_done, **partial_done}
     reused = {t: available[t] for t in row.tiers if t not in to_run and t in available}
-    why = stale_reason(stored, provenance) if stored is not None else None
+    why = stale_reason(stored, provenance, install) if stored is not None else None
     not_kept = {
         t: why
         for t in row.tiers

@@ -119,7 +119,9 @@ def _run_row(
     shown = _shown(result_file, root)
     stored = read_json_or_none(result_file)
     partial = read_json_or_none(state_file)
-    plan = plan_row(row, provenance, selected_tiers=selected_tiers, stored=stored, partial=partial, redo=redo)
+    plan = plan_row(
+        row, provenance, selected_tiers=selected_tiers, stored=stored, partial=partial, redo=redo, install=install_note
+    )
     if plan.ignored:
         log(f"tiers {', '.join(plan.ignored)}: not in this row, ignored")
     if plan.up_to_date:
