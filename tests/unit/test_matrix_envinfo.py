@@ -75,6 +75,24 @@ def test_missing_adapters_package_is_recorded(monkeypatch):
     assert facts["family_reason"].startswith("caovan.adapters.registry is not importable")
 
 
+def test_registry_that_raises_on_import_is_recorded_not_propagated(monkeypatch, tmp_path):
+    package = tmp_path / "caovan" / "adapters"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "registry.py").write_text("_ = UNDEFINED_NAME\n")
+    adapters = types.ModuleType("caovan.adapters")
+    adapters.__path__ = [str(package)]
+    monkeypatch.setitem(sys.modules, "caovan.adapters", adapters)
+    monkeypatch.delitem(sys.modules, "caovan.adapters.registry", raising=False)
+    errors: dict[str, str] = {}
+    facts = envinfo.family_facts(errors)
+    assert facts["family"] is None
+    assert facts["family_reason"] == (
+        "caovan.adapters.registry is not importable: NameError: name 'UNDEFINED_NAME' is not defined"
+    )
+    assert errors["family"] == "NameError: name 'UNDEFINED_NAME' is not defined"
+
+
 def test_cli_writes_json_to_a_file(tmp_path):
     target = tmp_path / "env.json"
     assert envinfo.main(["--no-family", "--output", str(target)]) == 0
@@ -105,3 +123,12 @@ def test_cli_stdout_carries_only_the_json_even_when_imports_print(monkeypatch, c
     captured = capsys.readouterr()
     assert json.loads(captured.out)["envinfo_version"] == envinfo.ENVINFO_VERSION
     assert "what vLLM prints" in captured.err
+
+
+def test_cli_interrupted_exits_130_quietly_and_writes_nothing(monkeypatch, tmp_path, capsys):
+    def interrupted(*, with_family):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(envinfo, "gather", interrupted)
+    assert envinfo.main(["--output", str(tmp_path / "env.json")]) == 130
+    assert capsys.readouterr() == ("", "") and list(tmp_path.iterdir()) == []

@@ -177,6 +177,66 @@ def test_redo_reruns_a_current_result():
     assert plan.to_run == ["discovery", "kernel", "serve"] and plan.reused == {}
 
 
+def test_redo_of_some_tiers_keeps_the_stored_records_of_the_others():
+    stored = document(ALL_DONE)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=["serve"], stored=stored, partial=None, redo=True)
+    assert plan.to_run == ["serve"] and not plan.up_to_date
+    assert plan.reused == {"discovery": tier("pass"), "kernel": tier("skipped")}
+    assert plan.not_kept == {}
+
+
+def test_redo_of_some_tiers_says_why_the_stored_records_of_other_source_are_not_kept():
+    other_source = Provenance(PROVENANCE.row_fingerprint, "0.1.0", "bbbbbbbbbbbbbbbb")
+    stored = document(ALL_DONE, provenance=other_source)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=["serve"], stored=stored, partial=None, redo=True)
+    assert plan.to_run == ["serve"] and plan.reused == {}
+    why = "recorded with other source (source fingerprint bbbbbbbbbbbbbbbb, this checkout's aaaaaaaaaaaaaaaa)"
+    assert plan.not_kept == {"discovery": why, "kernel": why}, "serve is rerun on request: nothing to say"
+
+
+def test_a_plain_run_after_an_interrupted_redo_keeps_the_stored_records_it_did_not_redo():
+    stored = document(ALL_DONE)
+    # `--tiers discovery,kernel --redo`, interrupted in kernel (a state from before redo kept the others).
+    partial = document({"discovery": tier("fail")}, complete=False, selected=["discovery", "kernel"])
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=["serve"], stored=stored, partial=partial, redo=False)
+    assert plan.to_run == []
+    assert plan.reused == {"discovery": tier("fail"), "kernel": tier("skipped"), "serve": tier("error")}
+    # Asked for again, the tier the redo did not finish is run, not taken from the older result.
+    again = plan_row(ROW, PROVENANCE, selected_tiers=["kernel"], stored=stored, partial=partial, redo=False)
+    assert again.to_run == ["kernel"]
+
+
+HOST = {"mode": "current-environment", "python": "/usr/bin/python3"}
+
+
+def test_a_run_in_another_install_reuses_and_keeps_no_stored_record():
+    stored = document(ALL_DONE)  # a row venv's (no install mode)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=["serve"], stored=stored, partial=None, redo=False, install=HOST)
+    assert plan.to_run == ["serve"] and plan.reused == {} and not plan.up_to_date
+    why = (
+        "they ran in an isolated venv of the row, this run in the host's environment (/usr/bin/python3) "
+        "(a result file does not mix installs)"
+    )
+    assert plan.not_kept == {"discovery": why, "kernel": why, "serve": why}
+    partial = document({"discovery": tier("pass")}, complete=False)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=None, partial=partial, redo=False, install=HOST)
+    assert plan.to_run == ["discovery", "kernel", "serve"] and not plan.resumes_partial
+
+
+def test_another_interpreter_of_the_host_is_another_install():
+    stored = document(ALL_DONE)
+    stored["install"] = dict(HOST)
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=None, redo=False, install=HOST)
+    assert plan.up_to_date
+    other = {**HOST, "python": "/opt/venv/bin/python"}
+    plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=None, redo=False, install=other)
+    assert plan.to_run == ["discovery", "kernel", "serve"]
+    assert (
+        "they ran in the host's environment (/usr/bin/python3), this run in the host's environment "
+        in (plan.not_kept["discovery"])
+    )
+
+
 def test_interrupted_run_resumes_after_the_finished_tiers():
     partial = document({"discovery": tier("pass")}, complete=False)
     assert "kernel" not in partial["tiers"], "partial state records finished tiers only"
@@ -188,7 +248,7 @@ def test_interrupted_run_resumes_after_the_finished_tiers():
 
 def test_interrupted_redo_resumes_instead_of_trusting_the_older_result():
     stored = document(ALL_DONE)
-    partial = document({"discovery": tier("fail")}, complete=False)
+    partial = document({"discovery": tier("fail")}, complete=False, selected=list(ROW.tiers))
     plan = plan_row(ROW, PROVENANCE, selected_tiers=None, stored=stored, partial=partial, redo=False)
     assert not plan.up_to_date
     assert plan.to_run == ["kernel", "serve"] and plan.reused == {"discovery": tier("fail")}

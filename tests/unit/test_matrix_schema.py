@@ -169,18 +169,27 @@ def test_matrix_file_that_is_not_utf8_is_one_error(tmp_path):
     assert errors_of(path) == [f"{path}: not UTF-8 text (bad byte at offset 0)"]
 
 
+def make_checkout(root: Path) -> None:
+    """What run-here looks for in its repository root, beside matrix/."""
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (root / "src" / "caovan").mkdir(parents=True)
+    (root / "src" / "caovan" / "__init__.py").write_text('__version__ = "0.1.0"\n')
+
+
 def test_run_here_refuses_a_row_without_any_selected_tier_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    make_checkout(tmp_path)
     (tmp_path / "matrix").mkdir()
     write(tmp_path / "matrix", "m.yaml", "rows:\n" + VALID_ROW.replace("[discovery, kernel, serve]", "[discovery]"))
     monkeypatch.chdir(tmp_path)
     assert matrix_cli(["run-here", "vllm-0.21.0", "--runner", "cpu", "--tiers", "kernel"]) == 2
     err = capsys.readouterr().err
     assert "row vllm-0.21.0 has none of the selected tiers (kernel;" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix", "pyproject.toml", "src"]
     assert sorted(p.name for p in (tmp_path / "matrix").iterdir()) == ["m.yaml"]
 
 
 def test_options_may_come_before_the_positionals(tmp_path, monkeypatch, capsys):
+    make_checkout(tmp_path)
     (tmp_path / "matrix").mkdir()
     path = write(tmp_path / "matrix", "m.yaml", "rows:\n" + VALID_ROW.replace("[discovery, kernel, serve]", "[serve]"))
     monkeypatch.chdir(tmp_path)
@@ -194,6 +203,7 @@ def test_options_may_come_before_the_positionals(tmp_path, monkeypatch, capsys):
 
 def test_run_here_has_no_wheelhouse_and_ignores_caovan_wheelhouse(tmp_path, monkeypatch, capsys):
     # run-here installs nothing: a wheelhouse option would be a promise it does not keep.
+    make_checkout(tmp_path)
     (tmp_path / "matrix").mkdir()
     write(tmp_path / "matrix", "m.yaml", "rows:\n" + VALID_ROW.replace("[discovery, kernel, serve]", "[discovery]"))
     monkeypatch.chdir(tmp_path)

@@ -7,8 +7,12 @@ problem on stderr (file:line: row: field: problem) and exit 2.
 ``run-here`` is for a GPU host without network where the row's vLLM/torch and the plugin are already
 installed (e.g. from ``nox -s wheelhouse``): no venv is made, pytest runs with this interpreter, and the
 result file records ``install.mode = "current-environment"`` and the interpreter, so nobody mistakes it
-for an isolated row venv. It takes the same options as the nox session (``--runner``, ``--tiers``,
-``--redo``, ``--strict``). Run it from the repository root.
+for an isolated row venv; stored tiers of another install (a row venv, another interpreter) are neither
+reused nor kept, as one result file records one install. It takes the same options as the nox session
+(``--runner``, ``--tiers``, ``--redo``, ``--strict``). Run it from the repository root; the result goes
+to ``results/`` in the ``--matrix-dir`` the row came from (default ``matrix/``). It refuses to run when
+the caovan package this interpreter imports is not this checkout's ``src/caovan`` (nor a byte-identical
+installed copy, e.g. a wheel built from it), since the result records this checkout's source fingerprint.
 """
 
 from __future__ import annotations
@@ -63,13 +67,23 @@ def run_here(positional: list[str], option_args: argparse.Namespace, matrix_dir:
     import os
     import subprocess
 
-    from .fingerprint import plugin_version, source_fingerprint
+    import caovan
+
+    from .fingerprint import package_difference, plugin_version, source_fingerprint
     from .options import matrix_options
     from .results import Provenance
     from .row_run import Prepared, run_row
 
     root = Path.cwd()
+    # Rows and their results stay together, as compat reads them (a results folder's parent holds the rows).
+    results_dir = root / matrix_dir / "results"
     try:
+        missing = [name for name in ("pyproject.toml", "src/caovan/__init__.py") if not (root / name).is_file()]
+        if missing:
+            raise MatrixError(
+                f"{root} is not the repository root (no {' or '.join(missing)} here): run run-here from the "
+                "root of the checkout whose row it runs"
+            )
         if len(positional) != 1:
             raise MatrixError([f"run-here takes one row id, got {positional or 'none'}"])
         rows = {row.id: row for row in load_matrix(matrix_files(matrix_dir), base=root)}
@@ -84,10 +98,25 @@ def run_here(positional: list[str], option_args: argparse.Namespace, matrix_dir:
                 f"row {row.id} has none of the selected tiers ({', '.join(options.tiers)}; "
                 f"the row's tiers: {', '.join(row.tiers)}): nothing to run, nothing written"
             )
+        # The tiers run with this interpreter and environment, so they import the caovan this process
+        # imported; the result records this checkout's source fingerprint, so that must be this source.
+        imported = Path(caovan.__file__).resolve().parent
+        source = (root / "src" / "caovan").resolve()
+        difference = None if imported == source else package_difference(imported, source)
+        if difference is not None:
+            raise MatrixError(
+                f"the caovan package this run imports, {imported}, is not this checkout's {source} ({difference}): "
+                "the result would vouch for source that did not run; run with PYTHONPATH=src, or install a wheel "
+                "built from this checkout"
+            )
+        provenance = Provenance(row.fingerprint(), plugin_version(root), source_fingerprint(root))
     except MatrixError as exc:
         for message in exc.messages:
             print(f"matrix: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("matrix run-here: interrupted before any tier ran: nothing written", file=sys.stderr)
+        return 130
     cache_dir = root / "build" / "matrix"
 
     def prepare() -> Prepared:
@@ -95,20 +124,25 @@ def run_here(positional: list[str], option_args: argparse.Namespace, matrix_dir:
         envinfo.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "caovan.matrix.envinfo", "--output", str(envinfo)], check=True)
         env = json.loads(envinfo.read_text(encoding="utf-8"))
-        return Prepared(sys.executable, env, {"mode": "current-environment", "python": sys.executable})
+        return Prepared(sys.executable, env, {})
 
-    outcome = run_row(
-        row,
-        Provenance(row.fingerprint(), plugin_version(root), source_fingerprint(root)),
-        runner=options.runner,
-        selected_tiers=options.tiers,
-        redo=options.redo,
-        root=root,
-        results_dir=root / "matrix" / "results",
-        cache_dir=cache_dir,
-        prepare=prepare,
-        log=lambda line: print(f"matrix run-here: {line}", flush=True),
-    )
+    try:
+        outcome = run_row(
+            row,
+            provenance,
+            runner=options.runner,
+            selected_tiers=options.tiers,
+            redo=options.redo,
+            root=root,
+            results_dir=results_dir,
+            cache_dir=cache_dir,
+            prepare=prepare,
+            log=lambda line: print(f"matrix run-here: {line}", flush=True),
+            # Known before planning: records of another install are not reused (results.stale_reason).
+            install_note={"mode": "current-environment", "python": sys.executable},
+        )
+    except KeyboardInterrupt:
+        return 130  # run_row has said what is kept
     return 1 if options.strict and outcome.bad_tiers else 0
 
 

@@ -102,7 +102,8 @@ def family_facts(errors: dict[str, str]) -> dict[str, Any]:
     facts: dict[str, Any] = {"family": None, "family_reason": None, "family_probes": []}
     try:
         from caovan.adapters import registry
-    except ImportError as exc:
+    except Exception as exc:  # a module that raises on import (NameError, SyntaxError...) is a fact too
+        errors["family"] = _error_text(exc)
         facts["family_reason"] = f"caovan.adapters.registry is not importable: {_error_text(exc)}"
         return facts
     try:
@@ -162,9 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         help="do not probe the GDN adapter family (no vLLM import)",
     )
     args = parser.parse_args(argv)
-    # vLLM logs to stdout when imported (family probe): keep stdout for the JSON alone.
-    with contextlib.redirect_stdout(sys.stderr):
-        info = gather(with_family=not args.no_family)
+    try:
+        # vLLM logs to stdout when imported (family probe): keep stdout for the JSON alone.
+        with contextlib.redirect_stdout(sys.stderr):
+            info = gather(with_family=not args.no_family)
+    except KeyboardInterrupt:
+        # A Ctrl-C reaches this child and its parent (a matrix run) together; the parent says what it means.
+        return 130
     if args.output is None:
         json.dump(info, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")

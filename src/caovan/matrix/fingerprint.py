@@ -22,6 +22,18 @@ IGNORED_SUFFIXES: tuple[str, ...] = (".pyc", ".pyo")
 _VERSION_PATTERN = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
 
+def _files_under(folder: Path, relative_to: Path) -> list[Path]:
+    """The files under ``folder`` that count, without build/cache litter."""
+    files: list[Path] = []
+    for candidate in folder.rglob("*"):
+        relative_parts = candidate.relative_to(relative_to).parts
+        if any(part in IGNORED_DIR_NAMES or part.endswith(".egg-info") for part in relative_parts):
+            continue
+        if candidate.is_file() and not candidate.name.endswith(IGNORED_SUFFIXES):
+            files.append(candidate)
+    return files
+
+
 def _source_files(root: Path) -> list[Path]:
     files: list[Path] = []
     for name in SOURCE_PATHS:
@@ -29,13 +41,27 @@ def _source_files(root: Path) -> list[Path]:
         if path.is_file():
             files.append(path)
         elif path.is_dir():
-            for candidate in path.rglob("*"):
-                relative_parts = candidate.relative_to(root).parts
-                if any(part in IGNORED_DIR_NAMES or part.endswith(".egg-info") for part in relative_parts):
-                    continue
-                if candidate.is_file() and not candidate.name.endswith(IGNORED_SUFFIXES):
-                    files.append(candidate)
+            files.extend(_files_under(path, root))
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def package_difference(installed: Path, source: Path) -> str | None:
+    """The first file (by relative path) in which the package folder ``installed`` differs from
+    ``source``, saying how; None when their files are byte-identical.
+
+    Compiled files and caches do not count (an install compiles them, a checkout collects them); every
+    other file does, as in :func:`source_fingerprint`, and a wheel built from ``source`` carries them all.
+    """
+    installed_files = {p.relative_to(installed).as_posix(): p for p in _files_under(installed, installed)}
+    source_files = {p.relative_to(source).as_posix(): p for p in _files_under(source, source)}
+    for name in sorted(installed_files.keys() | source_files.keys()):
+        if name not in installed_files:
+            return f"{name} is missing from {installed}"
+        if name not in source_files:
+            return f"{name} is not in {source}"
+        if installed_files[name].read_bytes() != source_files[name].read_bytes():
+            return f"{name} differs"
+    return None
 
 
 def source_fingerprint(root: Path) -> str:

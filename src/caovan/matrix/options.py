@@ -82,7 +82,11 @@ def add_matrix_options(parser: argparse.ArgumentParser, *, wheelhouse: bool = Tr
     parser.add_argument(
         "--tiers", metavar="A,B", help="comma-separated tiers to run (default: CAOVAN_TIERS, else the row's)"
     )
-    parser.add_argument("--redo", action="store_true", help="rerun tiers whose stored result is current")
+    parser.add_argument(
+        "--redo",
+        action="store_true",
+        help="rerun the selected tiers even if their stored result is current (the others keep theirs)",
+    )
     parser.add_argument("--strict", action="store_true", help="exit non-zero when a tier failed or errored")
     if wheelhouse:
         parser.add_argument("--wheelhouse", metavar="DIR", help="install offline from DIR/<row>/")

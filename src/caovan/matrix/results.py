@@ -248,17 +248,63 @@ def provenance_of(doc: Mapping[str, Any]) -> Provenance | None:
         return None
 
 
-def is_current(doc: Mapping[str, Any] | None, provenance: Provenance) -> bool:
-    """Same schema, row fingerprint, plugin version and plugin source fingerprint."""
-    return doc is not None and doc.get("schema_version") == RESULT_SCHEMA_VERSION and provenance_of(doc) == provenance
+def _install_of(install: Any) -> tuple[Any, Any]:
+    """What a result's ``install`` says about where its tiers ran: the mode and, for run-here, the
+    interpreter (no mode: an isolated venv of the row, made by ``nox -s matrix``)."""
+    install = install if isinstance(install, Mapping) else {}
+    return install.get("mode"), install.get("python")
 
 
-def finished_tiers(doc: Mapping[str, Any] | None, provenance: Provenance) -> dict[str, dict[str, Any]]:
-    """Tier records of a current document that need no rerun (pass / fail / skipped / error)."""
-    if not is_current(doc, provenance):
-        return {}
-    assert doc is not None
-    tiers = doc.get("tiers")
+def _describe_install(install: tuple[Any, Any]) -> str:
+    mode, python = install
+    if mode is None:
+        return "an isolated venv of the row"
+    if mode == "current-environment":
+        return f"the host's environment ({python})"
+    return f"install mode {mode!r}" + (f" ({python})" if python else "")
+
+
+def stale_reason(
+    doc: Mapping[str, Any], provenance: Provenance, install: Mapping[str, Any] | None = None
+) -> str | None:
+    """Why the tier records of ``doc`` do not hold for this row and checkout, run in ``install`` (this
+    run's install note; None: a row venv); None when they do."""
+    version = doc.get("schema_version")
+    if version != RESULT_SCHEMA_VERSION:
+        return f"written in result layout {version!r}, this checkout writes {RESULT_SCHEMA_VERSION}"
+    theirs = provenance_of(doc)
+    if theirs is None:
+        return "it records no row or plugin fingerprint"
+    if theirs.row_fingerprint != provenance.row_fingerprint:
+        return (
+            f"recorded for other row settings (row fingerprint {theirs.row_fingerprint}, "
+            f"now {provenance.row_fingerprint})"
+        )
+    if theirs.plugin_version != provenance.plugin_version:
+        return f"recorded with plugin {theirs.plugin_version} (this checkout: {provenance.plugin_version})"
+    if theirs.source_fingerprint != provenance.source_fingerprint:
+        return (
+            f"recorded with other source (source fingerprint {theirs.source_fingerprint}, "
+            f"this checkout's {provenance.source_fingerprint})"
+        )
+    # One result records one install: tiers of another install kept beside this run's would be shown
+    # as run where they were not.
+    theirs_install, ours_install = _install_of(doc.get("install")), _install_of(install)
+    if theirs_install != ours_install:
+        return (
+            f"they ran in {_describe_install(theirs_install)}, this run in {_describe_install(ours_install)} "
+            "(a result file does not mix installs)"
+        )
+    return None
+
+
+def is_current(doc: Mapping[str, Any] | None, provenance: Provenance, install: Mapping[str, Any] | None = None) -> bool:
+    """Same schema, row fingerprint, plugin version, plugin source fingerprint and install."""
+    return doc is not None and stale_reason(doc, provenance, install) is None
+
+
+def _final_records(doc: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    tiers = doc.get("tiers") if doc is not None else None
     if not isinstance(tiers, Mapping):
         return {}
     return {
@@ -268,18 +314,31 @@ def finished_tiers(doc: Mapping[str, Any] | None, provenance: Provenance) -> dic
     }
 
 
+def finished_tiers(
+    doc: Mapping[str, Any] | None, provenance: Provenance, install: Mapping[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Tier records of a current document that need no rerun (pass / fail / skipped / error)."""
+    return _final_records(doc) if is_current(doc, provenance, install) else {}
+
+
 @dataclass
 class RowPlan:
     """What a matrix run does for one row: tiers to run, tiers to carry over, or nothing."""
 
     selected: list[str]
     to_run: list[str]
+    #: Records carried over: selected tiers already done, and the stored records of tiers not selected.
     reused: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Environment facts of the document the reused tiers came from (if nothing is left to run).
     reused_env: dict[str, Any] | None = None
     #: The stored result already covers every selected tier with this checkout: nothing to do.
     up_to_date: bool = False
     ignored: list[str] = field(default_factory=list)
+    #: The partial state of an interrupted run of this checkout is carried on (its start time too).
+    resumes_partial: bool = False
+    #: Tiers whose stored record is neither reused nor rerun on request, and why: a selected one runs
+    #: again, any other one is recorded as not run.
+    not_kept: dict[str, str] = field(default_factory=dict)
 
 
 def plan_row(
@@ -290,35 +349,53 @@ def plan_row(
     stored: Mapping[str, Any] | None,
     partial: Mapping[str, Any] | None,
     redo: bool,
+    install: Mapping[str, Any] | None = None,
 ) -> RowPlan:
-    """The work for a row, from its stored result and partial state (either may be None/stale)."""
+    """The work for a row, from its stored result and partial state (either may be None/stale).
+
+    ``redo`` reruns the selected tiers only: every other tier keeps its stored record where that
+    holds for this row and checkout, as it does without ``redo``. ``install`` is this run's install
+    note (None: a row venv); records of another install are neither reused nor kept.
+    """
     wanted = list(row.tiers) if selected_tiers is None else [t for t in row.tiers if t in selected_tiers]
     ignored = [] if selected_tiers is None else [t for t in selected_tiers if t not in row.tiers]
+    stored_done = finished_tiers(stored, provenance, install)
+    partial_done = finished_tiers(partial, provenance, install)
+    resumes_partial = is_current(partial, provenance, install)
     if redo:
-        return RowPlan(selected=wanted, to_run=wanted, ignored=ignored)
-    if is_current(partial, provenance):
-        # An interrupted run of this checkout: its state already holds every tier it kept (from the
-        # stored result too, unless it was a redo), so it alone says what is left.
+        to_run = wanted
+    elif resumes_partial:
+        # An interrupted run of this checkout: a tier it was to run and did not finish runs (again),
+        # even if the stored result has it, for that run may have been a redo of it.
         assert partial is not None
-        done = finished_tiers(partial, provenance)
-        env = partial.get("env")
-        return RowPlan(
-            selected=wanted,
-            to_run=[t for t in wanted if t not in done],
-            reused=done,
-            reused_env=dict(env) if isinstance(env, Mapping) and env else None,
-            ignored=ignored,
-        )
-    stored_done = finished_tiers(stored, provenance)
-    if stored is not None and stored.get("complete") is True and all(t in stored_done for t in wanted):
-        return RowPlan(selected=wanted, to_run=[], reused=stored_done, up_to_date=True, ignored=ignored)
-    env = stored.get("env") if stored_done and stored is not None else None
+        meant = partial.get("selected_tiers")
+        meant = meant if isinstance(meant, list) else row.tiers
+        to_run = [t for t in wanted if t not in partial_done and (t in meant or t not in stored_done)]
+    else:
+        to_run = [t for t in wanted if t not in stored_done]
+    # The partial state is newer than the stored result (the state is removed once a result is written).
+    available = {**stored_done, **partial_done}
+    reused = {t: available[t] for t in row.tiers if t not in to_run and t in available}
+    why = stale_reason(stored, provenance, install) if stored is not None else None
+    not_kept = {
+        t: why
+        for t in row.tiers
+        if why is not None and t in _final_records(stored) and t not in reused and not (redo and t in to_run)
+    }
+    source = partial if resumes_partial else stored if stored_done else None
+    env = source.get("env") if source is not None else None
+    up_to_date = (
+        not redo and not resumes_partial and stored is not None and stored.get("complete") is True and not to_run
+    )
     return RowPlan(
         selected=wanted,
-        to_run=[t for t in wanted if t not in stored_done],
-        reused=stored_done,
+        to_run=to_run,
+        reused=reused,
         reused_env=dict(env) if isinstance(env, Mapping) and env else None,
+        up_to_date=up_to_date,
         ignored=ignored,
+        resumes_partial=resumes_partial,
+        not_kept=not_kept,
     )
 
 

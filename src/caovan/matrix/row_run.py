@@ -54,12 +54,74 @@ def run_row(
     log: Callable[[str], None],
     install_note: Mapping[str, Any] | None = None,
 ) -> RowRunOutcome:
+    """Plan, run and write one row. A KeyboardInterrupt is logged in one line saying what is kept and
+    how to go on, then propagates: the result file is only ever replaced whole, at the end."""
     result_file = result_path(results_dir, runner, row.id)
     state_file = cache_dir / "state" / runner / f"{row.id}.json"
-    shown = result_file.relative_to(root) if result_file.is_relative_to(root) else result_file
+    progress = _Progress()
+    try:
+        return _run_row(
+            row, provenance, runner=runner, selected_tiers=selected_tiers, redo=redo, root=root,
+            result_file=result_file, state_file=state_file, cache_dir=cache_dir, prepare=prepare, log=log,
+            install_note=install_note, progress=progress,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        log(progress.interrupted(result_file, root, _shown(state_file, root), redo=redo))
+        raise
+
+
+def _shown(path: Path, root: Path) -> Path:
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+@dataclass
+class _Progress:
+    """How far a row's run got, for the line an interruption prints."""
+
+    doing: str = "before any tier ran"
+    finished: list[str] = field(default_factory=list)
+    result_written: bool = False
+
+    def interrupted(self, result_file: Path, root: Path, state_shown: Path, *, redo: bool) -> str:
+        result_shown = _shown(result_file, root)
+        if self.result_written:
+            return f"interrupted after {result_shown} was written: nothing is lost"
+        if result_file.exists():
+            head = f"interrupted {self.doing}: {result_shown} is unchanged"
+        else:
+            head = f"interrupted {self.doing}: no {result_shown} written"
+        if not self.finished:
+            return f"{head}; no tier finished in this run, so the same command runs its tiers again"
+        if redo:
+            # A redo does not resume: it reruns every selected tier.
+            how = "the same command without --redo resumes after them (with --redo it starts them over)"
+        else:
+            how = "the same command resumes after them"
+        return f"{head}; tiers {', '.join(self.finished)} finished and are kept in {state_shown}: {how}"
+
+
+def _run_row(
+    row: MatrixRow,
+    provenance: Provenance,
+    *,
+    runner: str,
+    selected_tiers: Sequence[str] | None,
+    redo: bool,
+    root: Path,
+    result_file: Path,
+    state_file: Path,
+    cache_dir: Path,
+    prepare: Callable[[], Prepared],
+    log: Callable[[str], None],
+    install_note: Mapping[str, Any] | None,
+    progress: _Progress,
+) -> RowRunOutcome:
+    shown = _shown(result_file, root)
     stored = read_json_or_none(result_file)
     partial = read_json_or_none(state_file)
-    plan = plan_row(row, provenance, selected_tiers=selected_tiers, stored=stored, partial=partial, redo=redo)
+    plan = plan_row(
+        row, provenance, selected_tiers=selected_tiers, stored=stored, partial=partial, redo=redo, install=install_note
+    )
     if plan.ignored:
         log(f"tiers {', '.join(plan.ignored)}: not in this row, ignored")
     if plan.up_to_date:
@@ -68,10 +130,21 @@ def run_row(
             "(-- --redo or CAOVAN_REDO=1 runs it again)"
         )
         return RowRunOutcome(result_file, None)
-    if plan.reused:
-        log(f"resuming: tiers {', '.join(plan.reused)} already done with this checkout, kept")
+    resumed = [t for t in plan.reused if t in plan.selected]
+    if resumed:
+        log(f"resuming: tiers {', '.join(resumed)} already done with this checkout, kept")
+    others = [t for t in plan.reused if t not in plan.selected]
+    if others:
+        log(f"tiers {', '.join(others)}: not selected, their stored results (this row, this checkout) are kept")
+    for why in dict.fromkeys(plan.not_kept.values()):
+        rerun = [t for t, w in plan.not_kept.items() if w == why and t in plan.to_run]
+        dropped = [t for t, w in plan.not_kept.items() if w == why and t not in plan.to_run]
+        if rerun:
+            log(f"tiers {', '.join(rerun)}: stored results not reused, {why}: run again")
+        if dropped:
+            log(f"tiers {', '.join(dropped)}: stored results not kept, {why}: recorded as not run")
 
-    started_at = (partial or {}).get("started_at") if plan.reused and partial else None
+    started_at = (partial or {}).get("started_at") if plan.resumes_partial else None
     started_at = started_at or utc_now()
     tiers: dict[str, dict] = dict(plan.reused)
     env: dict[str, Any] = plan.reused_env or {}
@@ -85,6 +158,7 @@ def run_row(
         )  # fmt: skip
 
     if plan.to_run:
+        progress.doing = "while preparing the environment"
         clock = time.monotonic()
         prepared = prepare()
         install.update(prepared.install)
@@ -98,6 +172,7 @@ def run_row(
         )
         write_json_atomic(state_file, document(False))
         for number, tier in enumerate(plan.to_run, start=1):
+            progress.doing = f"in tier {tier}"
             log(f"tier {number}/{len(plan.to_run)} {tier}: pytest tests -m {tier}")
             tiers[tier] = run_tier(
                 prepared.python,
@@ -109,9 +184,12 @@ def run_row(
             )
             log(f"tier {tier}: {tiers[tier]['outcome']} — {tiers[tier]['reason']}")
             write_json_atomic(state_file, document(False))
+            progress.finished.append(tier)
 
+    progress.doing = "while writing the result"
     final = document(True)
     write_json_atomic(result_file, final)
+    progress.result_written = True
     state_file.unlink(missing_ok=True)
     summary = ", ".join(f"{tier} {record['outcome']}" for tier, record in final["tiers"].items())
     log(f"wrote {shown}: {summary}")

@@ -1,0 +1,150 @@
+"""One row's run (run_row): which stored records a run keeps, what it says, what it writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from caovan.matrix import row_run
+from caovan.matrix.results import Provenance
+from caovan.matrix.row_run import Prepared, run_row
+from caovan.matrix.schema import MatrixRow
+
+ROW = MatrixRow(
+    id="vllm-0.21.0",
+    vllm="0.21.0",
+    torch="2.11.0",
+    python="3.11",
+    cuda="cu130",
+    tiers=("discovery", "kernel", "serve"),
+    runner_labels=("self-hosted", "linux", "sm75"),
+)
+PROVENANCE = Provenance(ROW.fingerprint(), "0.1.0", "aaaaaaaaaaaaaaaa")
+ENV = {"python": "3.11.7", "gpu": "cpu", "vllm": "0.21.0", "torch": "2.11.0", "family": None}
+
+
+class Runs:
+    """run_row with a fake tier runner: each tier's outcome as given, the log lines kept."""
+
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch):
+        self.root = root
+        self.lines: list[str] = []
+        self.ran: list[str] = []
+        self.outcomes: dict[str, str] = {}
+        monkeypatch.setattr(row_run, "run_tier", self._run_tier)
+
+    def _run_tier(self, python, tier, **_):
+        self.ran.append(tier)
+        outcome = self.outcomes.get(tier, "pass")
+        if outcome == "interrupt":
+            raise KeyboardInterrupt
+        return {"outcome": outcome, "reason": f"{tier} {outcome}"}
+
+    def __call__(self, tiers=None, *, redo=False, provenance=PROVENANCE, install_note=None, **outcomes):
+        self.lines.clear()
+        self.ran.clear()
+        self.outcomes = outcomes
+        return run_row(
+            ROW,
+            provenance,
+            runner="qa",
+            selected_tiers=tiers,
+            redo=redo,
+            root=self.root,
+            results_dir=self.root / "matrix" / "results",
+            cache_dir=self.root / "build" / "matrix",
+            prepare=lambda: Prepared("python", dict(ENV), {}),
+            log=self.lines.append,
+            install_note=install_note,
+        )
+
+    def on_disk(self) -> dict:
+        return json.loads((self.root / "matrix" / "results" / "qa" / f"{ROW.id}.json").read_text())
+
+    def outcomes_on_disk(self) -> dict[str, str]:
+        return {tier: record["outcome"] for tier, record in self.on_disk()["tiers"].items()}
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch) -> Runs:
+    return Runs(tmp_path, monkeypatch)
+
+
+def test_redo_of_one_tier_keeps_the_other_tiers_stored_results(runs):
+    runs(["discovery", "kernel"], kernel="skipped")
+    runs(["serve"], serve="skipped")
+    assert runs.outcomes_on_disk() == {"discovery": "pass", "kernel": "skipped", "serve": "skipped"}
+
+    runs(["serve"], redo=True, serve="pass")
+    assert runs.ran == ["serve"]
+    assert runs.outcomes_on_disk() == {"discovery": "pass", "kernel": "skipped", "serve": "pass"}
+    assert "tiers discovery, kernel: not selected, their stored results (this row, this checkout) are kept" in (
+        runs.lines
+    )
+
+
+def test_redo_says_which_stored_tiers_of_other_source_it_does_not_keep(runs):
+    runs()
+    newer = Provenance(PROVENANCE.row_fingerprint, "0.1.0", "bbbbbbbbbbbbbbbb")
+    runs(["serve"], redo=True, provenance=newer)
+    assert runs.outcomes_on_disk() == {"discovery": "not-run", "kernel": "not-run", "serve": "pass"}
+    assert (
+        "tiers discovery, kernel: stored results not kept, recorded with other source (source fingerprint "
+        "aaaaaaaaaaaaaaaa, this checkout's bbbbbbbbbbbbbbbb): recorded as not run"
+    ) in runs.lines
+
+
+def test_a_plain_run_after_an_interrupted_redo_keeps_every_stored_tier(runs):
+    runs(kernel="skipped", serve="pass")
+    with pytest.raises(KeyboardInterrupt):
+        runs(["discovery", "kernel"], redo=True, discovery="fail", kernel="interrupt")
+    assert runs.outcomes_on_disk() == {"discovery": "pass", "kernel": "skipped", "serve": "pass"}
+
+    runs(["serve"])
+    assert runs.ran == []
+    # discovery as the interrupted redo found it; kernel, which it did not finish, as stored.
+    assert runs.outcomes_on_disk() == {"discovery": "fail", "kernel": "skipped", "serve": "pass"}
+
+
+def test_an_interrupted_run_says_the_result_is_unchanged_and_the_same_command_resumes(runs):
+    with pytest.raises(KeyboardInterrupt):
+        runs(discovery="interrupt")
+    assert runs.lines[-1] == (
+        "interrupted in tier discovery: no matrix/results/qa/vllm-0.21.0.json written; no tier finished in this "
+        "run, so the same command runs its tiers again"
+    )
+    runs(serve="skipped")
+    before = runs.outcomes_on_disk()
+    with pytest.raises(KeyboardInterrupt):
+        runs(["discovery", "kernel"], redo=True, discovery="fail", kernel="interrupt")
+    assert runs.lines[-1] == (
+        "interrupted in tier kernel: matrix/results/qa/vllm-0.21.0.json is unchanged; tiers discovery finished "
+        "and are kept in build/matrix/state/qa/vllm-0.21.0.json: the same command without --redo resumes after "
+        "them (with --redo it starts them over)"
+    )
+    assert runs.outcomes_on_disk() == before
+
+    with pytest.raises(KeyboardInterrupt):
+        runs(["discovery", "kernel"], kernel="interrupt")
+    assert runs.ran == ["kernel"], "resumed after discovery"
+    assert runs.lines[-1] == (
+        "interrupted in tier kernel: matrix/results/qa/vllm-0.21.0.json is unchanged; no tier finished in this "
+        "run, so the same command runs its tiers again"
+    )
+    runs(["discovery", "kernel"])
+    assert runs.ran == ["kernel"]
+    assert runs.outcomes_on_disk() == {"discovery": "fail", "kernel": "pass", "serve": "skipped"}
+
+
+def test_a_run_in_another_install_does_not_keep_the_stored_tiers_and_says_so(runs):
+    host = {"mode": "current-environment", "python": "/usr/bin/python3"}
+    runs(["discovery"], install_note=host)  # run-here
+    runs(["serve"], install_note={"wheelhouse": None}, serve="skipped")  # nox -s matrix
+    assert runs.outcomes_on_disk() == {"discovery": "not-run", "kernel": "not-run", "serve": "skipped"}
+    assert "mode" not in runs.on_disk()["install"]
+    assert (
+        "tiers discovery: stored results not kept, they ran in the host's environment (/usr/bin/python3), this run "
+        "in an isolated venv of the row (a result file does not mix installs): recorded as not run"
+    ) in runs.lines
