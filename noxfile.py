@@ -21,7 +21,7 @@ Matrix options, as posargs after ``--`` or as environment variables (a posarg wi
                                        (e.g. nvidia-h200), or cpu
     --tiers a,b     CAOVAN_TIERS       run only these tiers (the others keep their stored result
                                        or are recorded as not run)
-    --redo          CAOVAN_REDO=1      rerun rows whose stored results are current
+    --redo          CAOVAN_REDO=1      rerun the selected tiers even where their stored results are current
     --strict        CAOVAN_STRICT=1    fail the session when a tier failed or errored (the result
                                        file is written first)
     --wheelhouse D  CAOVAN_WHEELHOUSE  install offline from D/<row>/ (made by `nox -s wheelhouse`)
