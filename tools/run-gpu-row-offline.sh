@@ -57,7 +57,6 @@ done
 
 [ -f pyproject.toml ] && [ -d src/caovan ] && [ -d matrix ] || die "run it from the repository root (no pyproject.toml, src/caovan/ or matrix/ here)"
 command -v python3 >/dev/null || die "python3 is not on PATH"
-python3 -m pip --version >/dev/null 2>&1 || die "python3 ($(command -v python3)) has no pip, which installs the bundle"
 [[ $runner =~ ^[a-z0-9][a-z0-9._-]{0,63}$ ]] || die "runner name '$runner' must be a slug (lowercase letters, digits, '.', '_', '-')"
 [[ $row =~ ^[a-z0-9][a-z0-9._-]{0,63}$ ]] || die "'$row' is not a row id (lowercase letters, digits, '.', '_', '-')"
 # A plain text match of `- id: ROW` (quoted or not): this needs nothing but grep, and
@@ -90,6 +89,7 @@ if [ -e "$bundle/vllm-py.tgz" ]; then
     tar tzf "$bundle/vllm-py.tgz" >/dev/null 2>&1 || die "'$bundle/vllm-py.tgz' is not a readable .tgz"
 fi
 [ ! -e "$out" ] || [ -d "$out" ] || die "OUT '$out' is not a folder"
+python3 -m pip --version >/dev/null 2>&1 || die "python3 ($(command -v python3)) has no pip, which installs the bundle"
 
 site=${CAOVAN_SITE:-/tmp/caovan-site}
 mkdir -p "$site" "$out"
