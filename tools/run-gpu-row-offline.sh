@@ -14,6 +14,11 @@
 # /tmp/caovan-site) is the `pip install --target` folder put on PYTHONPATH; it may already hold the row's
 # packages (unpacked earlier), in which case BUNDLE needs only dist/.
 #
+# Tiers run in several calls (e.g. --tiers discovery,kernel, then --tiers serve) build on the result file in
+# matrix/results/RUNNER/: on a host whose checkout is reset between calls (a lent machine that gets a fresh copy
+# of the working tree each time), copy OUT/ROW.json back to matrix/results/RUNNER/ before the next call, or the
+# earlier tiers are recorded as not run.
+#
 # Every argument is checked before anything is created or installed; exit 2 on a bad one.
 set -euo pipefail
 usage="usage: tools/run-gpu-row-offline.sh BUNDLE ROW RUNNER OUT [--tiers a,b] [--redo] [--strict]"
