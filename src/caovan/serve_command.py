@@ -162,24 +162,25 @@ def served_model(positional: str | None, args: Sequence[str], config: Mapping[st
     arguments"); without either, a ``--config`` file's ``model`` is used.  The discovery tier checks both.
     """
     uses = find_flag(args, "--model")
-    given = positional if positional is not None else uses[0].value if uses else config.get("model")
-    if given is not None and not str(given).strip():
-        raise ServeArgsError("the model name is empty; give a folder or a Hugging Face name")
     if positional is not None:
-        if uses:
-            raise ServeArgsError(
-                f"the model is given twice ({positional} as MODEL and --model {uses[0].value}); vllm serve refuses "
-                "that: keep one"
-            )
-        return positional
-    if uses:
-        return uses[0].value
-    if "model" in config:
-        return str(config["model"])
-    raise ServeArgsError(
-        "no model: write it first (caovan serve MODEL [vllm serve arguments]), give --model MODEL, or set model in "
-        "the --config file; caovan serve does not fall back to vLLM's default model"
-    )
+        model = positional
+    elif uses:
+        model = uses[0].value
+    elif "model" in config:
+        model = str(config["model"])
+    else:
+        raise ServeArgsError(
+            "no model: write it first (caovan serve MODEL [vllm serve arguments]), give --model MODEL, or set model "
+            "in the --config file; caovan serve does not fall back to vLLM's default model"
+        )
+    if not model.strip():
+        raise ServeArgsError("the model name is empty; give a folder or a Hugging Face name")
+    if positional is not None and uses:
+        raise ServeArgsError(
+            f"the model is given twice ({positional} as MODEL and --model {uses[0].value}); vllm serve refuses "
+            "that: keep one"
+        )
+    return model
 
 
 def _json_object(text: str, where: str) -> dict[str, Any]:
@@ -360,7 +361,7 @@ def _users_speculative_config(args: Sequence[str], config: Mapping[str, Any]) ->
     file_keys = [key for key in config if flag_name("--" + key) == "--speculative-config"]
     if not file_keys:
         return None
-    value = config.get("speculative-config", {}) if "speculative-config" in file_keys else {}
+    value = config.get("speculative-config", {})  # {}: only dotted speculative-config.KEY keys
     if value is None or value is False or (isinstance(value, str) and value.strip() in _NO_SPECULATIVE_CONFIG):
         return f"off: the --config file's speculative-config {value!r} is no speculative config"
     return "given"

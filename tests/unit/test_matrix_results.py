@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from matrix_fixtures import PROVENANCE, ROW
 
 from caovan.matrix import RESULT_SCHEMA_VERSION, MatrixError
 from caovan.matrix.fingerprint import plugin_version, source_fingerprint
@@ -20,18 +21,7 @@ from caovan.matrix.results import (
     write_json_atomic,
     write_text_atomic,
 )
-from caovan.matrix.schema import MatrixRow
 
-ROW = MatrixRow(
-    id="vllm-0.21.0",
-    vllm="0.21.0",
-    torch="2.11.0",
-    python="3.11",
-    cuda="cu130",
-    tiers=("discovery", "kernel", "serve"),
-    runner_labels=("self-hosted", "linux", "sm75"),
-)
-PROVENANCE = Provenance(ROW.fingerprint(), "0.1.0", "aaaaaaaaaaaaaaaa")
 ENV = {
     "python": "3.11.7",
     "gpu": "cpu",

@@ -6,22 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from matrix_fixtures import PROVENANCE, ROW
 
 from caovan.matrix import row_run
 from caovan.matrix.results import Provenance
 from caovan.matrix.row_run import Prepared, run_row
-from caovan.matrix.schema import MatrixRow
 
-ROW = MatrixRow(
-    id="vllm-0.21.0",
-    vllm="0.21.0",
-    torch="2.11.0",
-    python="3.11",
-    cuda="cu130",
-    tiers=("discovery", "kernel", "serve"),
-    runner_labels=("self-hosted", "linux", "sm75"),
-)
-PROVENANCE = Provenance(ROW.fingerprint(), "0.1.0", "aaaaaaaaaaaaaaaa")
 ENV = {"python": "3.11.7", "gpu": "cpu", "vllm": "0.21.0", "torch": "2.11.0", "family": None}
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from matrix_fixtures import VALID_ROW
 
 import caovan
 from caovan.matrix import row_run
@@ -14,16 +15,7 @@ from caovan.matrix.__main__ import main as matrix_cli
 from caovan.matrix.fingerprint import package_difference
 
 ROW = "vllm-0.21.0"
-MATRIX = f"""\
-rows:
-  - id: {ROW}
-    vllm: "0.21.0"
-    torch: "2.11.0"
-    python: "3.11"
-    cuda: cu130
-    tiers: [discovery, kernel, serve]
-    runner_labels: [self-hosted, linux, sm75]
-"""
+MATRIX = "rows:\n" + VALID_ROW
 #: The caovan these tests import: the checkout's src/caovan, or (nox -s tests) a wheel built from it.
 IMPORTED = Path(caovan.__file__).resolve().parent
 

@@ -6,22 +6,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from matrix_fixtures import VALID_ROW
 
 from caovan.matrix import MatrixError
 from caovan.matrix.__main__ import main as matrix_cli
 from caovan.matrix.schema import OLDEST_PYTHON, load_matrix, matrix_files
 
 REPO = Path(__file__).resolve().parents[2]
-
-VALID_ROW = """\
-  - id: vllm-0.21.0
-    vllm: "0.21.0"
-    torch: "2.11.0"
-    python: "3.11"
-    cuda: cu130
-    tiers: [discovery, kernel, serve]
-    runner_labels: [self-hosted, linux, sm75]
-"""
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

@@ -88,7 +88,8 @@ def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
     # What follows a "--" is vLLM's, untouched: split it off here rather than rely on how this Python's argparse
     # treats "--" in parse_known_args (it changed across 3.12 and 3.13).
     given = list(args.vllm_args)
-    head, after = (given[: given.index("--")], given[given.index("--") :]) if "--" in given else (given, [])
+    split = given.index("--") if "--" in given else len(given)
+    head, after = given[:split], given[split:]
     try:
         ours, rest = picker.parse_known_args(head)
     except argparse.ArgumentError as exc:

@@ -87,15 +87,27 @@ def collect_results(
 
     With ``matrix_dir``, each result must also belong to a row of the matrix there as it is now.
     """
-    results_dir = Path(results_dir)
+    _require_results_dir(Path(results_dir), base)
+    rows = None if matrix_dir is None else _rows_by_id(Path(matrix_dir), base)
+    return _collect(Path(results_dir), base, rows, None if matrix_dir is None else _shown(Path(matrix_dir), base))
+
+
+def _require_results_dir(results_dir: Path, base: Path | None) -> None:
     if not results_dir.is_dir():
         raise MatrixError(
             f"{_shown(results_dir, base)}: results folder does not exist "
             "(run `nox -s matrix`, or download the matrix workflow's result artifacts, first)"
         )
-    rows = None
-    if matrix_dir is not None:
-        rows = {row.id: row for row in load_matrix(matrix_files(Path(matrix_dir)), base=base)}
+
+
+def _rows_by_id(matrix_dir: Path, base: Path | None) -> dict[str, MatrixRow]:
+    return {row.id: row for row in load_matrix(matrix_files(matrix_dir), base=base)}
+
+
+def _collect(
+    results_dir: Path, base: Path | None, rows: Mapping[str, MatrixRow] | None, matrix_shown: str | None
+) -> list[LoadedResult]:
+    """:func:`collect_results` with the matrix rows already read (``None``: not checked against rows)."""
     errors: list[str] = []
     loaded: list[LoadedResult] = []
     for stray in sorted(results_dir.glob("*.json")):
@@ -114,7 +126,7 @@ def collect_results(
         if doc["row"]["id"] != path.stem:
             errors.append(f"{shown}: field 'row.id': {doc['row']['id']!r} but the file is named {path.name}")
         elif rows is not None:
-            errors.extend(_matrix_mismatch(shown, doc, rows, _shown(Path(matrix_dir), base)))
+            errors.extend(_matrix_mismatch(shown, doc, rows, matrix_shown))
         loaded.append(LoadedResult(shown, doc))
     if errors:
         raise MatrixError(errors)
@@ -300,9 +312,11 @@ def regenerate(
     """
     results_dir = Path(results_dir)
     matrix_dir = results_dir.parent if matrix_dir is None else Path(matrix_dir)
-    results = collect_results(results_dir, base=base, matrix_dir=matrix_dir)
+    _require_results_dir(results_dir, base)
+    rows = _rows_by_id(matrix_dir, base)
+    results = _collect(results_dir, base, rows, _shown(matrix_dir, base))
     with_results = {result.doc["row"]["id"] for result in results}
-    waiting = [row.id for row in load_matrix(matrix_files(matrix_dir), base=base) if row.id not in with_results]
+    waiting = [row_id for row_id in rows if row_id not in with_results]
     shown = _shown(Path(doc_path), base)
     try:
         old_text = Path(doc_path).read_text(encoding="utf-8")

@@ -304,6 +304,7 @@ def is_current(doc: Mapping[str, Any] | None, provenance: Provenance, install: M
 
 
 def _final_records(doc: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The tier records of ``doc`` that need no rerun where ``doc`` holds (pass / fail / skipped / error)."""
     tiers = doc.get("tiers") if doc is not None else None
     if not isinstance(tiers, Mapping):
         return {}
@@ -312,13 +313,6 @@ def _final_records(doc: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
         for tier, record in tiers.items()
         if isinstance(record, Mapping) and record.get("outcome") in FINAL_TIER_OUTCOMES
     }
-
-
-def finished_tiers(
-    doc: Mapping[str, Any] | None, provenance: Provenance, install: Mapping[str, Any] | None = None
-) -> dict[str, dict[str, Any]]:
-    """Tier records of a current document that need no rerun (pass / fail / skipped / error)."""
-    return _final_records(doc) if is_current(doc, provenance, install) else {}
 
 
 @dataclass
@@ -359,9 +353,10 @@ def plan_row(
     """
     wanted = list(row.tiers) if selected_tiers is None else [t for t in row.tiers if t in selected_tiers]
     ignored = [] if selected_tiers is None else [t for t in selected_tiers if t not in row.tiers]
-    stored_done = finished_tiers(stored, provenance, install)
-    partial_done = finished_tiers(partial, provenance, install)
+    why = stale_reason(stored, provenance, install) if stored is not None else None
+    stored_done = _final_records(stored) if stored is not None and why is None else {}
     resumes_partial = is_current(partial, provenance, install)
+    partial_done = _final_records(partial) if resumes_partial else {}
     if redo:
         to_run = wanted
     elif resumes_partial:
@@ -376,7 +371,6 @@ def plan_row(
     # The partial state is newer than the stored result (the state is removed once a result is written).
     available = {**stored_done, **partial_done}
     reused = {t: available[t] for t in row.tiers if t not in to_run and t in available}
-    why = stale_reason(stored, provenance, install) if stored is not None else None
     not_kept = {
         t: why
         for t in row.tiers
