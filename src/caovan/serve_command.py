@@ -397,6 +397,25 @@ def _autospec(
     )
 
 
+def help_plan(model: str | None, vllm_args: Sequence[str]) -> ServePlan | None:
+    """``vllm serve``'s own help when the arguments ask for it (``-h``, ``--help``, vLLM's ``--help=all`` and
+    ``--help=GROUP``) before any ``--``; None otherwise.
+
+    Help starts no server, so nothing is added, and no model is needed: ``caovan serve --help=all`` shows vLLM's
+    full list as ``vllm serve --help=all`` does. (``-h`` and ``--help`` before the model are caovan's own, see
+    :mod:`caovan.cli`.)
+    """
+    before_double_dash = vllm_args[: vllm_args.index("--")] if "--" in vllm_args else vllm_args
+    if not any(token == "-h" or flag_name(token) == "--help" for token in before_double_dash):
+        return None
+    return ServePlan(
+        model=model or "",
+        vllm_args=list(vllm_args),
+        notes=["help asked for: vLLM's own serve help, run as written (caovan serve's own: caovan serve --help)"],
+        model_positional=model is not None,
+    )
+
+
 def plan_serve(
     model: str | None,
     vllm_args: Sequence[str],

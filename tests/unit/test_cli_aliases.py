@@ -24,6 +24,15 @@ def test_alias_version_is_its_own(entry, name, capsys):
     assert capsys.readouterr().out == f"{name} (caovan {__version__})\n"
 
 
+@pytest.mark.parametrize("command", ["doctor", "verify", "check-model", "serve", "warmup", "benchmark", "bench"])
+def test_each_command_takes_version(command, capsys):
+    # `caovan serve --version` was an argparse error while `caovan-vllm-serve --version` answered.
+    with pytest.raises(SystemExit) as info:
+        cli.main([command, "--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"caovan {__version__}\n"
+
+
 @pytest.mark.parametrize(("entry", "name"), ALIASES)
 def test_alias_help_names_the_alias(entry, name, capsys):
     with pytest.raises(SystemExit) as info:

@@ -234,6 +234,13 @@ def test_quote_hint_shows_the_number_as_written(tmp_path, replace, by, expected)
         ('python: "3.11"', 'python: "3.99"', "field 'python': '3.99' is not a Python caovan supports"),
         ('vllm: "0.21.0"', 'vllm: "v0.21"', "field 'vllm': 'v0.21' is not written as PEP 440 writes it: '0.21'"),
         ('vllm: "0.21.0"', 'vllm: "0.21.0 "', "field 'vllm': '0.21.0 ' is not written as PEP 440 writes it: '0.21.0'"),
+        ('vllm: "0.21.0"', 'vllm: "0.21"', "field 'vllm': '0.21' is not an exact version: write every part, as pip"),
+        ('vllm: "0.21.0"', 'vllm: "0.21"', 'as pip reports it ("0.21.0")'),
+        (
+            'torch: "2.11.0"',
+            'torch: "2"',
+            "field 'torch': '2' is not an exact version: write every part, as pip reports it (\"2.0.0\")",
+        ),
     ],
 )
 def test_python_range_and_pep440_versions(tmp_path, replace, by, expected):

@@ -390,6 +390,35 @@ def test_help_before_the_model_comes_from_argparse(entry, argv, capsys):
     assert "MODEL [VLLM_ARGS ...]" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["--help=all"], "vllm serve --help=all"),
+        (["--port", "1", "--help=ModelConfig"], "vllm serve --port 1 --help=ModelConfig"),
+        (["MODEL", "--help"], "vllm serve MODEL --help"),
+        (["MODEL", "-h", "--caovan-mtp", "2"], "vllm serve MODEL -h"),
+        (["--model", "x", "--help"], "vllm serve --model x --help"),
+    ],
+)
+def test_vllm_help_is_run_as_written(monkeypatch, capsys, argv, command):
+    # Help starts no server: no model needed, nothing added (vLLM's --help=all works without one).
+    status, out, err = _dry_run(monkeypatch, capsys, cli.main, ["serve", "--caovan-dry-run", *argv])
+    assert status == 0 and out == command + "\n"
+    assert "help asked for: vLLM's own serve help" in err
+
+
+def test_help_after_double_dash_is_not_a_help_request(candidate, monkeypatch, capsys):
+    status, out, _ = _dry_run(monkeypatch, capsys, cli.main, ["serve", "--caovan-dry-run", str(candidate), "--", "-h"])
+    assert status == 0 and "--additional-config" in out and out.rstrip().endswith("-- -h")
+
+
+@pytest.mark.parametrize("entry", [lambda argv: cli.main(["serve", *argv]), cli.serve_alias])
+def test_serve_version_is_caovans(entry, capsys):
+    with pytest.raises(SystemExit) as stop:
+        entry(["--version"])
+    assert stop.value.code == 0 and "caovan 0." in capsys.readouterr().out
+
+
 # --- what a QA pass found (session 18) ------------------------------------------------------------------------
 
 

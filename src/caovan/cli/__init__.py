@@ -35,9 +35,10 @@ def _commands() -> list[ModuleType]:
     return found
 
 
-def _add_command(parser: argparse.ArgumentParser, module: ModuleType) -> argparse.ArgumentParser:
+def _add_command(parser: argparse.ArgumentParser, module: ModuleType, version: str) -> argparse.ArgumentParser:
     """The one definition of a command's arguments, under ``caovan NAME`` and under its alias alike."""
     parser.epilog = module.EPILOG
+    parser.add_argument("--version", action="version", version=version)
     module.add_arguments(parser)
     parser.set_defaults(_run=module.run)
     return parser
@@ -53,16 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"caovan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _commands():
-        _add_command(sub.add_parser(module.NAME, help=module.HELP, description=module.HELP), module)
+        command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        _add_command(command, module, f"caovan {__version__}")
     return parser
 
 
 def build_alias_parser(command: str) -> argparse.ArgumentParser:
-    """``caovan-sm75-doctor`` and the others: the command's own parser under the alias's name, with --version."""
+    """``caovan-sm75-doctor`` and the others: the command's own parser under the alias's name."""
     module = next(m for m in _commands() if m.NAME == command)
     parser = argparse.ArgumentParser(prog=module.ALIAS, description=module.HELP)
-    parser.add_argument("--version", action="version", version=f"{module.ALIAS} (caovan {__version__})")
-    return _add_command(parser, module)
+    return _add_command(parser, module, f"{module.ALIAS} (caovan {__version__})")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -17,7 +17,8 @@ HELP = "run `vllm serve` with caovan on, AutoSpec's MTP speculative config and r
 ALIAS = "caovan-vllm-serve"
 EPILOG = (
     "MODEL comes first, or as --model MODEL anywhere, or as model: in a --config file. Every other argument goes "
-    "to `vllm serve` as written, except the --caovan-* options, which may come anywhere before a `--`. Exit "
+    "to `vllm serve` as written, except the --caovan-* options, which may come anywhere before a `--`. vLLM's own "
+    "help: caovan serve --help=all (or MODEL --help, --help=GROUP), run as written with nothing added. Exit "
     "status: vLLM's own once it runs; 0 after --caovan-dry-run; 2 the arguments cannot be handed to vLLM "
     "(no model, malformed --additional-config, a caovan key error, an unknown --caovan-* option) or vLLM is not "
     "installed here."
@@ -117,7 +118,7 @@ def _vllm_env_names() -> set[str] | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from caovan.serve_command import ServeArgsError, plan_serve, split_model
+    from caovan.serve_command import ServeArgsError, help_plan, plan_serve, split_model
 
     vllm_args = _split_caovan_options(args)
     if isinstance(vllm_args, str):
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(env_names, str):
         return _error(env_names)
     try:
-        plan = plan_serve(
+        plan = help_plan(model, vllm_args) or plan_serve(
             model,
             vllm_args,
             os.environ,
