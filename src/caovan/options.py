@@ -127,6 +127,13 @@ def env_flag(name: str, environ: Mapping[str, str] | None = None, meaning: str =
     raise CaovanConfigError(f"environment variable {name}={raw!r} is not understood: use 1 ({meaning}) or 0 (do not)")
 
 
+def env_setting(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """``NAME=value`` as the user set it, for messages: a user who wrote ``yes`` or `` 1 `` must recognise it."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name, "")
+    return f"{name}={raw}" if raw and raw == raw.strip() else f"{name}={raw!r}"
+
+
 def require_from_env(environ: Mapping[str, str] | None = None) -> bool:
     """``CAOVAN_REQUIRE_TURBO3`` as a bool; any other value than the usual spellings is an error."""
     return env_flag(REQUIRE_ENV, environ, "require")
@@ -196,7 +203,7 @@ def parse_options(
         source = f"{switch_key}=false" if switch is False else "default (off)"
 
     if require and not enabled:
-        by = "caovan_require_turbo3=true" if require_cfg else f"{REQUIRE_ENV}=1"
+        by = "caovan_require_turbo3=true" if require_cfg else env_setting(REQUIRE_ENV, environ)
         raise CaovanConfigError(
             f"{by} asks caovan to refuse running unaccelerated, but caovan is not enabled ({source}); "
             f'add {{"caovan": true}} to --additional-config or drop the require switch'

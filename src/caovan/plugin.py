@@ -18,7 +18,15 @@ from typing import Any
 
 from . import PLUGIN_NAME, __version__
 from .log import logger
-from .options import CaovanConfigError, CaovanRequireError, parse_options, require_from_env, unknown_env
+from .options import (
+    REQUIRE_ENV,
+    CaovanConfigError,
+    CaovanRequireError,
+    env_setting,
+    parse_options,
+    require_from_env,
+    unknown_env,
+)
 
 
 @dataclass
@@ -99,7 +107,7 @@ def _register() -> None:
         return
     _state.status_line = f"{head} GDN interface check: FAIL, plugin inert: {reason}"
     if require:
-        raise CaovanRequireError(f"{_state.status_line} (CAOVAN_REQUIRE_TURBO3=1 requires caovan)")
+        raise CaovanRequireError(f"{_state.status_line} ({env_setting(REQUIRE_ENV)} requires caovan)")
     logger.warning(_state.status_line)
     _install_inert_check(reason)
 

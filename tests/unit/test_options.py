@@ -66,3 +66,14 @@ def test_require_env_values(raw, value):
 def test_require_env_garbage():
     with pytest.raises(CaovanConfigError, match=r"CAOVAN_REQUIRE_TURBO3='maybe' is not understood"):
         require_from_env({"CAOVAN_REQUIRE_TURBO3": "maybe"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [("1", "CAOVAN_REQUIRE_TURBO3=1"), ("yes", "CAOVAN_REQUIRE_TURBO3=yes"), (" on", "CAOVAN_REQUIRE_TURBO3=' on'")],
+)
+def test_env_require_without_enable_names_the_value_as_set(raw, named):
+    # The user looks for what they wrote: "=1" for a "yes" sends them hunting for a variable they never set so.
+    with pytest.raises(CaovanConfigError) as info:
+        parse_options({}, {"CAOVAN_REQUIRE_TURBO3": raw})
+    assert str(info.value).startswith(f"{named} asks caovan to refuse running unaccelerated")

@@ -148,3 +148,14 @@ def test_a_refusal_is_raised_again_when_register_is_called_again(fresh_state, mo
         plugin.register()
     assert str(second.value) == str(first.value)
     assert plugin.status().refusal == str(first.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "named"), [("yes", "CAOVAN_REQUIRE_TURBO3=yes"), (" 1 ", "CAOVAN_REQUIRE_TURBO3=' 1 '")]
+)
+def test_the_require_refusal_names_the_value_the_user_set(fresh_state, monkeypatch, value, named):
+    monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", value)
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(None, "no GDN family matches vLLM 9.9.9: x"))
+    with pytest.raises(plugin.CaovanRequireError) as info:
+        plugin.register()
+    assert str(info.value).endswith(f"({named} requires caovan)")
