@@ -43,7 +43,7 @@ _lock = threading.Lock()
 
 
 def status() -> _PluginState:
-    """What ``register()`` decided in this process (tests and ``caovan doctor`` read it)."""
+    """What ``register()`` decided in this process (the tests read it)."""
     return _state
 
 
