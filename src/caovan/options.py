@@ -127,9 +127,34 @@ def env_flag(name: str, environ: Mapping[str, str] | None = None, meaning: str =
     raise CaovanConfigError(f"environment variable {name}={raw!r} is not understood: use 1 ({meaning}) or 0 (do not)")
 
 
+def env_setting(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """``NAME=value`` as the user set it, for messages: a user who wrote ``yes`` or `` 1 `` must recognise it."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name, "")
+    return f"{name}={raw}" if raw and raw == raw.strip() else f"{name}={raw!r}"
+
+
 def require_from_env(environ: Mapping[str, str] | None = None) -> bool:
     """``CAOVAN_REQUIRE_TURBO3`` as a bool; any other value than the usual spellings is an error."""
     return env_flag(REQUIRE_ENV, environ, "require")
+
+
+def _unknown_keys_message(unknown: list[str], where: str) -> str:
+    """Every unknown ``caovan*`` key at once (a vLLM start is minutes: one typo per restart is too slow), each with
+    the key it most likely means."""
+    named, typos = [], []
+    for key in unknown:
+        if key.lower() in KNOWN_KEYS:
+            named.append(f"{key!r} (did you mean {key.lower()!r}?)")
+            continue
+        named.append(repr(key))
+        close = difflib.get_close_matches(key.lower(), KNOWN_KEYS, n=1, cutoff=0.75)
+        if close:
+            typos.append(f"{close[0]!r}" + (f" for {key!r}" if len(unknown) > 1 else ""))
+    accepted = ", ".join(f"{k} ({v})" for k, v in KNOWN_KEYS.items())
+    s = "s" if len(unknown) > 1 else ""
+    hint = f"; did you mean {', '.join(typos)}?" if typos else ""
+    return f"{where}: unknown key{s} {', '.join(named)}; caovan accepts: {accepted}{hint}"
 
 
 def parse_options(
@@ -163,19 +188,21 @@ def parse_options(
     # Any letter case: {"CAOVAN": true} would otherwise leave the plugin silently off.
     unknown = sorted(str(k) for k in config if str(k).lower().startswith("caovan") and k not in KNOWN_KEYS)
     if unknown:
-        accepted = ", ".join(f"{k} ({v})" for k, v in KNOWN_KEYS.items())
-        hint = f" (did you mean {unknown[0].lower()!r}?)" if unknown[0].lower() in KNOWN_KEYS else ""
-        raise CaovanConfigError(f"{where}: unknown key {unknown[0]!r}{hint}; caovan accepts: {accepted}")
+        raise CaovanConfigError(_unknown_keys_message(unknown, where))
 
     legacy = _bool_key(config, "caovan_sm75_turbo3", where)
     modern = _bool_key(config, "caovan", where)
     require_cfg = _bool_key(config, "caovan_require_turbo3", where)
     mode = config.get("caovan_mode", "auto")
     if mode not in MODES:
-        raise CaovanConfigError(f"{where}: key 'caovan_mode' must be {KNOWN_KEYS['caovan_mode']}, got {mode!r}")
+        folded = mode.strip().lower() if isinstance(mode, str) else None
+        hint = f' (values are lower case: did you mean "{folded}"?)' if folded in MODES else ""
+        raise CaovanConfigError(f"{where}: key 'caovan_mode' must be {KNOWN_KEYS['caovan_mode']}, got {mode!r}{hint}")
     if legacy is not None and modern is not None and legacy != modern:
+        # JSON spelling (true, not True): what the user wrote and will search their command line for.
         raise CaovanConfigError(
-            f"{where}: 'caovan_sm75_turbo3'={legacy} and 'caovan'={modern} contradict each other; keep one"
+            f"{where}: 'caovan_sm75_turbo3'={json.dumps(legacy)} and 'caovan'={json.dumps(modern)} contradict each "
+            "other; keep one"
         )
     switch = legacy if legacy is not None else modern
     switch_key = "caovan_sm75_turbo3" if legacy is not None else "caovan"
@@ -191,12 +218,16 @@ def parse_options(
         enabled, source = True, "caovan_mode=on"
     elif switch:
         enabled, source = True, f"{switch_key}=true"
+    elif switch is False:
+        enabled, source = False, f"{switch_key}=false"
+    elif "caovan_mode" in config:
+        # "auto" alone reads like "on when it can" to a Turbo3 user: say the enable key is what is missing.
+        enabled, source = False, 'caovan_mode=auto without "caovan": true'
     else:
-        enabled = False
-        source = f"{switch_key}=false" if switch is False else "default (off)"
+        enabled, source = False, "default (off)"
 
     if require and not enabled:
-        by = "caovan_require_turbo3=true" if require_cfg else f"{REQUIRE_ENV}=1"
+        by = "caovan_require_turbo3=true" if require_cfg else env_setting(REQUIRE_ENV, environ)
         raise CaovanConfigError(
             f"{by} asks caovan to refuse running unaccelerated, but caovan is not enabled ({source}); "
             f'add {{"caovan": true}} to --additional-config or drop the require switch'

@@ -18,7 +18,15 @@ from typing import Any
 
 from . import PLUGIN_NAME, __version__
 from .log import logger
-from .options import CaovanConfigError, CaovanRequireError, parse_options, require_from_env, unknown_env
+from .options import (
+    REQUIRE_ENV,
+    CaovanConfigError,
+    CaovanRequireError,
+    env_setting,
+    parse_options,
+    require_from_env,
+    unknown_env,
+)
 
 
 @dataclass
@@ -26,6 +34,8 @@ class _PluginState:
     registered: bool = False
     family_id: str | None = None
     status_line: str = ""
+    #: Why require mode refused start-up in this process (raised again on every later call); None when it did not.
+    refusal: str | None = None
 
 
 _state = _PluginState()
@@ -33,61 +43,73 @@ _lock = threading.Lock()
 
 
 def status() -> _PluginState:
-    """What ``register()`` decided in this process (tests and ``caovan doctor`` read it)."""
+    """What ``register()`` decided in this process (the tests read it)."""
     return _state
 
 
 def register() -> None:
     with _lock:
         if _state.registered:
+            if _state.refusal is not None:
+                # A caller that carries on after the first refusal (vLLM itself aborts) must not find require mode
+                # dropped: returning quietly would leave the plugin neither active nor inert-checked, and silent.
+                raise CaovanRequireError(_state.refusal)
             return
         _state.registered = True
         try:
-            require = require_from_env()
-        except CaovanConfigError as exc:
-            # A require switch we cannot read may be a user trying to require: refuse to guess.
-            raise CaovanRequireError(f"{PLUGIN_NAME}: {exc}") from None
-        unknown = unknown_env()
-        if unknown:  # a switch the user believes in must not be ignored silently
-            logger.warning("%s: environment variables caovan ignores: %s", PLUGIN_NAME, ", ".join(unknown))
-        try:
-            from .adapters import select_adapter
+            _register()
+        except CaovanRequireError as exc:
+            _state.refusal = str(exc)
+            raise
 
-            selection = select_adapter()
-            family, reason, vllm_version = selection.family_id, selection.reason, selection.vllm_version
-        except Exception as exc:  # never break vLLM over a probe
-            family, reason, vllm_version = None, f"probe crashed: {type(exc).__name__}: {exc}", None
-        if family is not None:
-            try:
-                reason = f"{reason}, layer override {selection.adapter.install()}"
-            except Exception as exc:  # an install failure leaves vLLM exactly as it was
-                family, reason = (
-                    None,
-                    f"family={family} but installing its override failed: {type(exc).__name__}: {exc}",
-                )
-        _state.family_id = family
-        try:
-            from .runtime_guards import apply_guards
 
-            guards = apply_guards().tokens()
-        except Exception as exc:  # a guard is a convenience; it never stops vLLM
-            guards = f"guards skipped ({type(exc).__name__}: {exc})"
-        # The Turbo3 tokens users grep for, always present: runtime= is the interface check's verdict, and there
-        # is no in-process warm-up to enable (Turbo3's raced the engine's own first compile and killed it).
-        runtime = "PASS" if family is not None else "FAIL"
-        head = (
-            f"{PLUGIN_NAME} {__version__}: vLLM {vllm_version or 'unknown'}, runtime={runtime} {guards} "
-            "post_start_warmup=disabled-default,"
-        )
-        if family is not None:
-            _state.status_line = f"{head} GDN interface check: PASS {reason}"
-            logger.info(_state.status_line)
-            return
-        _state.status_line = f"{head} GDN interface check: FAIL, plugin inert: {reason}"
-        if require:
-            raise CaovanRequireError(f"{_state.status_line} (CAOVAN_REQUIRE_TURBO3=1 requires caovan)")
-        logger.warning(_state.status_line)
-        _install_inert_check(reason)
+def _register() -> None:
+    try:
+        require = require_from_env()
+    except CaovanConfigError as exc:
+        # A require switch we cannot read may be a user trying to require: refuse to guess.
+        raise CaovanRequireError(f"{PLUGIN_NAME}: {exc}") from None
+    unknown = unknown_env()
+    if unknown:  # a switch the user believes in must not be ignored silently
+        logger.warning("%s: environment variables caovan ignores: %s", PLUGIN_NAME, ", ".join(unknown))
+    try:
+        from .adapters import select_adapter
+
+        selection = select_adapter()
+        family, reason, vllm_version = selection.family_id, selection.reason, selection.vllm_version
+    except Exception as exc:  # never break vLLM over a probe
+        family, reason, vllm_version = None, f"probe crashed: {type(exc).__name__}: {exc}", None
+    if family is not None:
+        try:
+            reason = f"{reason}, layer override {selection.adapter.install()}"
+        except Exception as exc:  # an install failure leaves vLLM exactly as it was
+            family, reason = (
+                None,
+                f"family={family} but installing its override failed: {type(exc).__name__}: {exc}",
+            )
+    _state.family_id = family
+    try:
+        from .runtime_guards import apply_guards
+
+        guards = apply_guards().tokens()
+    except Exception as exc:  # a guard is a convenience; it never stops vLLM
+        guards = f"guards skipped ({type(exc).__name__}: {exc})"
+    # The Turbo3 tokens users grep for, always present: runtime= is the interface check's verdict, and there
+    # is no in-process warm-up to enable (Turbo3's raced the engine's own first compile and killed it).
+    runtime = "PASS" if family is not None else "FAIL"
+    head = (
+        f"{PLUGIN_NAME} {__version__}: vLLM {vllm_version or 'unknown'}, runtime={runtime} {guards} "
+        "post_start_warmup=disabled-default,"
+    )
+    if family is not None:
+        _state.status_line = f"{head} GDN interface check: PASS {reason}"
+        logger.info(_state.status_line)
+        return
+    _state.status_line = f"{head} GDN interface check: FAIL, plugin inert: {reason}"
+    if require:
+        raise CaovanRequireError(f"{_state.status_line} ({env_setting(REQUIRE_ENV)} requires caovan)")
+    logger.warning(_state.status_line)
+    _install_inert_check(reason)
 
 
 def inert_check(reason: str) -> Callable[[Any, Any], None]:

@@ -134,3 +134,28 @@ def test_unknown_caovan_environment_variables_get_one_warning_line(fresh_state, 
         "caovan_sm75_turbo3: environment variables caovan ignores: CAOVAN_GDN_LEGACY_DISABLE (it has no effect, "
         "caovan has no legacy bridge), CAOVAN_REQUIRE (not read by caovan; did you mean CAOVAN_REQUIRE_TURBO3?)"
     )
+
+
+@pytest.mark.parametrize("value", ["maybe", "1"])
+def test_a_refusal_is_raised_again_when_register_is_called_again(fresh_state, monkeypatch, value):
+    # vLLM aborts on the first raise, but a caller that goes on (or loads the plugin twice) must not find require
+    # mode dropped: the second call used to return quietly, with no status line and no inert check.
+    monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", value)
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(None, "no GDN family matches vLLM 9.9.9: x"))
+    with pytest.raises(plugin.CaovanRequireError) as first:
+        plugin.register()
+    with pytest.raises(plugin.CaovanRequireError) as second:
+        plugin.register()
+    assert str(second.value) == str(first.value)
+    assert plugin.status().refusal == str(first.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "named"), [("yes", "CAOVAN_REQUIRE_TURBO3=yes"), (" 1 ", "CAOVAN_REQUIRE_TURBO3=' 1 '")]
+)
+def test_the_require_refusal_names_the_value_the_user_set(fresh_state, monkeypatch, value, named):
+    monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", value)
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(None, "no GDN family matches vLLM 9.9.9: x"))
+    with pytest.raises(plugin.CaovanRequireError) as info:
+        plugin.register()
+    assert str(info.value).endswith(f"({named} requires caovan)")
