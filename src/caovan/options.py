@@ -134,6 +134,21 @@ def env_setting(name: str, environ: Mapping[str, str] | None = None) -> str:
     return f"{name}={raw}" if raw and raw == raw.strip() else f"{name}={raw!r}"
 
 
+def vllm_plugins_leaves_out(plugin: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why ``VLLM_PLUGINS`` keeps vLLM from loading ``plugin``; None when it does not (unset, or listed).
+
+    As vLLM 0.21 reads it (``envs.VLLM_PLUGINS``, ``plugins.load_plugins_by_group``): split on commas, each item
+    compared as written, so ``"a, caovan_sm75_turbo3"`` does not load caovan and ``""`` loads no plugin at all.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get("VLLM_PLUGINS")
+    if raw is None or plugin in raw.split(","):
+        return None
+    spaced = [item for item in raw.split(",") if item.strip() == plugin]
+    hint = f" (vLLM does not strip spaces: {spaced[0]!r})" if spaced else ""
+    return f"VLLM_PLUGINS={raw!r} does not list {plugin}{hint}: vLLM will not load caovan"
+
+
 def require_from_env(environ: Mapping[str, str] | None = None) -> bool:
     """``CAOVAN_REQUIRE_TURBO3`` as a bool; any other value than the usual spellings is an error."""
     return env_flag(REQUIRE_ENV, environ, "require")

@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from caovan import PLUGIN_NAME
 from caovan.model_check import (
     DEFAULT_NUM_SPECULATIVE_TOKENS,
     STATUS_FAIL,
@@ -44,7 +45,7 @@ from caovan.model_check import (
     find_model_folder,
     mtp_speculative_config,
 )
-from caovan.options import AUTOSPEC_ENV, CaovanConfigError, parse_options
+from caovan.options import AUTOSPEC_ENV, CaovanConfigError, parse_options, vllm_plugins_leaves_out
 
 #: What ``caovan serve`` adds to ``--additional-config`` when the user set none of caovan's switches.
 ENABLE_KEYS: dict[str, Any] = {"caovan": True, "caovan_mode": "auto"}
@@ -452,6 +453,9 @@ def plan_serve(
         raise ServeArgsError(str(exc)) from None
     if not options.enabled:
         notes.append(f"caovan: off ({options.source}): vLLM's own GDN kernels will run")
+    elif (left_out := vllm_plugins_leaves_out(PLUGIN_NAME, environ)) is not None:
+        # vLLM would start without caovan and ignore its keys: the server runs unaccelerated and nothing says so.
+        raise ServeArgsError(f"{left_out}, so caovan's keys would be ignored; add it (no spaces) or unset VLLM_PLUGINS")
     plan = ServePlan(model=model, vllm_args=args, notes=notes, model_positional=model_positional)
 
     users_spec = _users_speculative_config(args, config)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -417,6 +418,26 @@ def test_serve_version_is_caovans(entry, capsys):
     with pytest.raises(SystemExit) as stop:
         entry(["--version"])
     assert stop.value.code == 0 and "caovan 0." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("plugins", "message"),
+    [
+        ("other_plugin", "VLLM_PLUGINS='other_plugin' does not list caovan_sm75_turbo3: vLLM will not load caovan"),
+        ("a, caovan_sm75_turbo3", "(vLLM does not strip spaces: ' caovan_sm75_turbo3')"),
+        ("", "VLLM_PLUGINS='' does not list caovan_sm75_turbo3"),
+    ],
+)
+def test_vllm_plugins_that_leave_caovan_out_is_an_error(candidate, plugins, message):
+    # vLLM would start without caovan and ignore its keys: an unaccelerated server that says nothing.
+    with pytest.raises(ServeArgsError, match=re.escape(message)):
+        plan(candidate, [], {"VLLM_PLUGINS": plugins})
+
+
+def test_vllm_plugins_matters_only_while_caovan_is_on(candidate):
+    assert plan(candidate, [], {"VLLM_PLUGINS": "a,caovan_sm75_turbo3"}).model == str(candidate)
+    off = plan(candidate, ["--additional-config", '{"caovan": false}'], {"VLLM_PLUGINS": "a"})
+    assert any(note.startswith("caovan: off") for note in off.notes)
 
 
 # --- what a QA pass found (session 18) ------------------------------------------------------------------------
