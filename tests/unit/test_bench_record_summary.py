@@ -306,3 +306,19 @@ def test_summary_into_a_closed_pipe_exits_quietly(tmp_path):
     child.stdout.close()  # the reader is gone before the first line (``| head -0``)
     err = child.stderr.read().decode()
     assert child.wait(timeout=120) == 141 and err == ""
+
+
+@pytest.mark.parametrize("schema", [["caovan-bench-kernels/1"], {"name": "x"}, 5])
+def test_a_schema_that_is_not_a_string_is_the_wrong_kind_not_a_traceback(tmp_path, capsys, schema):
+    path = _record(tmp_path, ROWS, schema=schema)
+    rc, out, err = _run(["summary", str(path)], capsys)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith(f"caovan bench: error: {path}: a {schema!r} record (") and "the wrong kind" in err
+
+
+def test_a_serving_benchmark_record_is_named_as_such(tmp_path, capsys):
+    from caovan.serving_bench import SCHEMA
+
+    rc, out, err = _run(["summary", str(_record(tmp_path, ROWS, schema=SCHEMA))], capsys)
+    assert rc == 2 and out == "" and f"a {SCHEMA!r} record (caovan-sm75-benchmark --output), the wrong kind" in err

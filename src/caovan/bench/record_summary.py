@@ -18,6 +18,7 @@ from typing import Any
 from caovan.bench import kernels, layer, tune
 from caovan.bench.cases import MODEL_HEADS
 from caovan.jsonfile import read_json
+from caovan.serving_bench import SCHEMA as BENCHMARK_SCHEMA
 
 #: Speedup targets of issue 3 (ours vs vLLM's spec path): CUDA-graph time and eager host-inclusive time.
 GRAPH_TARGET = 2.0
@@ -29,7 +30,11 @@ LAYERS = "graph_layers_us"
 NAMES = {"eager_us": "eager host-inclusive", "graph_us": "CUDA graph", LAYERS: "CUDA graph, layers (cold L2)"}
 TARGETS = {"eager_us": EAGER_TARGET, "graph_us": GRAPH_TARGET, LAYERS: GRAPH_TARGET}
 #: The other records caovan writes, by schema, to say which command wrote the file a user passed by mistake.
-OTHER_RECORDS = {layer.JSON_SCHEMA: "caovan bench layer --json", tune.JSON_SCHEMA: "caovan bench tune --json"}
+OTHER_RECORDS = {
+    layer.JSON_SCHEMA: "caovan bench layer --json",
+    tune.JSON_SCHEMA: "caovan bench tune --json",
+    BENCHMARK_SCHEMA: "caovan-sm75-benchmark --output",
+}
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,8 @@ def load_record(path: Path) -> dict[str, Any]:
     schema = record.get("schema") if isinstance(record, dict) else None
     if schema is not None and schema != kernels.JSON_SCHEMA:
         # Records carry their schema since they were first written; one without is checked row by row below.
-        writer = OTHER_RECORDS.get(schema, "not caovan bench kernels")
+        # A schema of the wrong JSON type (a list, an object) is no key to look up: it is no record of ours either.
+        writer = OTHER_RECORDS.get(schema, "not caovan bench kernels") if isinstance(schema, str) else "not caovan's"
         raise RecordError(
             f"{path}: a {schema!r} record ({writer}), the wrong kind: summary reads {kernels.JSON_SCHEMA!r} "
             "records of caovan bench kernels --json"
