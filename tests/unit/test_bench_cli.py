@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -187,3 +188,63 @@ def test_verify_loop_prints_pass_and_fail_lines_on_cpu():
     lines.clear()
     assert verify_cli.verify_cases(cases[:1], "cpu", crashes, reference, lines.append) == 1
     assert lines == [f"FAIL {cases[0].id}: raised; ValueError: ssm_state: expected 4 dims"]
+
+
+def _tune_run(monkeypatch, tmp_path):
+    """``bench tune`` up to its record, on a CPU: the sweep and the GPU facts are stand-ins."""
+    from caovan.bench import kernels as kb
+    from caovan.bench import tune
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    monkeypatch.setattr(kb, "environment", lambda *a: {"gpu": {}, "versions": {}})
+    best = {"label": "base", "geomean_graph_us": 5.0, "vs_base": 1.0}
+    result = {"label": "base", "valid": True, "geomean_graph_us": 5.0, "problems": {}}
+    monkeypatch.setattr(tune, "run_tune", lambda **kw: {"schema": tune.JSON_SCHEMA, "results": [result], "best": best})
+
+
+def test_bench_record_replaces_the_file_whole(monkeypatch, capsys, tmp_path):
+    _tune_run(monkeypatch, tmp_path)
+    target = tmp_path / "tune.json"
+    target.write_text("an older record\n")
+    assert bench_cli.run(_parse(bench_cli, ["tune", "--json", str(target)])) == 0
+    assert json.loads(target.read_text())["best"]["label"] == "base"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tune.json"]  # no temp file left behind
+    assert capsys.readouterr().err.splitlines()[-1] == f"wrote {target}"
+
+
+def _write_error(target, why):
+    return f"caovan bench: error: --json {target}: cannot write the record: {why} (the results are in the table above)"
+
+
+def test_bench_record_whose_folder_went_away_during_the_run_exits_2_with_one_line(monkeypatch, capsys, tmp_path):
+    import shutil
+
+    from caovan.bench import tune
+
+    _tune_run(monkeypatch, tmp_path)
+    folder = tmp_path / "records"
+    folder.mkdir()
+    sweep = tune.run_tune
+    monkeypatch.setattr(tune, "run_tune", lambda **kw: shutil.rmtree(folder) or sweep(**kw))
+    rc = bench_cli.run(_parse(bench_cli, ["tune", "--json", str(folder / "tune.json")]))
+    captured = capsys.readouterr()
+    assert rc == 2 and "best: base" in captured.out  # the results are printed before the write
+    assert captured.err == _write_error(folder / "tune.json", "No such file or directory") + "\n"
+
+
+def test_bench_record_cut_short_leaves_the_old_file_and_no_temp_file(monkeypatch, capsys, tmp_path):
+    import os
+
+    _tune_run(monkeypatch, tmp_path)
+    target = tmp_path / "tune.json"
+    target.write_text("an older record\n")
+
+    def disk_full(fd):  # where a full disk or a network file system reports a write that did not land
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    rc = bench_cli.run(_parse(bench_cli, ["tune", "--json", str(target)]))
+    assert rc == 2 and capsys.readouterr().err == _write_error(target, "No space left on device") + "\n"
+    assert target.read_text() == "an older record\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tune.json"]

@@ -20,7 +20,8 @@ ALIAS = None
 EPILOG = (
     "Exit status: 0 done; 1 kernels: a case failed to run or our error exceeds vLLM's by more than the floor, "
     "tune: no configuration valid, layer: a case failed or caovan's layer did not take the step; 2 the bench "
-    "cannot run (no CUDA GPU, vLLM missing, a bad --json FILE) or summary's record cannot be used."
+    "cannot run (no CUDA GPU, vLLM missing, a bad --json FILE), the record could not be written after the run (the "
+    "table is printed first) or summary's record cannot be used."
 )
 
 
@@ -91,13 +92,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         target.epilog = EPILOG  # `caovan bench kernels --help` shows the exit codes too
 
 
-def _write_record(target: str, report: dict) -> None:
-    """A bench record as strict JSON (NaN/inf as strings), and where it went."""
+def _write_record(target: str, report: dict) -> bool:
+    """A bench record as strict JSON (NaN/inf as strings), and where it went; ``False`` (and one error line) when it
+    cannot be written, e.g. the folder became read-only or the disk filled up during the run."""
     from caovan.bench.kernels import _json_safe
+    from caovan.matrix.results import write_text_atomic
 
-    path = Path(target)
-    path.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
-    print(f"wrote {path}", file=sys.stderr)
+    # Atomic: a record cut short by a full disk or an interrupt would pass for one until summary reads it.
+    try:
+        write_text_atomic(Path(target), json.dumps(_json_safe(report), indent=2) + "\n")
+    except OSError as exc:
+        print(
+            f"caovan {NAME}: error: --json {target}: cannot write the record: {exc.strerror or exc} "
+            "(the results are in the table above)",
+            file=sys.stderr,
+        )
+        return False
+    print(f"wrote {target}", file=sys.stderr)
+    return True
 
 
 def _error(message: str) -> int:
@@ -157,8 +169,8 @@ def run_tune(args: argparse.Namespace) -> int:
     best = report["best"]
     if best is not None:
         print(f"best: {best['label']} ({best['geomean_graph_us']:.2f} us geomean, x{best['vs_base'] or 0:.2f} vs base)")
-    if args.json is not None:
-        _write_record(args.json, report)
+    if args.json is not None and not _write_record(args.json, report):
+        return 2
     return 0 if best is not None else 1
 
 
@@ -213,8 +225,8 @@ def run_kernels(args: argparse.Namespace) -> int:
         f"geomean speedup eager x{s['geomean_speedup_eager'] or float('nan'):.2f}, "
         f"graph x{s['geomean_speedup_graph'] or float('nan'):.2f}"
     )
-    if args.json is not None:
-        _write_record(args.json, report)
+    if args.json is not None and not _write_record(args.json, report):
+        return 2
     return 1 if s["errors"] or s["accuracy_rule_failures"] else 0
 
 
@@ -261,5 +273,6 @@ def run_layer(args: argparse.Namespace) -> int:
             "summary": summary,
             "cases": rows,
         }
-        _write_record(args.json, report)
+        if not _write_record(args.json, report):
+            return 2
     return 1 if summary["errors"] else 0
