@@ -173,3 +173,15 @@ def test_guard_not_applied_says_why(healthy, capsys):
     _, text = _doctor(capsys)
     line = next(x for x in text.splitlines() if x.startswith("guard         triton_cache"))
     assert line.startswith("guard         triton_cache: not applied (no SM75 GPU:")
+
+
+@pytest.mark.parametrize("variable", ["TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"])
+def test_cache_variable_set_but_empty_fails(healthy, capsys, monkeypatch, variable):
+    # Triton then fails with "Could not create or locate cache dir" and torch's makedirs("") raises: neither falls
+    # back to its default folder, so doctor must not report the default (or the current folder) as usable.
+    monkeypatch.setenv(variable, "")
+    rc, facts, result = _verdicts(capsys)
+    cache = next(c for c in facts["caches"] if variable in c["cache"])
+    assert rc == 1 and (cache["path"], cache["writable"]) == ("", False)
+    assert result == f"result        FAIL: cache folder of {cache['cache']} is not usable (set but empty, NOT usable)"
+    assert f"cache         {cache['cache']}: '' (set but empty, NOT usable)" in doctor.render(facts).splitlines()

@@ -106,15 +106,17 @@ def cache_facts(guards: list[dict[str, Any]]) -> list[dict[str, Any]]:
     triton_guard = next(g for g in guards if g["guard"] == "triton_cache")
     # Triton's own default when neither the user nor the SM75 guard sets TRITON_CACHE_DIR.
     triton_dir = triton_guard["value"] if triton_guard["applies"] else os.environ.get("TRITON_CACHE_DIR")
-    folders = {
+    folders: dict[str, Path | str] = {
         "caovan (CAOVAN_CACHE_DIR)": isolated_cache_dir(),
-        "triton (TRITON_CACHE_DIR)": Path(triton_dir or Path.home() / ".triton" / "cache"),
+        "triton (TRITON_CACHE_DIR)": Path.home() / ".triton" / "cache" if triton_dir is None else triton_dir,
     }
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        folders["inductor (TORCHINDUCTOR_CACHE_DIR)"] = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        folders["inductor (TORCHINDUCTOR_CACHE_DIR)"] = os.environ["TORCHINDUCTOR_CACHE_DIR"]
     out = []
     for label, path in folders.items():
-        ok, detail = _writable(path)
+        # Triton and torch take a variable set to "" as the folder "" (which they cannot create), not as unset;
+        # Path("") would be ".", a folder that passes.
+        ok, detail = _writable(Path(path)) if path != "" else (False, "set but empty, NOT usable")
         out.append({"cache": label, "path": str(path), "writable": ok, "detail": detail})
     return out
 
@@ -203,7 +205,9 @@ def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
     elif disc["filtered_by_vllm_plugins"]:
         problems.append(disc["vllm_plugins"])
     problems += [
-        f"cache folder {c['path']} is not usable ({c['detail']})" for c in facts["caches"] if not c["writable"]
+        f"cache folder {c['path'] or 'of ' + c['cache']} is not usable ({c['detail']})"  # no path: set but empty
+        for c in facts["caches"]
+        if not c["writable"]
     ]
     if not facts["kernels"]["ok"]:
         problems.append(f"caovan's kernels do not compile for {facts['kernels']['target']}")
@@ -254,7 +258,7 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         state = f"{g['env']}={g['value']} would be set" if g["applies"] else "not applied"
         lines.append(f"guard         {g['guard']}: {state} ({g['why']})")
     for c in facts["caches"]:
-        lines.append(f"cache         {c['cache']}: {c['path']} ({c['detail']})")
+        lines.append(f"cache         {c['cache']}: {c['path'] or repr(c['path'])} ({c['detail']})")
     k = facts["kernels"]
     lines.append(f"kernels       compile for {k['target']}: {'PASS' if k['ok'] else 'FAIL'} ({k['detail']})")
     lines.append(f"result        {facts['result']['verdict']}")
