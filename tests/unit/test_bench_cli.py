@@ -118,6 +118,17 @@ def test_verify_refuses_an_unknown_launch_config_entry(monkeypatch, capsys):
     assert captured.err.strip() == f"caovan verify: error: {message}"
 
 
+def test_verify_names_an_unknown_launch_config_entry_on_a_machine_without_gpu(monkeypatch, capsys):
+    # The entry is data, checkable anywhere: "no GPU" first would hide the typo until the GPU machine.
+    _no_cuda(monkeypatch)
+    rc = verify_cli.run(_parse(verify_cli, ["--launch-config", "sm_75"]))
+    captured = capsys.readouterr()
+    assert rc == 2 and captured.err.startswith("caovan verify: error: --launch-config 'sm_75': launch_configs.json")
+    assert len(captured.err.splitlines()) == 1 and captured.out.startswith("[Caovan] verify=FAIL (not run: --launch")
+    assert verify_cli.run(_parse(verify_cli, ["--launch-config", "sm75"])) == 2  # a known entry: no GPU is the error
+    assert "no CUDA GPU visible" in capsys.readouterr().err
+
+
 def _fake_gpu(monkeypatch, major, minor):
     props = type("Props", (), {"name": "Fake GPU", "major": major, "minor": minor})()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

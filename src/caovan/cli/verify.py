@@ -48,11 +48,26 @@ def _error(message: str) -> int:
     return 2
 
 
+def _launch_config_problem(entry: str | None) -> str | None:
+    if entry is None:
+        return None
+    try:
+        from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS
+    except ImportError:
+        return None  # the kernels' import, after the GPU check, says what is broken
+    if entry in LAUNCH_CONFIGS:
+        return None
+    return f"--launch-config {entry!r}: launch_configs.json has no such entry ({', '.join(sorted(LAUNCH_CONFIGS))})"
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import torch
     except ImportError as exc:
         return _error(f"PyTorch is not importable ({exc}); verify runs the kernels on a CUDA GPU")
+    problem = _launch_config_problem(args.launch_config)
+    if problem:  # before the GPU check: a misspelt entry is found on the machine where the command is written
+        return _error(problem)
     if not torch.cuda.is_available():
         return _error("no CUDA GPU visible (torch.cuda.is_available() is False); verify runs the kernels on a GPU")
     try:
@@ -75,9 +90,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"caovan {NAME}: FAIL {message}", file=sys.stderr)
         _not_run(message)
         return 1
-    if args.launch_config is not None and args.launch_config not in LAUNCH_CONFIGS:
-        known = ", ".join(sorted(LAUNCH_CONFIGS))
-        return _error(f"--launch-config {args.launch_config!r}: launch_configs.json has no such entry ({known})")
 
     idx = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(idx)
