@@ -322,3 +322,19 @@ def test_a_serving_benchmark_record_is_named_as_such(tmp_path, capsys):
 
     rc, out, err = _run(["summary", str(_record(tmp_path, ROWS, schema=SCHEMA))], capsys)
     assert rc == 2 and out == "" and f"a {SCHEMA!r} record (caovan-sm75-benchmark --output), the wrong kind" in err
+
+
+def test_against_a_record_of_another_gpu_or_settings_says_so(tmp_path, capsys):
+    settings = {"warmup": 10, "quick": False, "cases": "all"}
+    new = _record(tmp_path, ROWS, gpu={"name": "NVIDIA GeForce RTX 2080 Ti"}, settings=settings)
+    same = _record(tmp_path, ROWS, name="same.json", gpu={"name": "NVIDIA GeForce RTX 2080 Ti"}, settings=settings)
+    quick = {**settings, "quick": True, "cases": "model"}  # the case set may differ: the common cases are compared
+    other = _record(tmp_path, ROWS, name="h200.json", gpu={"name": "NVIDIA H200"}, settings=quick)
+    rc, out, _ = _run(["summary", str(new), "--against", str(other)], capsys)
+    assert rc == 0
+    header = out.splitlines().index("against the older record, model cases in both: 3 (new / old time)")
+    assert out.splitlines()[header + 1] == (
+        "  not like for like: GPU NVIDIA H200 then, NVIDIA GeForce RTX 2080 Ti now; quick True then, False now"
+    )
+    rc, out, _ = _run(["summary", str(new), "--against", str(same)], capsys)
+    assert rc == 0 and "not like for like" not in out

@@ -179,6 +179,24 @@ def compare(new_rows: Sequence[dict[str, Any]], old_rows: Sequence[dict[str, Any
     return out
 
 
+def _gpu_name(record: dict[str, Any]) -> str | None:
+    gpu = record.get("gpu")
+    return gpu.get("name") if isinstance(gpu, dict) else None
+
+
+def unlike(record: dict[str, Any], old: dict[str, Any]) -> list[str]:
+    """What differs between two records that makes their times incomparable: the GPU and the timing settings (the
+    case set aside: compare keeps the cases both ran)."""
+    found = []
+    if _gpu_name(record) != _gpu_name(old):
+        found.append(f"GPU {_gpu_name(old)} then, {_gpu_name(record)} now")
+    new_s, old_s = record.get("settings"), old.get("settings")
+    if isinstance(new_s, dict) and isinstance(old_s, dict):
+        keys = sorted(k for k in new_s.keys() | old_s.keys() if k != "cases" and new_s.get(k) != old_s.get(k))
+        found += [f"{k} {old_s.get(k)!r} then, {new_s.get(k)!r} now" for k in keys]
+    return found
+
+
 def _spread(s: Spread, unit: str = "", digits: int = 2) -> str:
     return f"{s.low:.{digits}f}-{s.high:.{digits}f}{unit} (geomean {s.geomean:.{digits}f}{unit})"
 
@@ -222,6 +240,10 @@ def format_report(record: dict[str, Any], old: dict[str, Any] | None = None) -> 
             lines.append(f"against the older record, model cases in both: {c['common_cases']} (new / old time)")
         else:
             lines.append("against the older record: no model case ran in both records, nothing to compare")
+        differ = unlike(record, old)
+        if c["common_cases"] and differ:
+            # A ratio across GPUs or timing settings is no measure of a change in the code: said before the ratios.
+            lines.append(f"  not like for like: {'; '.join(differ)}")
         for impl in ("ours", "vllm") if c["common_cases"] else ():
             moved = ", ".join(f"{NAMES[key]} {_spread(spread, 'x', 3)}" for key, spread in c[impl].items())
             lines.append(f"  {impl}: {moved}")
