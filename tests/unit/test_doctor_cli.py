@@ -185,3 +185,21 @@ def test_cache_variable_set_but_empty_fails(healthy, capsys, monkeypatch, variab
     assert rc == 1 and (cache["path"], cache["writable"]) == ("", False)
     assert result == f"result        FAIL: cache folder of {cache['cache']} is not usable (set but empty, NOT usable)"
     assert f"cache         {cache['cache']}: '' (set but empty, NOT usable)" in doctor.render(facts).splitlines()
+
+
+def test_no_family_passing_names_why_on_the_result_line(healthy, capsys, monkeypatch):
+    from caovan.adapters.base import HookPoint, ProbeReport
+
+    module = "vllm.model_executor.layers.mamba.gdn_linear_attn"
+    broken = HookPoint(module, False, "import failed: ImportError: libcudart")
+    other = ProbeReport("gdn-old", "<0.1", "0.21.0", (HookPoint("hook", False, "absent"),))  # hint does not match
+    matching = ProbeReport("gdn-test", ">=0.1", "0.21.0", (broken, HookPoint("hook", False, "absent")))
+    monkeypatch.setattr(doctor, "family_reports", lambda: [other, matching])
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1 and result == (
+        "result        FAIL: no GDN family passes (gdn-test: missing vllm.model_executor.layers.mamba.gdn_linear_attn: "
+        "import failed: ImportError: libcudart (+1 more))"
+    )
+    monkeypatch.setattr(doctor, "family_reports", lambda: [])
+    monkeypatch.setattr(doctor, "_version", lambda dist: None if dist == "vllm" else "1.0")
+    assert _verdicts(capsys)[2] == "result        FAIL: no GDN family passes (vLLM is not installed)"

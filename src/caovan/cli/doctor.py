@@ -196,7 +196,11 @@ def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
     """Doctor's one verdict (text, JSON and exit code all use it): PASS only when vLLM will load a working caovan."""
     problems = []
     if not facts["family_ok"]:
-        problems.append("no GDN family passes" + ("" if facts["vllm"] else " (vLLM is not installed)"))
+        # The result line is what a user reads (and greps): it names why, e.g. a vLLM that is there but fails to
+        # import (a torch of another CUDA build), not only that no family passed.
+        tried = [f for f in facts["families"] if f["hint_matches"]] or facts["families"]
+        why = f"{tried[0]['family']}: {tried[0]['reason']}" if tried else "vLLM is not installed"
+        problems.append(f"no GDN family passes ({why})")
     disc = facts["discovery"]
     if not disc["discovered"]:
         problems.append(
