@@ -259,3 +259,17 @@ def test_bench_record_cut_short_leaves_the_old_file_and_no_temp_file(monkeypatch
     assert rc == 2 and capsys.readouterr().err == _write_error(target, "No space left on device") + "\n"
     assert target.read_text() == "an older record\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tune.json"]
+
+
+@pytest.mark.parametrize("target", ["kernels", "tune", "layer"])
+def test_bench_with_kernels_not_importable_exits_2_with_one_line(monkeypatch, capsys, target):
+    import sys
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    monkeypatch.setitem(sys.modules, "caovan.kernels.gdn_spec_decode", None)  # as a broken Triton leaves it
+    rc = bench_cli.run(_parse(bench_cli, [target]))
+    captured = capsys.readouterr()
+    assert rc == 2 and captured.out == ""
+    assert captured.err.startswith("caovan bench: error: caovan's kernels are not importable (broken install?): ")
+    assert len(captured.err.splitlines()) == 1

@@ -20,8 +20,8 @@ ALIAS = None
 EPILOG = (
     "Exit status: 0 done; 1 kernels: a case failed to run or our error exceeds vLLM's by more than the floor, "
     "tune: no configuration valid, layer: a case failed or caovan's layer did not take the step; 2 the bench "
-    "cannot run (no CUDA GPU, vLLM missing, a bad --json FILE), the record could not be written after the run (the "
-    "table is printed first) or summary's record cannot be used."
+    "cannot run (no CUDA GPU, vLLM missing, caovan's kernels not importable, a bad --json FILE), the record could "
+    "not be written after the run (the table is printed first) or summary's record cannot be used."
 )
 
 
@@ -140,6 +140,10 @@ def _gpu_problem(args: argparse.Namespace) -> str | None:
         return f"PyTorch is not importable ({exc}); {command} runs on a CUDA GPU"
     if not torch.cuda.is_available():
         return f"no CUDA GPU visible (torch.cuda.is_available() is False); {command} runs on a GPU"
+    try:  # every target runs them (layer through caovan's layer): a broken Triton is a bench that cannot run
+        import caovan.kernels.gdn_spec_decode  # noqa: F401
+    except ImportError as exc:
+        return f"caovan's kernels are not importable (broken install?): {exc}"
     return None
 
 
@@ -187,15 +191,8 @@ def run_kernels(args: argparse.Namespace) -> int:
         vllm_core = VllmSpecCore()
     except ImportError as exc:
         return _error(f"vLLM is needed for the side-by-side bench: {exc}")
-    try:
-        from caovan.kernels.gdn_spec_decode import gdn_spec_decode
-        from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
-    except ImportError as exc:
-        print(
-            f"caovan {NAME}: caovan's kernels are not importable (broken install?): {exc}",
-            file=sys.stderr,
-        )
-        return 1
+    from caovan.kernels.gdn_spec_decode import gdn_spec_decode
+    from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
 
     settings = kb.QUICK_SETTINGS if args.quick else kb.BenchSettings()
     cases = bench_cases(args.cases, quick=args.quick)
