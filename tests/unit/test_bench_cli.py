@@ -273,3 +273,38 @@ def test_bench_with_kernels_not_importable_exits_2_with_one_line(monkeypatch, ca
     assert rc == 2 and captured.out == ""
     assert captured.err.startswith("caovan bench: error: caovan's kernels are not importable (broken install?): ")
     assert len(captured.err.splitlines()) == 1
+
+
+def _run_not_raising(module, argv):
+    try:
+        return module.run(_parse(module, argv))
+    except KeyboardInterrupt:  # caught here, or it would stop the whole test session
+        pytest.fail(f"KeyboardInterrupt escaped caovan {module.NAME}")
+
+
+def test_verify_interrupted_ends_with_the_verdict_line_and_130(monkeypatch, capsys):
+    _fake_gpu(monkeypatch, 7, 5)
+
+    def interrupted(cases, device, kernel, reference):
+        print(f"PASS {cases[0].id}: ...")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(verify_cli, "verify_cases", interrupted)
+    rc = _run_not_raising(verify_cli, [])
+    captured = capsys.readouterr()
+    assert rc == 130 and captured.err == "caovan verify: error: interrupted (Ctrl-C)\n"
+    assert captured.out.splitlines()[-1] == "[Caovan] verify=FAIL (not run: interrupted (Ctrl-C))"
+
+
+def test_bench_interrupted_is_one_line_130_and_no_record(monkeypatch, capsys, tmp_path):
+    from caovan.bench import tune
+
+    _tune_run(monkeypatch, tmp_path)
+
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune, "run_tune", interrupted)
+    rc = _run_not_raising(bench_cli, ["tune", "--json", str(tmp_path / "tune.json")])
+    assert rc == 130 and capsys.readouterr().err == "caovan bench: error: interrupted (Ctrl-C); no record written\n"
+    assert list(tmp_path.iterdir()) == []

@@ -33,10 +33,10 @@ def test_help_line_style_is_shared(module):
     ("argv", "codes"),
     [
         (["doctor"], ["0 PASS", "1 FAIL"]),
-        (["verify"], ["0 every case PASS", "1 a case FAILs", "2 verify cannot run"]),
+        (["verify"], ["0 every case PASS", "1 a case FAILs", "2 verify cannot run", "130 interrupted"]),
         (["check-model"], ["0 candidate", "1 not a candidate", "2 the folder"]),
         (["bench"], ["0 done", "1 kernels:", "2 the bench cannot run"]),
-        (["bench", "kernels"], ["0 done", "1 kernels:", "2 the bench cannot run"]),
+        (["bench", "kernels"], ["0 done", "1 kernels:", "2 the bench cannot run", "130 interrupted"]),
         (["bench", "summary"], ["0 done", "2 the bench cannot run"]),
         (["serve"], ["vLLM's own once it runs", "0 after --caovan-dry-run", "2 the arguments cannot be handed"]),
     ],

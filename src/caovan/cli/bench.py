@@ -21,7 +21,8 @@ EPILOG = (
     "Exit status: 0 done; 1 kernels: a case failed to run or our error exceeds vLLM's by more than the floor, "
     "tune: no configuration valid, layer: a case failed or caovan's layer did not take the step; 2 the bench "
     "cannot run (no CUDA GPU, vLLM missing, caovan's kernels not importable, a bad --json FILE), the record could "
-    "not be written after the run (the table is printed first) or summary's record cannot be used."
+    "not be written after the run (the table is printed first) or summary's record cannot be used; 130 interrupted "
+    "(Ctrl-C; no record written)."
 )
 
 
@@ -112,12 +113,19 @@ def _write_record(target: str, report: dict) -> bool:
     return True
 
 
-def _error(message: str) -> int:
+def _error(message: str, exit_code: int = 2) -> int:
     print(f"caovan {NAME}: error: {message}", file=sys.stderr)
-    return 2
+    return exit_code
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run_target(args)
+    except KeyboardInterrupt:  # a run of minutes stopped on purpose: one line, not a traceback
+        return _error("interrupted (Ctrl-C); no record written", 130)
+
+
+def _run_target(args: argparse.Namespace) -> int:
     if args.bench_target == "kernels":
         return run_kernels(args)
     if args.bench_target == "tune":

@@ -18,7 +18,8 @@ HELP = "run caovan's kernels on synthetic tensors at model shapes vs the float64
 ALIAS = "caovan-sm75-verify"
 EPILOG = (
     "Exit status: 0 every case PASS; 1 a case FAILs or the kernels are not importable; 2 verify cannot run "
-    "(no CUDA GPU, a bad --device or --launch-config). Every exit but 0 ends with a [Caovan] verify=FAIL line."
+    "(no CUDA GPU, a bad --device or --launch-config); 130 interrupted (Ctrl-C). Every exit but 0 ends with a "
+    "[Caovan] verify=FAIL line."
 )
 
 
@@ -42,10 +43,10 @@ def _not_run(message: str) -> None:
     print(f"[Caovan] verify=FAIL (not run: {message})")
 
 
-def _error(message: str) -> int:
+def _error(message: str, exit_code: int = 2) -> int:
     print(f"caovan {NAME}: error: {message}", file=sys.stderr)
     _not_run(message)
-    return 2
+    return exit_code
 
 
 def _launch_config_problem(entry: str | None) -> str | None:
@@ -61,6 +62,14 @@ def _launch_config_problem(entry: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _verify(args)
+    except KeyboardInterrupt:
+        # The gate reads the verdict line: an interrupted run must not end with none (or after some PASS lines).
+        return _error("interrupted (Ctrl-C)", 130)
+
+
+def _verify(args: argparse.Namespace) -> int:
     try:
         import torch
     except ImportError as exc:
