@@ -308,3 +308,17 @@ def test_bench_interrupted_is_one_line_130_and_no_record(monkeypatch, capsys, tm
     rc = _run_not_raising(bench_cli, ["tune", "--json", str(tmp_path / "tune.json")])
     assert rc == 130 and capsys.readouterr().err == "caovan bench: error: interrupted (Ctrl-C); no record written\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_verify_that_raises_outside_a_case_still_ends_with_the_verdict_line(monkeypatch, capsys):
+    _fake_gpu(monkeypatch, 7, 5)
+
+    def driver_error(idx):
+        raise RuntimeError("CUDA error: unknown error")
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", driver_error)
+    with pytest.raises(RuntimeError, match="unknown error"):  # the traceback is kept: it is not a known failure
+        verify_cli.run(_parse(verify_cli, []))
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "[Caovan] verify=FAIL (not run: RuntimeError: CUDA error: unknown error)"
+    )

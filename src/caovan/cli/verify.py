@@ -67,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         # The gate reads the verdict line: an interrupted run must not end with none (or after some PASS lines).
         return _error("interrupted (Ctrl-C)", 130)
+    except BrokenPipeError:
+        raise  # stdout is gone (| head): nowhere to print the verdict; the caller ends quietly
+    except Exception as exc:  # e.g. a CUDA driver error outside any case: the verdict line, then the traceback
+        _not_run(f"{type(exc).__name__}: {exc}")
+        raise
 
 
 def _verify(args: argparse.Namespace) -> int:
