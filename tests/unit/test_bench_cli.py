@@ -322,3 +322,17 @@ def test_verify_that_raises_outside_a_case_still_ends_with_the_verdict_line(monk
     assert capsys.readouterr().out.splitlines()[-1] == (
         "[Caovan] verify=FAIL (not run: RuntimeError: CUDA error: unknown error)"
     )
+
+
+def test_tune_with_an_invalid_base_says_so_instead_of_a_zero_ratio(monkeypatch, capsys, tmp_path):
+    from caovan.bench import tune
+
+    _tune_run(monkeypatch, tmp_path)
+    sweep = tune.run_tune
+    monkeypatch.setattr(
+        tune,
+        "run_tune",
+        lambda **kw: {**sweep(**kw), "best": {"label": "qk(w2)", "geomean_graph_us": 4.0, "vs_base": None}},
+    )
+    assert bench_cli.run(_parse(bench_cli, ["tune"])) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "best: qk(w2) (4.00 us geomean, the base is invalid)"

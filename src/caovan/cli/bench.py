@@ -180,7 +180,9 @@ def run_tune(args: argparse.Namespace) -> int:
             print(f"  invalid: {r['label']}: {r['problems']}")
     best = report["best"]
     if best is not None:
-        print(f"best: {best['label']} ({best['geomean_graph_us']:.2f} us geomean, x{best['vs_base'] or 0:.2f} vs base)")
+        # vs_base is None when the base configuration itself failed the reference check: "x0.00" would read as a ratio
+        versus = "the base is invalid" if best["vs_base"] is None else f"x{best['vs_base']:.2f} vs base"
+        print(f"best: {best['label']} ({best['geomean_graph_us']:.2f} us geomean, {versus})")
     if args.json is not None and not _write_record(args.json, report):
         return 2
     return 0 if best is not None else 1
