@@ -32,8 +32,11 @@ def test_help_line_style_is_shared(module):
 @pytest.mark.parametrize(
     ("argv", "codes"),
     [
-        (["doctor"], ["0 PASS", "1 FAIL"]),
-        (["verify"], ["0 every case PASS", "1 a case FAILs", "2 verify cannot run", "130 interrupted"]),
+        (["doctor"], ["0 PASS", "1 FAIL", "2 a command line that cannot be parsed"]),
+        (
+            ["verify"],
+            ["0 every case PASS", "1 a case FAILs", "2 verify cannot run", "130 interrupted", "except for a command"],
+        ),
         (["check-model"], ["0 candidate", "1 not a candidate", "2 the folder"]),
         (["bench"], ["0 done", "1 kernels:", "2 the bench cannot run"]),
         (["bench", "kernels"], ["0 done", "1 kernels:", "2 the bench cannot run", "130 interrupted"]),

@@ -20,9 +20,9 @@ ALIAS = None
 EPILOG = (
     "Exit status: 0 done; 1 kernels: a case failed to run or our error exceeds vLLM's by more than the floor, "
     "tune: no configuration valid, layer: a case failed or caovan's layer did not take the step; 2 the bench "
-    "cannot run (no CUDA GPU, vLLM missing, caovan's kernels not importable, a bad --json FILE), the record could "
-    "not be written after the run (the table is printed first) or summary's record cannot be used; 130 interrupted "
-    "(Ctrl-C; no record written)."
+    "cannot run (no CUDA GPU, vLLM missing, caovan's kernels not importable, a bad option or --json FILE), the "
+    "record could not be written after the run (the table is printed first) or summary's record cannot be used; "
+    "130 interrupted (Ctrl-C; no record written)."
 )
 
 

@@ -19,7 +19,8 @@ HELP = "check Python, torch, Triton, CUDA, GPUs, vLLM, plugin discovery and the 
 ALIAS = "caovan-sm75-doctor"
 EPILOG = (
     "Exit status: 0 PASS (vLLM will load caovan, a GDN family matches this vLLM, the cache folders are usable "
-    "and the kernels compile); 1 FAIL, the result line (result.verdict in --json) says why."
+    "and the kernels compile); 1 FAIL, the result line (result.verdict in --json) says why; 2 a command line that "
+    "cannot be parsed (an unknown option), with a usage message."
 )
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 

@@ -19,7 +19,8 @@ ALIAS = "caovan-sm75-verify"
 EPILOG = (
     "Exit status: 0 every case PASS; 1 a case FAILs or the kernels are not importable; 2 verify cannot run "
     "(no CUDA GPU, a bad --device or --launch-config); 130 interrupted (Ctrl-C). Every exit but 0 ends with a "
-    "[Caovan] verify=FAIL line."
+    "[Caovan] verify=FAIL line, except for a command line that cannot be parsed at all (an unknown option, an "
+    "option without its value): exit 2 with a usage message."
 )
 
 
