@@ -66,6 +66,11 @@ class _EntryPoint:
     name = "caovan_sm75_turbo3"
     value = "caovan.plugin:register"
 
+    def load(self):
+        from caovan.plugin import register
+
+        return register
+
 
 @pytest.fixture
 def healthy(monkeypatch, tmp_path):
@@ -127,6 +132,20 @@ def test_entry_point_not_discovered_fails(healthy, capsys, monkeypatch):
     monkeypatch.setattr(doctor, "entry_points", lambda group: [])
     rc, facts, result = _verdicts(capsys)
     assert rc == 1 and "entry point caovan_sm75_turbo3 not discovered in vllm.general_plugins" in result
+
+
+def test_entry_point_that_does_not_load_fails(healthy, capsys, monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    stale = EntryPoint("caovan_sm75_turbo3", "caovan.gone:register", "vllm.general_plugins")  # vLLM logs, goes on
+    monkeypatch.setattr(doctor, "entry_points", lambda group: [stale])
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1 and facts["discovery"]["loads"] is False
+    assert result == (
+        "result        FAIL: entry point caovan_sm75_turbo3 = caovan.gone:register does not load "
+        "(ModuleNotFoundError: No module named 'caovan.gone')"
+    )
+    assert facts["discovery"]["load_error"] == "ModuleNotFoundError: No module named 'caovan.gone'"
 
 
 @pytest.mark.parametrize(

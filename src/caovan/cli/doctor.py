@@ -76,10 +76,20 @@ def plugin_discovery(environ: dict[str, str] | None = None) -> dict[str, Any]:
             if filtered
             else f"VLLM_PLUGINS lists {PLUGIN_NAME}"
         )
+    load_error = None
+    if eps:
+        # vLLM calls ep.load() and, when it raises, logs the exception and starts without caovan: a stale
+        # entry point (a module renamed or gone, a half-removed install) is discovered but never runs.
+        try:
+            eps[-1].load()
+        except Exception as exc:
+            load_error = f"{type(exc).__name__}: {exc}"
     return {
         "entry_point_group": ENTRY_POINT_GROUP,
         "discovered": bool(eps),
-        "target": eps[0].value if eps else None,
+        "target": eps[-1].value if eps else None,
+        "loads": bool(eps) and load_error is None,
+        "load_error": load_error,
         "filtered_by_vllm_plugins": filtered,
         "vllm_plugins": why,
     }
@@ -207,6 +217,8 @@ def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
         problems.append(
             f"entry point {PLUGIN_NAME} not discovered in {disc['entry_point_group']}: vLLM will not load caovan"
         )
+    elif disc["load_error"]:
+        problems.append(f"entry point {PLUGIN_NAME} = {disc['target']} does not load ({disc['load_error']})")
     elif disc["filtered_by_vllm_plugins"]:
         problems.append(disc["vllm_plugins"])
     problems += [
@@ -241,7 +253,7 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         f"gpus          {gpu_line}",
         "entry point   "
         + (
-            f"discovered: {disc['target']}"
+            f"discovered: {disc['target']}" + (f", does NOT load: {disc['load_error']}" if disc["load_error"] else "")
             if disc["discovered"]
             else f"NOT discovered in {disc['entry_point_group']} (is the wheel installed in this environment?)"
         ),
