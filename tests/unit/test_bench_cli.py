@@ -336,3 +336,23 @@ def test_tune_with_an_invalid_base_says_so_instead_of_a_zero_ratio(monkeypatch, 
     )
     assert bench_cli.run(_parse(bench_cli, ["tune"])) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "best: qk(w2) (4.00 us geomean, the base is invalid)"
+
+
+@pytest.mark.parametrize(
+    ("value", "note"),
+    [("", "; CUDA_VISIBLE_DEVICES='' hides every GPU"), ("-1", "; CUDA_VISIBLE_DEVICES='-1' hides every GPU"),
+     ("3", "; CUDA_VISIBLE_DEVICES='3' is set"), (None, "")],
+)  # fmt: skip
+def test_no_gpu_names_cuda_visible_devices(monkeypatch, capsys, value, note):
+    from caovan.cli import doctor
+
+    _no_cuda(monkeypatch)
+    if value is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert verify_cli.run(_parse(verify_cli, [])) == 2
+    assert f"(torch.cuda.is_available() is False{note}); verify runs" in capsys.readouterr().err
+    assert bench_cli.run(_parse(bench_cli, ["kernels"])) == 2
+    assert f"(torch.cuda.is_available() is False{note}); bench kernels runs" in capsys.readouterr().err
+    assert doctor.gpu_facts()["reason"] == "no CUDA device visible" + note.replace("; ", ": ")

@@ -25,6 +25,15 @@ COMMAND_MODULES = ("doctor", "verify", "check_model", "bench", "serve", "warmup"
 EXIT_BROKEN_PIPE = 141
 
 
+def cuda_visible_note() -> str:
+    """For "no CUDA GPU visible": the CUDA_VISIBLE_DEVICES that may be why (set to "" in a shell profile or a CI job,
+    it hides a GPU that nvidia-smi still lists)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return ""
+    return f"; CUDA_VISIBLE_DEVICES={value!r}" + (" hides every GPU" if value.strip() in ("", "-1") else " is set")
+
+
 def _commands() -> list[ModuleType]:
     found = []
     for name in COMMAND_MODULES:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from caovan.jsonfile import output_path_problem
 
+from . import cuda_visible_note
+
 NAME = "bench"
 HELP = "time caovan's GDN spec-decode kernels against vLLM's own path (needs a CUDA GPU), or summarise a record"
 ALIAS = None
@@ -147,7 +149,7 @@ def _gpu_problem(args: argparse.Namespace) -> str | None:
     except ImportError as exc:
         return f"PyTorch is not importable ({exc}); {command} runs on a CUDA GPU"
     if not torch.cuda.is_available():
-        return f"no CUDA GPU visible (torch.cuda.is_available() is False); {command} runs on a GPU"
+        return f"no CUDA GPU visible (torch.cuda.is_available() is False{cuda_visible_note()}); {command} runs on a GPU"
     try:  # every target runs them (layer through caovan's layer): a broken Triton is a bench that cannot run
         import caovan.kernels.gdn_spec_decode  # noqa: F401
     except ImportError as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import PLUGIN_NAME, __version__
+from . import cuda_visible_note
 from ._streams import stdout_to_stderr
 
 NAME = "doctor"
@@ -44,7 +45,8 @@ def gpu_facts() -> dict[str, Any]:
     except Exception as exc:
         return {"available": False, "reason": f"torch not importable: {exc}", "devices": []}
     if not torch.cuda.is_available():
-        return {"available": False, "reason": "no CUDA device visible", "devices": [], "cuda": torch.version.cuda}
+        reason = "no CUDA device visible" + cuda_visible_note().replace("; ", ": ", 1)
+        return {"available": False, "reason": reason, "devices": [], "cuda": torch.version.cuda}
     devices = []
     for i in range(torch.cuda.device_count()):
         major, minor = torch.cuda.get_device_capability(i)

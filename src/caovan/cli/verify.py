@@ -13,6 +13,8 @@ import argparse
 import functools
 import sys
 
+from . import cuda_visible_note
+
 NAME = "verify"
 HELP = "run caovan's kernels on synthetic tensors at model shapes vs the float64 reference (GPU)"
 ALIAS = "caovan-sm75-verify"
@@ -84,7 +86,10 @@ def _verify(args: argparse.Namespace) -> int:
     if problem:  # before the GPU check: a misspelt entry is found on the machine where the command is written
         return _error(problem)
     if not torch.cuda.is_available():
-        return _error("no CUDA GPU visible (torch.cuda.is_available() is False); verify runs the kernels on a GPU")
+        return _error(
+            f"no CUDA GPU visible (torch.cuda.is_available() is False{cuda_visible_note()}); "
+            "verify runs the kernels on a GPU"
+        )
     try:
         device = torch.device(args.device)
     except RuntimeError as exc:
