@@ -104,3 +104,11 @@ def test_output_path_problem_says_what_is_wrong_with_the_folder(tmp_path):
     assert output_path_problem("--json", str(tmp_path / "link.json")) == (
         f"--json {tmp_path / 'link.json'}: directory {tmp_path / 'gone'} does not exist"
     )
+
+
+def test_json_nested_too_deeply_is_one_error_not_a_recursion_traceback(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="nested deeper") as info:
+        read_json(path, ValueError)
+    assert str(info.value).startswith(f"{path}: ")
