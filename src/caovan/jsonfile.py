@@ -29,6 +29,9 @@ def read_json(path: Path, error: Callable[[str], Exception], *, shown: str | Non
         # Some of json's messages end in "at" and leave the place to str(exc) ("Invalid control character at").
         problem = f"{exc.msg} line {exc.lineno} column {exc.colno}" if exc.msg.endswith(" at") else exc.msg
         raise error(f"{shown}:{exc.lineno}:{exc.colno}: malformed JSON: {problem}") from None
+    except ValueError as exc:  # not JSONDecodeError (a subclass, caught above): an integer of over 4300 digits
+        # its advice (sys.set_int_max_str_digits) is for a programmer, not for whoever passed the file
+        raise error(f"{shown}: malformed JSON: {str(exc).split(';')[0]}") from None
     except RecursionError:  # json's decoder recurses per level: a file of "[[[[..." deeper than Python's stack
         raise error(f"{shown}: JSON nested deeper than Python's parser goes") from None
 

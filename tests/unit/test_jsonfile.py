@@ -112,3 +112,11 @@ def test_json_nested_too_deeply_is_one_error_not_a_recursion_traceback(tmp_path)
     with pytest.raises(ValueError, match="nested deeper") as info:
         read_json(path, ValueError)
     assert str(info.value).startswith(f"{path}: ")
+
+
+def test_json_integer_too_long_for_python_is_one_error(tmp_path):
+    path = tmp_path / "big.json"
+    path.write_text('{"cases": [' + "9" * 5000 + "]}")
+    with pytest.raises(ValueError, match="malformed JSON: Exceeds the limit") as info:
+        read_json(path, ValueError)
+    assert str(info.value).startswith(f"{path}: ")
