@@ -338,3 +338,12 @@ def test_against_a_record_of_another_gpu_or_settings_says_so(tmp_path, capsys):
     )
     rc, out, _ = _run(["summary", str(new), "--against", str(same)], capsys)
     assert rc == 0 and "not like for like" not in out
+
+
+@pytest.mark.parametrize("time_us", [5e-324, 1e308])
+def test_a_time_out_of_any_measurable_range_is_one_error_not_a_statistics_traceback(tmp_path, capsys, time_us):
+    # ratios of such times overflow to inf or underflow to 0, which geometric_mean refuses
+    row = {**ROWS[1], "ours": {"eager_us": time_us, "graph_us": 4.0}}
+    rc, out, err = _run(["summary", str(_record(tmp_path, [ROWS[0], row]))], capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"ours.eager_us should be a finite positive number, got {time_us!r} (a time in us is 1e-06 to 1e+09)" in err

@@ -56,9 +56,24 @@ class RecordError(ValueError):
     """A file that is not a usable ``bench kernels`` record; the message names the file and what is wrong."""
 
 
-def _positive(value: Any) -> bool:
-    """A recorded time: a finite number above 0 (JSON's true is a bool, Infinity parses as a float)."""
+#: Microseconds a recorded time may take. Beyond it no measurement, and ratios of two times overflow to inf or
+#: underflow to 0, which the geometric means refuse with a traceback.
+TIME_RANGE_US = (1e-6, 1e9)
+
+
+def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _positive(value: Any) -> bool:
+    """A recorded time: a finite number above 0 (JSON's true is a bool, Infinity parses as a float), in µs range."""
+    return _number(value) and TIME_RANGE_US[0] <= value <= TIME_RANGE_US[1]
+
+
+def _got(value: Any) -> str:
+    """The ", got ..." of an error; a positive number out of range says what the range is."""
+    low, high = TIME_RANGE_US
+    return f", got {value!r}" + (f" (a time in us is {low:g} to {high:g})" if _number(value) else "")
 
 
 def load_record(path: Path) -> dict[str, Any]:
@@ -89,14 +104,12 @@ def load_record(path: Path) -> dict[str, Any]:
                 raise RecordError(f"{where}: {impl} should be an object of times, got {times!r}")
             for key in TIMES:
                 if not _positive(times.get(key)):
-                    raise RecordError(
-                        f"{where}: {impl}.{key} should be a finite positive number, got {times.get(key)!r}"
-                    )
+                    raise RecordError(f"{where}: {impl}.{key} should be a finite positive number{_got(times.get(key))}")
             if times.get(LAYERS) is not None and not _positive(times[LAYERS]):
-                raise RecordError(f"{where}: {impl}.{LAYERS} should be a finite positive number, got {times[LAYERS]!r}")
+                raise RecordError(f"{where}: {impl}.{LAYERS} should be a finite positive number{_got(times[LAYERS])}")
         roof = row.get("roofline_us")
         if roof is not None and not _positive(roof):
-            raise RecordError(f"{where}: roofline_us should be a finite positive number or null, got {roof!r}")
+            raise RecordError(f"{where}: roofline_us should be a finite positive number or null{_got(roof)}")
         rule = row.get("accuracy_rule")
         # Without a verdict the row cannot be counted as within or over vLLM's error.
         if not isinstance(rule, dict) or not isinstance(rule.get("passed"), bool):
