@@ -51,6 +51,21 @@ def test_stdout_to_stderr_moves_python_and_fd_writes(tmp_path):
     assert sorted(done.stderr.splitlines()) == ["fd one", "held object", "python"]
 
 
+def test_stdout_to_stderr_with_stdout_closed(tmp_path):
+    # started with >&- (a daemon, a cron job): sys.stdout is None, and doctor must still run to its exit code
+    script = "from caovan.cli._streams import stdout_to_stderr\nwith stdout_to_stderr():\n    print('inside')\n"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        preexec_fn=lambda: os.close(1),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "inside\n"
+
+
 def test_stdout_to_stderr_restores_stdout(capsys):
     with stdout_to_stderr():
         print("inside")
