@@ -347,3 +347,10 @@ def test_a_time_out_of_any_measurable_range_is_one_error_not_a_statistics_traceb
     rc, out, err = _run(["summary", str(_record(tmp_path, [ROWS[0], row]))], capsys)
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert f"ours.eager_us should be a finite positive number, got {time_us!r} (a time in us is 1e-06 to 1e+09)" in err
+
+
+def test_an_empty_file_name_is_named_as_such_not_as_the_current_folder(tmp_path, capsys):
+    good = str(_record(tmp_path, ROWS))
+    for argv, name in ((["summary", ""], "RECORD"), (["summary", good, "--against", ""], "--against")):
+        rc, out, err = _run(argv, capsys)
+        assert rc == 2 and out == "" and err == f"caovan bench: error: {name} '': an empty file name\n"

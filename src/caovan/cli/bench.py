@@ -89,8 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "implementation's times moved against an older record."
         ),
     )
-    m.add_argument("record", type=Path, help="a JSON file written by `caovan bench kernels --json`")
-    m.add_argument("--against", metavar="OLD", type=Path, help="an older record of the same cases to compare with")
+    # Kept as given (not a Path), as --json is: Path("") is ".", and "'.': cannot read: Is a directory" names a
+    # folder the user never wrote.
+    m.add_argument("record", help="a JSON file written by `caovan bench kernels --json`")
+    m.add_argument("--against", metavar="OLD", help="an older record of the same cases to compare with")
     for target in (k, t, ly, m):
         target.epilog = EPILOG  # `caovan bench kernels --help` shows the exit codes too
 
@@ -242,9 +244,12 @@ def run_kernels(args: argparse.Namespace) -> int:
 def run_summary(args: argparse.Namespace) -> int:
     from caovan.bench.record_summary import RecordError, format_report, load_record
 
+    for name, given in (("RECORD", args.record), ("--against", args.against)):
+        if given == "":
+            return _error(f"{name} '': an empty file name")
     try:
-        record = load_record(args.record)
-        old = load_record(args.against) if args.against is not None else None
+        record = load_record(Path(args.record))
+        old = load_record(Path(args.against)) if args.against is not None else None
     except RecordError as exc:
         return _error(str(exc))
     print(format_report(record, old))
