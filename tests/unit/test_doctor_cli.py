@@ -163,6 +163,20 @@ def test_entry_point_that_does_not_load_fails(healthy, capsys, monkeypatch):
     assert facts["discovery"]["load_error"] == "ModuleNotFoundError: No module named 'caovan.gone'"
 
 
+def test_two_entry_points_of_the_name_fail(healthy, capsys, monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    turbo3 = EntryPoint("caovan_sm75_turbo3", "turbo3.plugin:register", "vllm.general_plugins")
+    monkeypatch.setattr(doctor, "entry_points", lambda group: [_EntryPoint(), turbo3])
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1 and facts["discovery"]["targets"] == ["caovan.plugin:register", "turbo3.plugin:register"]
+    assert result == (
+        "result        FAIL: 2 entry points named caovan_sm75_turbo3 (caovan.plugin:register, turbo3.plugin:register): "
+        "vLLM calls only the last that loads; uninstall the one that is not caovan's"
+    )
+    assert "entry point   discovered: caovan.plugin:register, turbo3.plugin:register" in doctor.render(facts)
+
+
 @pytest.mark.parametrize(
     "value, loads",
     [

@@ -86,10 +86,14 @@ def plugin_discovery(environ: dict[str, str] | None = None) -> dict[str, Any]:
             eps[-1].load()
         except Exception as exc:
             load_error = f"{type(exc).__name__}: {exc}"
+    # Two distributions registering this name (an older Turbo3 install beside caovan): vLLM keeps one plugin per
+    # name, whichever loads last in sys.path order, and calls only that one.
+    targets = list(dict.fromkeys(ep.value for ep in eps))
     return {
         "entry_point_group": ENTRY_POINT_GROUP,
         "discovered": bool(eps),
         "target": eps[-1].value if eps else None,
+        "targets": targets,
         "loads": bool(eps) and load_error is None,
         "load_error": load_error,
         "filtered_by_vllm_plugins": filtered,
@@ -219,6 +223,11 @@ def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
         problems.append(
             f"entry point {PLUGIN_NAME} not discovered in {disc['entry_point_group']}: vLLM will not load caovan"
         )
+    elif len(disc["targets"]) > 1:
+        problems.append(
+            f"{len(disc['targets'])} entry points named {PLUGIN_NAME} ({', '.join(disc['targets'])}): vLLM calls "
+            f"only the last that loads; uninstall the one that is not caovan's"
+        )
     elif disc["load_error"]:
         problems.append(f"entry point {PLUGIN_NAME} = {disc['target']} does not load ({disc['load_error']})")
     elif disc["filtered_by_vllm_plugins"]:
@@ -255,7 +264,8 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         f"gpus          {gpu_line}",
         "entry point   "
         + (
-            f"discovered: {disc['target']}" + (f", does NOT load: {disc['load_error']}" if disc["load_error"] else "")
+            f"discovered: {', '.join(disc['targets'])}"
+            + (f", does NOT load: {disc['load_error']}" if disc["load_error"] else "")
             if disc["discovered"]
             else f"NOT discovered in {disc['entry_point_group']} (is the wheel installed in this environment?)"
         ),
