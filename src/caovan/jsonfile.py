@@ -29,6 +29,11 @@ def read_json(path: Path, error: Callable[[str], Exception], *, shown: str | Non
         # Some of json's messages end in "at" and leave the place to str(exc) ("Invalid control character at").
         problem = f"{exc.msg} line {exc.lineno} column {exc.colno}" if exc.msg.endswith(" at") else exc.msg
         raise error(f"{shown}:{exc.lineno}:{exc.colno}: malformed JSON: {problem}") from None
+    except ValueError as exc:  # not JSONDecodeError (a subclass, caught above): an integer of over 4300 digits
+        # its advice (sys.set_int_max_str_digits) is for a programmer, not for whoever passed the file
+        raise error(f"{shown}: malformed JSON: {str(exc).split(';')[0]}") from None
+    except RecursionError:  # json's decoder recurses per level: a file of "[[[[..." deeper than Python's stack
+        raise error(f"{shown}: JSON nested deeper than Python's parser goes") from None
 
 
 def output_path_problem(option: str, target: str | None) -> str | None:
@@ -42,12 +47,15 @@ def output_path_problem(option: str, target: str | None) -> str | None:
     path = Path(target)
     if path.is_dir():
         return f"{option} {target}: a directory, not a file to write the record to"
-    if not path.parent.is_dir():
-        return f"{option} {target}: directory {path.parent} does not exist"
     # The record is written atomically: a temp file in the folder of the file (of its target, for a symlink), then
     # renamed over it. So what matters is whether that folder can be written into, not whether an existing file is
     # writable (a read-only file in a writable folder is replaced all the same).
     folder = Path(os.path.realpath(path)).parent
+    for shown in dict.fromkeys((path.parent, folder)):  # a dangling symlink's target folder may be missing too
+        if not shown.is_dir():
+            # lexists: "does not exist" for a file in the way would send the user looking for the wrong thing
+            what = f"{shown} is not a directory" if os.path.lexists(shown) else f"directory {shown} does not exist"
+            return f"{option} {target}: {what}"
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"{option} {target}: cannot write into directory {folder} (permission denied)"
     try:  # os.access passes for root everywhere, and knows nothing of file systems that refuse new files (/sys)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -117,6 +118,17 @@ def test_verify_refuses_an_unknown_launch_config_entry(monkeypatch, capsys):
     assert captured.err.strip() == f"caovan verify: error: {message}"
 
 
+def test_verify_names_an_unknown_launch_config_entry_on_a_machine_without_gpu(monkeypatch, capsys):
+    # The entry is data, checkable anywhere: "no GPU" first would hide the typo until the GPU machine.
+    _no_cuda(monkeypatch)
+    rc = verify_cli.run(_parse(verify_cli, ["--launch-config", "sm_75"]))
+    captured = capsys.readouterr()
+    assert rc == 2 and captured.err.startswith("caovan verify: error: --launch-config 'sm_75': launch_configs.json")
+    assert len(captured.err.splitlines()) == 1 and captured.out.startswith("[Caovan] verify=FAIL (not run: --launch")
+    assert verify_cli.run(_parse(verify_cli, ["--launch-config", "sm75"])) == 2  # a known entry: no GPU is the error
+    assert "no CUDA GPU visible" in capsys.readouterr().err
+
+
 def _fake_gpu(monkeypatch, major, minor):
     props = type("Props", (), {"name": "Fake GPU", "major": major, "minor": minor})()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -187,3 +199,160 @@ def test_verify_loop_prints_pass_and_fail_lines_on_cpu():
     lines.clear()
     assert verify_cli.verify_cases(cases[:1], "cpu", crashes, reference, lines.append) == 1
     assert lines == [f"FAIL {cases[0].id}: raised; ValueError: ssm_state: expected 4 dims"]
+
+
+def _tune_run(monkeypatch, tmp_path):
+    """``bench tune`` up to its record, on a CPU: the sweep and the GPU facts are stand-ins."""
+    from caovan.bench import kernels as kb
+    from caovan.bench import tune
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    monkeypatch.setattr(kb, "environment", lambda *a: {"gpu": {}, "versions": {}})
+    best = {"label": "base", "geomean_graph_us": 5.0, "vs_base": 1.0}
+    result = {"label": "base", "valid": True, "geomean_graph_us": 5.0, "problems": {}}
+    monkeypatch.setattr(tune, "run_tune", lambda **kw: {"schema": tune.JSON_SCHEMA, "results": [result], "best": best})
+
+
+def test_bench_record_replaces_the_file_whole(monkeypatch, capsys, tmp_path):
+    _tune_run(monkeypatch, tmp_path)
+    target = tmp_path / "tune.json"
+    target.write_text("an older record\n")
+    assert bench_cli.run(_parse(bench_cli, ["tune", "--json", str(target)])) == 0
+    assert json.loads(target.read_text())["best"]["label"] == "base"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tune.json"]  # no temp file left behind
+    assert capsys.readouterr().err.splitlines()[-1] == f"wrote {target}"
+
+
+def _write_error(target, why):
+    return f"caovan bench: error: --json {target}: cannot write the record: {why} (the results are in the table above)"
+
+
+def test_bench_record_whose_folder_went_away_during_the_run_exits_2_with_one_line(monkeypatch, capsys, tmp_path):
+    import shutil
+
+    from caovan.bench import tune
+
+    _tune_run(monkeypatch, tmp_path)
+    folder = tmp_path / "records"
+    folder.mkdir()
+    sweep = tune.run_tune
+    monkeypatch.setattr(tune, "run_tune", lambda **kw: shutil.rmtree(folder) or sweep(**kw))
+    rc = bench_cli.run(_parse(bench_cli, ["tune", "--json", str(folder / "tune.json")]))
+    captured = capsys.readouterr()
+    assert rc == 2 and "best: base" in captured.out  # the results are printed before the write
+    assert captured.err == _write_error(folder / "tune.json", "No such file or directory") + "\n"
+
+
+def test_bench_record_cut_short_leaves_the_old_file_and_no_temp_file(monkeypatch, capsys, tmp_path):
+    import os
+
+    _tune_run(monkeypatch, tmp_path)
+    target = tmp_path / "tune.json"
+    target.write_text("an older record\n")
+
+    def disk_full(fd):  # where a full disk or a network file system reports a write that did not land
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    rc = bench_cli.run(_parse(bench_cli, ["tune", "--json", str(target)]))
+    assert rc == 2 and capsys.readouterr().err == _write_error(target, "No space left on device") + "\n"
+    assert target.read_text() == "an older record\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tune.json"]
+
+
+@pytest.mark.parametrize("target", ["kernels", "tune", "layer"])
+def test_bench_with_kernels_not_importable_exits_2_with_one_line(monkeypatch, capsys, target):
+    import sys
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    monkeypatch.setitem(sys.modules, "caovan.kernels.gdn_spec_decode", None)  # as a broken Triton leaves it
+    rc = bench_cli.run(_parse(bench_cli, [target]))
+    captured = capsys.readouterr()
+    assert rc == 2 and captured.out == ""
+    assert captured.err.startswith("caovan bench: error: caovan's kernels are not importable (broken install?): ")
+    assert len(captured.err.splitlines()) == 1
+
+
+def _run_not_raising(module, argv):
+    try:
+        return module.run(_parse(module, argv))
+    except KeyboardInterrupt:  # caught here, or it would stop the whole test session
+        pytest.fail(f"KeyboardInterrupt escaped caovan {module.NAME}")
+
+
+def test_verify_interrupted_ends_with_the_verdict_line_and_130(monkeypatch, capsys):
+    _fake_gpu(monkeypatch, 7, 5)
+
+    def interrupted(cases, device, kernel, reference):
+        print(f"PASS {cases[0].id}: ...")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(verify_cli, "verify_cases", interrupted)
+    rc = _run_not_raising(verify_cli, [])
+    captured = capsys.readouterr()
+    assert rc == 130 and captured.err == "caovan verify: error: interrupted (Ctrl-C)\n"
+    assert captured.out.splitlines()[-1] == "[Caovan] verify=FAIL (not run: interrupted (Ctrl-C))"
+
+
+def test_bench_interrupted_is_one_line_130_and_no_record(monkeypatch, capsys, tmp_path):
+    from caovan.bench import tune
+
+    _tune_run(monkeypatch, tmp_path)
+
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune, "run_tune", interrupted)
+    rc = _run_not_raising(bench_cli, ["tune", "--json", str(tmp_path / "tune.json")])
+    assert rc == 130 and capsys.readouterr().err == "caovan bench: error: interrupted (Ctrl-C); no record written\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_verify_that_raises_outside_a_case_still_ends_with_the_verdict_line(monkeypatch, capsys):
+    _fake_gpu(monkeypatch, 7, 5)
+
+    def driver_error(idx):
+        raise RuntimeError("CUDA error: unknown error")
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", driver_error)
+    with pytest.raises(RuntimeError, match="unknown error"):  # the traceback is kept: it is not a known failure
+        verify_cli.run(_parse(verify_cli, []))
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "[Caovan] verify=FAIL (not run: RuntimeError: CUDA error: unknown error)"
+    )
+
+
+def test_tune_with_an_invalid_base_says_so_instead_of_a_zero_ratio(monkeypatch, capsys, tmp_path):
+    from caovan.bench import tune
+
+    _tune_run(monkeypatch, tmp_path)
+    sweep = tune.run_tune
+    monkeypatch.setattr(
+        tune,
+        "run_tune",
+        lambda **kw: {**sweep(**kw), "best": {"label": "qk(w2)", "geomean_graph_us": 4.0, "vs_base": None}},
+    )
+    assert bench_cli.run(_parse(bench_cli, ["tune"])) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "best: qk(w2) (4.00 us geomean, the base is invalid)"
+
+
+@pytest.mark.parametrize(
+    ("value", "note"),
+    [("", "; CUDA_VISIBLE_DEVICES='' hides every GPU"), ("-1", "; CUDA_VISIBLE_DEVICES='-1' hides every GPU"),
+     ("3", "; CUDA_VISIBLE_DEVICES='3' is set"), (None, "")],
+)  # fmt: skip
+def test_no_gpu_names_cuda_visible_devices(monkeypatch, capsys, value, note):
+    from caovan.cli import doctor
+
+    _no_cuda(monkeypatch)
+    if value is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert verify_cli.run(_parse(verify_cli, [])) == 2
+    assert f"(torch.cuda.is_available() is False{note}); verify runs" in capsys.readouterr().err
+    assert bench_cli.run(_parse(bench_cli, ["kernels"])) == 2
+    assert f"(torch.cuda.is_available() is False{note}); bench kernels runs" in capsys.readouterr().err
+    assert doctor.gpu_facts()["reason"] == "no CUDA device visible" + note.replace("; ", ": ")

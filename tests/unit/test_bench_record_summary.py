@@ -306,3 +306,51 @@ def test_summary_into_a_closed_pipe_exits_quietly(tmp_path):
     child.stdout.close()  # the reader is gone before the first line (``| head -0``)
     err = child.stderr.read().decode()
     assert child.wait(timeout=120) == 141 and err == ""
+
+
+@pytest.mark.parametrize("schema", [["caovan-bench-kernels/1"], {"name": "x"}, 5])
+def test_a_schema_that_is_not_a_string_is_the_wrong_kind_not_a_traceback(tmp_path, capsys, schema):
+    path = _record(tmp_path, ROWS, schema=schema)
+    rc, out, err = _run(["summary", str(path)], capsys)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith(f"caovan bench: error: {path}: a {schema!r} record (") and "the wrong kind" in err
+
+
+def test_a_serving_benchmark_record_is_named_as_such(tmp_path, capsys):
+    from caovan.serving_bench import SCHEMA
+
+    rc, out, err = _run(["summary", str(_record(tmp_path, ROWS, schema=SCHEMA))], capsys)
+    assert rc == 2 and out == "" and f"a {SCHEMA!r} record (caovan-sm75-benchmark --output), the wrong kind" in err
+
+
+def test_against_a_record_of_another_gpu_or_settings_says_so(tmp_path, capsys):
+    settings = {"warmup": 10, "quick": False, "cases": "all"}
+    new = _record(tmp_path, ROWS, gpu={"name": "NVIDIA GeForce RTX 2080 Ti"}, settings=settings)
+    same = _record(tmp_path, ROWS, name="same.json", gpu={"name": "NVIDIA GeForce RTX 2080 Ti"}, settings=settings)
+    quick = {**settings, "quick": True, "cases": "model"}  # the case set may differ: the common cases are compared
+    other = _record(tmp_path, ROWS, name="h200.json", gpu={"name": "NVIDIA H200"}, settings=quick)
+    rc, out, _ = _run(["summary", str(new), "--against", str(other)], capsys)
+    assert rc == 0
+    header = out.splitlines().index("against the older record, model cases in both: 3 (new / old time)")
+    assert out.splitlines()[header + 1] == (
+        "  not like for like: GPU NVIDIA H200 then, NVIDIA GeForce RTX 2080 Ti now; quick True then, False now"
+    )
+    rc, out, _ = _run(["summary", str(new), "--against", str(same)], capsys)
+    assert rc == 0 and "not like for like" not in out
+
+
+@pytest.mark.parametrize("time_us", [5e-324, 1e308])
+def test_a_time_out_of_any_measurable_range_is_one_error_not_a_statistics_traceback(tmp_path, capsys, time_us):
+    # ratios of such times overflow to inf or underflow to 0, which geometric_mean refuses
+    row = {**ROWS[1], "ours": {"eager_us": time_us, "graph_us": 4.0}}
+    rc, out, err = _run(["summary", str(_record(tmp_path, [ROWS[0], row]))], capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"ours.eager_us should be a finite positive number, got {time_us!r} (a time in us is 1e-06 to 1e+09)" in err
+
+
+def test_an_empty_file_name_is_named_as_such_not_as_the_current_folder(tmp_path, capsys):
+    good = str(_record(tmp_path, ROWS))
+    for argv, name in ((["summary", ""], "RECORD"), (["summary", good, "--against", ""], "--against")):
+        rc, out, err = _run(argv, capsys)
+        assert rc == 2 and out == "" and err == f"caovan bench: error: {name} '': an empty file name\n"

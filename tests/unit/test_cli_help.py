@@ -32,11 +32,14 @@ def test_help_line_style_is_shared(module):
 @pytest.mark.parametrize(
     ("argv", "codes"),
     [
-        (["doctor"], ["0 PASS", "1 FAIL"]),
-        (["verify"], ["0 every case PASS", "1 a case FAILs", "2 verify cannot run"]),
+        (["doctor"], ["0 PASS", "1 FAIL", "2 a command line that cannot be parsed"]),
+        (
+            ["verify"],
+            ["0 every case PASS", "1 a case FAILs", "2 verify cannot run", "130 interrupted", "except for a command"],
+        ),
         (["check-model"], ["0 candidate", "1 not a candidate", "2 the folder"]),
         (["bench"], ["0 done", "1 kernels:", "2 the bench cannot run"]),
-        (["bench", "kernels"], ["0 done", "1 kernels:", "2 the bench cannot run"]),
+        (["bench", "kernels"], ["0 done", "1 kernels:", "2 the bench cannot run", "130 interrupted"]),
         (["bench", "summary"], ["0 done", "2 the bench cannot run"]),
         (["serve"], ["vLLM's own once it runs", "0 after --caovan-dry-run", "2 the arguments cannot be handed"]),
     ],
@@ -65,3 +68,21 @@ def test_bench_without_gpu_names_the_target(monkeypatch, capsys, target):
     bench_cli.add_arguments(parser)
     assert bench_cli.run(parser.parse_args([target])) == 2
     assert capsys.readouterr().err.strip().endswith(f"; bench {target} runs on a GPU")
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "unknown"),
+    [
+        (["bench", "kernels", "--bogus"], "caovan bench kernels", "--bogus"),
+        (["bench", "summary", "a.json", "b.json"], "caovan bench summary", "b.json"),
+        (["verify", "--bogus"], "caovan verify", "--bogus"),
+        (["doctor", "--jsn"], "caovan doctor", "--jsn"),
+    ],
+)
+def test_an_unknown_argument_is_reported_by_the_command_it_was_given_to(capsys, argv, command, unknown):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.startswith(f"usage: {command} ")  # its own usage, where the options it does take are listed
+    assert err.splitlines()[-1] == f"{command}: error: unrecognized arguments: {unknown}"

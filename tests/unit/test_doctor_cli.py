@@ -51,6 +51,21 @@ def test_stdout_to_stderr_moves_python_and_fd_writes(tmp_path):
     assert sorted(done.stderr.splitlines()) == ["fd one", "held object", "python"]
 
 
+def test_stdout_to_stderr_with_stdout_closed(tmp_path):
+    # started with >&- (a daemon, a cron job): sys.stdout is None, and doctor must still run to its exit code
+    script = "from caovan.cli._streams import stdout_to_stderr\nwith stdout_to_stderr():\n    print('inside')\n"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        preexec_fn=lambda: os.close(1),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "inside\n"
+
+
 def test_stdout_to_stderr_restores_stdout(capsys):
     with stdout_to_stderr():
         print("inside")
@@ -65,6 +80,11 @@ def test_stdout_to_stderr_restores_stdout(capsys):
 class _EntryPoint:
     name = "caovan_sm75_turbo3"
     value = "caovan.plugin:register"
+
+    def load(self):
+        from caovan.plugin import register
+
+        return register
 
 
 @pytest.fixture
@@ -129,6 +149,34 @@ def test_entry_point_not_discovered_fails(healthy, capsys, monkeypatch):
     assert rc == 1 and "entry point caovan_sm75_turbo3 not discovered in vllm.general_plugins" in result
 
 
+def test_entry_point_that_does_not_load_fails(healthy, capsys, monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    stale = EntryPoint("caovan_sm75_turbo3", "caovan.gone:register", "vllm.general_plugins")  # vLLM logs, goes on
+    monkeypatch.setattr(doctor, "entry_points", lambda group: [stale])
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1 and facts["discovery"]["loads"] is False
+    assert result == (
+        "result        FAIL: entry point caovan_sm75_turbo3 = caovan.gone:register does not load "
+        "(ModuleNotFoundError: No module named 'caovan.gone')"
+    )
+    assert facts["discovery"]["load_error"] == "ModuleNotFoundError: No module named 'caovan.gone'"
+
+
+def test_two_entry_points_of_the_name_fail(healthy, capsys, monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    turbo3 = EntryPoint("caovan_sm75_turbo3", "turbo3.plugin:register", "vllm.general_plugins")
+    monkeypatch.setattr(doctor, "entry_points", lambda group: [_EntryPoint(), turbo3])
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1 and facts["discovery"]["targets"] == ["caovan.plugin:register", "turbo3.plugin:register"]
+    assert result == (
+        "result        FAIL: 2 entry points named caovan_sm75_turbo3 (caovan.plugin:register, turbo3.plugin:register): "
+        "vLLM calls only the last that loads; uninstall the one that is not caovan's"
+    )
+    assert "entry point   discovered: caovan.plugin:register, turbo3.plugin:register" in doctor.render(facts)
+
+
 @pytest.mark.parametrize(
     "value, loads",
     [
@@ -173,3 +221,33 @@ def test_guard_not_applied_says_why(healthy, capsys):
     _, text = _doctor(capsys)
     line = next(x for x in text.splitlines() if x.startswith("guard         triton_cache"))
     assert line.startswith("guard         triton_cache: not applied (no SM75 GPU:")
+
+
+@pytest.mark.parametrize("variable", ["TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"])
+def test_cache_variable_set_but_empty_fails(healthy, capsys, monkeypatch, variable):
+    # Triton then fails with "Could not create or locate cache dir" and torch's makedirs("") raises: neither falls
+    # back to its default folder, so doctor must not report the default (or the current folder) as usable.
+    monkeypatch.setenv(variable, "")
+    rc, facts, result = _verdicts(capsys)
+    cache = next(c for c in facts["caches"] if variable in c["cache"])
+    assert rc == 1 and (cache["path"], cache["writable"]) == ("", False)
+    assert result == f"result        FAIL: cache folder of {cache['cache']} is not usable (set but empty, NOT usable)"
+    assert f"cache         {cache['cache']}: '' (set but empty, NOT usable)" in doctor.render(facts).splitlines()
+
+
+def test_no_family_passing_names_why_on_the_result_line(healthy, capsys, monkeypatch):
+    from caovan.adapters.base import HookPoint, ProbeReport
+
+    module = "vllm.model_executor.layers.mamba.gdn_linear_attn"
+    broken = HookPoint(module, False, "import failed: ImportError: libcudart")
+    other = ProbeReport("gdn-old", "<0.1", "0.21.0", (HookPoint("hook", False, "absent"),))  # hint does not match
+    matching = ProbeReport("gdn-test", ">=0.1", "0.21.0", (broken, HookPoint("hook", False, "absent")))
+    monkeypatch.setattr(doctor, "family_reports", lambda: [other, matching])
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1 and result == (
+        "result        FAIL: no GDN family passes (gdn-test: missing vllm.model_executor.layers.mamba.gdn_linear_attn: "
+        "import failed: ImportError: libcudart (+1 more))"
+    )
+    monkeypatch.setattr(doctor, "family_reports", lambda: [])
+    monkeypatch.setattr(doctor, "_version", lambda dist: None if dist == "vllm" else "1.0")
+    assert _verdicts(capsys)[2] == "result        FAIL: no GDN family passes (vLLM is not installed)"

@@ -92,3 +92,31 @@ def test_output_path_problem_checks_the_folder_of_a_symlinks_target(tmp_path, mo
     monkeypatch.setattr(jsonfile.os, "access", lambda path, mode: Path(path) != target_folder)
     problem = output_path_problem("--output", str(tmp_path / "link.json"))
     assert f"cannot write into directory {target_folder}" in problem
+
+
+def test_output_path_problem_says_what_is_wrong_with_the_folder(tmp_path):
+    (tmp_path / "file").write_text("")
+    assert output_path_problem("--json", str(tmp_path / "file" / "r.json")) == (
+        f"--json {tmp_path / 'file' / 'r.json'}: {tmp_path / 'file'} is not a directory"
+    )
+    # a symlink whose target's folder is missing: nothing to do with permissions
+    (tmp_path / "link.json").symlink_to(tmp_path / "gone" / "r.json")
+    assert output_path_problem("--json", str(tmp_path / "link.json")) == (
+        f"--json {tmp_path / 'link.json'}: directory {tmp_path / 'gone'} does not exist"
+    )
+
+
+def test_json_nested_too_deeply_is_one_error_not_a_recursion_traceback(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="nested deeper") as info:
+        read_json(path, ValueError)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_json_integer_too_long_for_python_is_one_error(tmp_path):
+    path = tmp_path / "big.json"
+    path.write_text('{"cases": [' + "9" * 5000 + "]}")
+    with pytest.raises(ValueError, match="malformed JSON: Exceeds the limit") as info:
+        read_json(path, ValueError)
+    assert str(info.value).startswith(f"{path}: ")

@@ -18,6 +18,7 @@ from typing import Any
 from caovan.bench import kernels, layer, tune
 from caovan.bench.cases import MODEL_HEADS
 from caovan.jsonfile import read_json
+from caovan.serving_bench import SCHEMA as BENCHMARK_SCHEMA
 
 #: Speedup targets of issue 3 (ours vs vLLM's spec path): CUDA-graph time and eager host-inclusive time.
 GRAPH_TARGET = 2.0
@@ -29,7 +30,11 @@ LAYERS = "graph_layers_us"
 NAMES = {"eager_us": "eager host-inclusive", "graph_us": "CUDA graph", LAYERS: "CUDA graph, layers (cold L2)"}
 TARGETS = {"eager_us": EAGER_TARGET, "graph_us": GRAPH_TARGET, LAYERS: GRAPH_TARGET}
 #: The other records caovan writes, by schema, to say which command wrote the file a user passed by mistake.
-OTHER_RECORDS = {layer.JSON_SCHEMA: "caovan bench layer --json", tune.JSON_SCHEMA: "caovan bench tune --json"}
+OTHER_RECORDS = {
+    layer.JSON_SCHEMA: "caovan bench layer --json",
+    tune.JSON_SCHEMA: "caovan bench tune --json",
+    BENCHMARK_SCHEMA: "caovan-sm75-benchmark --output",
+}
 
 
 @dataclass(frozen=True)
@@ -51,9 +56,24 @@ class RecordError(ValueError):
     """A file that is not a usable ``bench kernels`` record; the message names the file and what is wrong."""
 
 
-def _positive(value: Any) -> bool:
-    """A recorded time: a finite number above 0 (JSON's true is a bool, Infinity parses as a float)."""
+#: Microseconds a recorded time may take. Beyond it no measurement, and ratios of two times overflow to inf or
+#: underflow to 0, which the geometric means refuse with a traceback.
+TIME_RANGE_US = (1e-6, 1e9)
+
+
+def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _positive(value: Any) -> bool:
+    """A recorded time: a finite number above 0 (JSON's true is a bool, Infinity parses as a float), in µs range."""
+    return _number(value) and TIME_RANGE_US[0] <= value <= TIME_RANGE_US[1]
+
+
+def _got(value: Any) -> str:
+    """The ", got ..." of an error; a positive number out of range says what the range is."""
+    low, high = TIME_RANGE_US
+    return f", got {value!r}" + (f" (a time in us is {low:g} to {high:g})" if _number(value) else "")
 
 
 def load_record(path: Path) -> dict[str, Any]:
@@ -62,7 +82,8 @@ def load_record(path: Path) -> dict[str, Any]:
     schema = record.get("schema") if isinstance(record, dict) else None
     if schema is not None and schema != kernels.JSON_SCHEMA:
         # Records carry their schema since they were first written; one without is checked row by row below.
-        writer = OTHER_RECORDS.get(schema, "not caovan bench kernels")
+        # A schema of the wrong JSON type (a list, an object) is no key to look up: it is no record of ours either.
+        writer = OTHER_RECORDS.get(schema, "not caovan bench kernels") if isinstance(schema, str) else "not caovan's"
         raise RecordError(
             f"{path}: a {schema!r} record ({writer}), the wrong kind: summary reads {kernels.JSON_SCHEMA!r} "
             "records of caovan bench kernels --json"
@@ -83,14 +104,12 @@ def load_record(path: Path) -> dict[str, Any]:
                 raise RecordError(f"{where}: {impl} should be an object of times, got {times!r}")
             for key in TIMES:
                 if not _positive(times.get(key)):
-                    raise RecordError(
-                        f"{where}: {impl}.{key} should be a finite positive number, got {times.get(key)!r}"
-                    )
+                    raise RecordError(f"{where}: {impl}.{key} should be a finite positive number{_got(times.get(key))}")
             if times.get(LAYERS) is not None and not _positive(times[LAYERS]):
-                raise RecordError(f"{where}: {impl}.{LAYERS} should be a finite positive number, got {times[LAYERS]!r}")
+                raise RecordError(f"{where}: {impl}.{LAYERS} should be a finite positive number{_got(times[LAYERS])}")
         roof = row.get("roofline_us")
         if roof is not None and not _positive(roof):
-            raise RecordError(f"{where}: roofline_us should be a finite positive number or null, got {roof!r}")
+            raise RecordError(f"{where}: roofline_us should be a finite positive number or null{_got(roof)}")
         rule = row.get("accuracy_rule")
         # Without a verdict the row cannot be counted as within or over vLLM's error.
         if not isinstance(rule, dict) or not isinstance(rule.get("passed"), bool):
@@ -173,6 +192,24 @@ def compare(new_rows: Sequence[dict[str, Any]], old_rows: Sequence[dict[str, Any
     return out
 
 
+def _gpu_name(record: dict[str, Any]) -> str | None:
+    gpu = record.get("gpu")
+    return gpu.get("name") if isinstance(gpu, dict) else None
+
+
+def unlike(record: dict[str, Any], old: dict[str, Any]) -> list[str]:
+    """What differs between two records that makes their times incomparable: the GPU and the timing settings (the
+    case set aside: compare keeps the cases both ran)."""
+    found = []
+    if _gpu_name(record) != _gpu_name(old):
+        found.append(f"GPU {_gpu_name(old)} then, {_gpu_name(record)} now")
+    new_s, old_s = record.get("settings"), old.get("settings")
+    if isinstance(new_s, dict) and isinstance(old_s, dict):
+        keys = sorted(k for k in new_s.keys() | old_s.keys() if k != "cases" and new_s.get(k) != old_s.get(k))
+        found += [f"{k} {old_s.get(k)!r} then, {new_s.get(k)!r} now" for k in keys]
+    return found
+
+
 def _spread(s: Spread, unit: str = "", digits: int = 2) -> str:
     return f"{s.low:.{digits}f}-{s.high:.{digits}f}{unit} (geomean {s.geomean:.{digits}f}{unit})"
 
@@ -216,6 +253,10 @@ def format_report(record: dict[str, Any], old: dict[str, Any] | None = None) -> 
             lines.append(f"against the older record, model cases in both: {c['common_cases']} (new / old time)")
         else:
             lines.append("against the older record: no model case ran in both records, nothing to compare")
+        differ = unlike(record, old)
+        if c["common_cases"] and differ:
+            # A ratio across GPUs or timing settings is no measure of a change in the code: said before the ratios.
+            lines.append(f"  not like for like: {'; '.join(differ)}")
         for impl in ("ours", "vllm") if c["common_cases"] else ():
             moved = ", ".join(f"{NAMES[key]} {_spread(spread, 'x', 3)}" for key, spread in c[impl].items())
             lines.append(f"  {impl}: {moved}")

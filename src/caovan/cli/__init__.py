@@ -25,6 +25,15 @@ COMMAND_MODULES = ("doctor", "verify", "check_model", "bench", "serve", "warmup"
 EXIT_BROKEN_PIPE = 141
 
 
+def cuda_visible_note() -> str:
+    """For "no CUDA GPU visible": the CUDA_VISIBLE_DEVICES that may be why (set to "" in a shell profile or a CI job,
+    it hides a GPU that nvidia-smi still lists)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return ""
+    return f"; CUDA_VISIBLE_DEVICES={value!r}" + (" hides every GPU" if value.strip() in ("", "-1") else " is set")
+
+
 def _commands() -> list[ModuleType]:
     found = []
     for name in COMMAND_MODULES:
@@ -95,16 +104,37 @@ def _raw(command: str, tokens: list[str]) -> argparse.Namespace | None:
     return module.raw_namespace(tokens) if tokens else None
 
 
+def _mark_parsers(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(_parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _mark_parsers(sub)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that an unknown argument is reported by the (sub)command it was given to.
+
+    argparse leaves them to the top parser: ``caovan bench kernels --bogus`` would print caovan's usage and
+    ``caovan: error:``, which names neither the command nor its options.
+    """
+    _mark_parsers(parser)  # a subcommand's default overrides its parent's: the innermost parser is recorded
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     raw = _raw(argv[0], argv[1:]) if argv else None
-    return _run(raw if raw is not None else build_parser().parse_args(argv))
+    return _run(raw if raw is not None else _parse(build_parser(), argv))
 
 
 def _alias(command: str, argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     raw = _raw(command, argv)
-    return _run(raw if raw is not None else build_alias_parser(command).parse_args(argv))
+    return _run(raw if raw is not None else _parse(build_alias_parser(command), argv))
 
 
 def doctor_alias(argv: Sequence[str] | None = None) -> int:

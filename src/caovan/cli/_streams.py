@@ -17,7 +17,8 @@ def stdout_to_stderr() -> Iterator[None]:
     both, so fd 1 itself points at stderr until the block ends.
     """
     original = sys.stdout
-    original.flush()  # what was printed before the block stays on stdout
+    if original is not None:  # None when started with stdout closed (>&-): nothing to keep apart
+        original.flush()  # what was printed before the block stays on stdout
     try:
         saved = os.dup(1)
         os.dup2(2, 1)

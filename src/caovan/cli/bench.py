@@ -14,13 +14,17 @@ from pathlib import Path
 
 from caovan.jsonfile import output_path_problem
 
+from . import cuda_visible_note
+
 NAME = "bench"
 HELP = "time caovan's GDN spec-decode kernels against vLLM's own path (needs a CUDA GPU), or summarise a record"
 ALIAS = None
 EPILOG = (
     "Exit status: 0 done; 1 kernels: a case failed to run or our error exceeds vLLM's by more than the floor, "
     "tune: no configuration valid, layer: a case failed or caovan's layer did not take the step; 2 the bench "
-    "cannot run (no CUDA GPU, vLLM missing, a bad --json FILE) or summary's record cannot be used."
+    "cannot run (no CUDA GPU, vLLM missing, caovan's kernels not importable, a bad option or --json FILE), the "
+    "record could not be written after the run (the table is printed first) or summary's record cannot be used; "
+    "130 interrupted (Ctrl-C; no record written)."
 )
 
 
@@ -85,27 +89,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "implementation's times moved against an older record."
         ),
     )
-    m.add_argument("record", type=Path, help="a JSON file written by `caovan bench kernels --json`")
-    m.add_argument("--against", metavar="OLD", type=Path, help="an older record of the same cases to compare with")
+    # Kept as given (not a Path), as --json is: Path("") is ".", and "'.': cannot read: Is a directory" names a
+    # folder the user never wrote.
+    m.add_argument("record", help="a JSON file written by `caovan bench kernels --json`")
+    m.add_argument("--against", metavar="OLD", help="an older record of the same cases to compare with")
     for target in (k, t, ly, m):
         target.epilog = EPILOG  # `caovan bench kernels --help` shows the exit codes too
 
 
-def _write_record(target: str, report: dict) -> None:
-    """A bench record as strict JSON (NaN/inf as strings), and where it went."""
+def _write_record(target: str, report: dict) -> bool:
+    """A bench record as strict JSON (NaN/inf as strings), and where it went; ``False`` (and one error line) when it
+    cannot be written, e.g. the folder became read-only or the disk filled up during the run."""
     from caovan.bench.kernels import _json_safe
+    from caovan.matrix.results import write_text_atomic
 
-    path = Path(target)
-    path.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
-    print(f"wrote {path}", file=sys.stderr)
+    # Atomic: a record cut short by a full disk or an interrupt would pass for one until summary reads it.
+    try:
+        write_text_atomic(Path(target), json.dumps(_json_safe(report), indent=2) + "\n")
+    except OSError as exc:
+        print(
+            f"caovan {NAME}: error: --json {target}: cannot write the record: {exc.strerror or exc} "
+            "(the results are in the table above)",
+            file=sys.stderr,
+        )
+        return False
+    print(f"wrote {target}", file=sys.stderr)
+    return True
 
 
-def _error(message: str) -> int:
+def _error(message: str, exit_code: int = 2) -> int:
     print(f"caovan {NAME}: error: {message}", file=sys.stderr)
-    return 2
+    return exit_code
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run_target(args)
+    except KeyboardInterrupt:  # a run of minutes stopped on purpose: one line, not a traceback
+        return _error("interrupted (Ctrl-C); no record written", 130)
+
+
+def _run_target(args: argparse.Namespace) -> int:
     if args.bench_target == "kernels":
         return run_kernels(args)
     if args.bench_target == "tune":
@@ -127,7 +151,11 @@ def _gpu_problem(args: argparse.Namespace) -> str | None:
     except ImportError as exc:
         return f"PyTorch is not importable ({exc}); {command} runs on a CUDA GPU"
     if not torch.cuda.is_available():
-        return f"no CUDA GPU visible (torch.cuda.is_available() is False); {command} runs on a GPU"
+        return f"no CUDA GPU visible (torch.cuda.is_available() is False{cuda_visible_note()}); {command} runs on a GPU"
+    try:  # every target runs them (layer through caovan's layer): a broken Triton is a bench that cannot run
+        import caovan.kernels.gdn_spec_decode  # noqa: F401
+    except ImportError as exc:
+        return f"caovan's kernels are not importable (broken install?): {exc}"
     return None
 
 
@@ -156,9 +184,11 @@ def run_tune(args: argparse.Namespace) -> int:
             print(f"  invalid: {r['label']}: {r['problems']}")
     best = report["best"]
     if best is not None:
-        print(f"best: {best['label']} ({best['geomean_graph_us']:.2f} us geomean, x{best['vs_base'] or 0:.2f} vs base)")
-    if args.json is not None:
-        _write_record(args.json, report)
+        # vs_base is None when the base configuration itself failed the reference check: "x0.00" would read as a ratio
+        versus = "the base is invalid" if best["vs_base"] is None else f"x{best['vs_base']:.2f} vs base"
+        print(f"best: {best['label']} ({best['geomean_graph_us']:.2f} us geomean, {versus})")
+    if args.json is not None and not _write_record(args.json, report):
+        return 2
     return 0 if best is not None else 1
 
 
@@ -175,15 +205,8 @@ def run_kernels(args: argparse.Namespace) -> int:
         vllm_core = VllmSpecCore()
     except ImportError as exc:
         return _error(f"vLLM is needed for the side-by-side bench: {exc}")
-    try:
-        from caovan.kernels.gdn_spec_decode import gdn_spec_decode
-        from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
-    except ImportError as exc:
-        print(
-            f"caovan {NAME}: caovan's kernels are not importable (broken install?): {exc}",
-            file=sys.stderr,
-        )
-        return 1
+    from caovan.kernels.gdn_spec_decode import gdn_spec_decode
+    from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
 
     settings = kb.QUICK_SETTINGS if args.quick else kb.BenchSettings()
     cases = bench_cases(args.cases, quick=args.quick)
@@ -213,17 +236,20 @@ def run_kernels(args: argparse.Namespace) -> int:
         f"geomean speedup eager x{s['geomean_speedup_eager'] or float('nan'):.2f}, "
         f"graph x{s['geomean_speedup_graph'] or float('nan'):.2f}"
     )
-    if args.json is not None:
-        _write_record(args.json, report)
+    if args.json is not None and not _write_record(args.json, report):
+        return 2
     return 1 if s["errors"] or s["accuracy_rule_failures"] else 0
 
 
 def run_summary(args: argparse.Namespace) -> int:
     from caovan.bench.record_summary import RecordError, format_report, load_record
 
+    for name, given in (("RECORD", args.record), ("--against", args.against)):
+        if given == "":
+            return _error(f"{name} '': an empty file name")
     try:
-        record = load_record(args.record)
-        old = load_record(args.against) if args.against is not None else None
+        record = load_record(Path(args.record))
+        old = load_record(Path(args.against)) if args.against is not None else None
     except RecordError as exc:
         return _error(str(exc))
     print(format_report(record, old))
@@ -261,5 +287,6 @@ def run_layer(args: argparse.Namespace) -> int:
             "summary": summary,
             "cases": rows,
         }
-        _write_record(args.json, report)
+        if not _write_record(args.json, report):
+            return 2
     return 1 if summary["errors"] else 0

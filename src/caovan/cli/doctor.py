@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import PLUGIN_NAME, __version__
+from . import cuda_visible_note
 from ._streams import stdout_to_stderr
 
 NAME = "doctor"
@@ -19,7 +20,8 @@ HELP = "check Python, torch, Triton, CUDA, GPUs, vLLM, plugin discovery and the 
 ALIAS = "caovan-sm75-doctor"
 EPILOG = (
     "Exit status: 0 PASS (vLLM will load caovan, a GDN family matches this vLLM, the cache folders are usable "
-    "and the kernels compile); 1 FAIL, the result line (result.verdict in --json) says why."
+    "and the kernels compile); 1 FAIL, the result line (result.verdict in --json) says why; 2 a command line that "
+    "cannot be parsed (an unknown option), with a usage message."
 )
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 
@@ -43,7 +45,8 @@ def gpu_facts() -> dict[str, Any]:
     except Exception as exc:
         return {"available": False, "reason": f"torch not importable: {exc}", "devices": []}
     if not torch.cuda.is_available():
-        return {"available": False, "reason": "no CUDA device visible", "devices": [], "cuda": torch.version.cuda}
+        reason = "no CUDA device visible" + cuda_visible_note().replace("; ", ": ", 1)
+        return {"available": False, "reason": reason, "devices": [], "cuda": torch.version.cuda}
     devices = []
     for i in range(torch.cuda.device_count()):
         major, minor = torch.cuda.get_device_capability(i)
@@ -75,10 +78,24 @@ def plugin_discovery(environ: dict[str, str] | None = None) -> dict[str, Any]:
             if filtered
             else f"VLLM_PLUGINS lists {PLUGIN_NAME}"
         )
+    load_error = None
+    if eps:
+        # vLLM calls ep.load() and, when it raises, logs the exception and starts without caovan: a stale
+        # entry point (a module renamed or gone, a half-removed install) is discovered but never runs.
+        try:
+            eps[-1].load()
+        except Exception as exc:
+            load_error = f"{type(exc).__name__}: {exc}"
+    # Two distributions registering this name (an older Turbo3 install beside caovan): vLLM keeps one plugin per
+    # name, whichever loads last in sys.path order, and calls only that one.
+    targets = list(dict.fromkeys(ep.value for ep in eps))
     return {
         "entry_point_group": ENTRY_POINT_GROUP,
         "discovered": bool(eps),
-        "target": eps[0].value if eps else None,
+        "target": eps[-1].value if eps else None,
+        "targets": targets,
+        "loads": bool(eps) and load_error is None,
+        "load_error": load_error,
         "filtered_by_vllm_plugins": filtered,
         "vllm_plugins": why,
     }
@@ -106,15 +123,17 @@ def cache_facts(guards: list[dict[str, Any]]) -> list[dict[str, Any]]:
     triton_guard = next(g for g in guards if g["guard"] == "triton_cache")
     # Triton's own default when neither the user nor the SM75 guard sets TRITON_CACHE_DIR.
     triton_dir = triton_guard["value"] if triton_guard["applies"] else os.environ.get("TRITON_CACHE_DIR")
-    folders = {
+    folders: dict[str, Path | str] = {
         "caovan (CAOVAN_CACHE_DIR)": isolated_cache_dir(),
-        "triton (TRITON_CACHE_DIR)": Path(triton_dir or Path.home() / ".triton" / "cache"),
+        "triton (TRITON_CACHE_DIR)": Path.home() / ".triton" / "cache" if triton_dir is None else triton_dir,
     }
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        folders["inductor (TORCHINDUCTOR_CACHE_DIR)"] = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        folders["inductor (TORCHINDUCTOR_CACHE_DIR)"] = os.environ["TORCHINDUCTOR_CACHE_DIR"]
     out = []
     for label, path in folders.items():
-        ok, detail = _writable(path)
+        # Triton and torch take a variable set to "" as the folder "" (which they cannot create), not as unset;
+        # Path("") would be ".", a folder that passes.
+        ok, detail = _writable(Path(path)) if path != "" else (False, "set but empty, NOT usable")
         out.append({"cache": label, "path": str(path), "writable": ok, "detail": detail})
     return out
 
@@ -194,16 +213,29 @@ def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
     """Doctor's one verdict (text, JSON and exit code all use it): PASS only when vLLM will load a working caovan."""
     problems = []
     if not facts["family_ok"]:
-        problems.append("no GDN family passes" + ("" if facts["vllm"] else " (vLLM is not installed)"))
+        # The result line is what a user reads (and greps): it names why, e.g. a vLLM that is there but fails to
+        # import (a torch of another CUDA build), not only that no family passed.
+        tried = [f for f in facts["families"] if f["hint_matches"]] or facts["families"]
+        why = f"{tried[0]['family']}: {tried[0]['reason']}" if tried else "vLLM is not installed"
+        problems.append(f"no GDN family passes ({why})")
     disc = facts["discovery"]
     if not disc["discovered"]:
         problems.append(
             f"entry point {PLUGIN_NAME} not discovered in {disc['entry_point_group']}: vLLM will not load caovan"
         )
+    elif len(disc["targets"]) > 1:
+        problems.append(
+            f"{len(disc['targets'])} entry points named {PLUGIN_NAME} ({', '.join(disc['targets'])}): vLLM calls "
+            f"only the last that loads; uninstall the one that is not caovan's"
+        )
+    elif disc["load_error"]:
+        problems.append(f"entry point {PLUGIN_NAME} = {disc['target']} does not load ({disc['load_error']})")
     elif disc["filtered_by_vllm_plugins"]:
         problems.append(disc["vllm_plugins"])
     problems += [
-        f"cache folder {c['path']} is not usable ({c['detail']})" for c in facts["caches"] if not c["writable"]
+        f"cache folder {c['path'] or 'of ' + c['cache']} is not usable ({c['detail']})"  # no path: set but empty
+        for c in facts["caches"]
+        if not c["writable"]
     ]
     if not facts["kernels"]["ok"]:
         problems.append(f"caovan's kernels do not compile for {facts['kernels']['target']}")
@@ -232,7 +264,8 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         f"gpus          {gpu_line}",
         "entry point   "
         + (
-            f"discovered: {disc['target']}"
+            f"discovered: {', '.join(disc['targets'])}"
+            + (f", does NOT load: {disc['load_error']}" if disc["load_error"] else "")
             if disc["discovered"]
             else f"NOT discovered in {disc['entry_point_group']} (is the wheel installed in this environment?)"
         ),
@@ -254,7 +287,7 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         state = f"{g['env']}={g['value']} would be set" if g["applies"] else "not applied"
         lines.append(f"guard         {g['guard']}: {state} ({g['why']})")
     for c in facts["caches"]:
-        lines.append(f"cache         {c['cache']}: {c['path']} ({c['detail']})")
+        lines.append(f"cache         {c['cache']}: {c['path'] or repr(c['path'])} ({c['detail']})")
     k = facts["kernels"]
     lines.append(f"kernels       compile for {k['target']}: {'PASS' if k['ok'] else 'FAIL'} ({k['detail']})")
     lines.append(f"result        {facts['result']['verdict']}")

@@ -13,12 +13,16 @@ import argparse
 import functools
 import sys
 
+from . import cuda_visible_note
+
 NAME = "verify"
 HELP = "run caovan's kernels on synthetic tensors at model shapes vs the float64 reference (GPU)"
 ALIAS = "caovan-sm75-verify"
 EPILOG = (
     "Exit status: 0 every case PASS; 1 a case FAILs or the kernels are not importable; 2 verify cannot run "
-    "(no CUDA GPU, a bad --device or --launch-config). Every exit but 0 ends with a [Caovan] verify=FAIL line."
+    "(no CUDA GPU, a bad --device or --launch-config); 130 interrupted (Ctrl-C). Every exit but 0 ends with a "
+    "[Caovan] verify=FAIL line, except for a command line that cannot be parsed at all (an unknown option, an "
+    "option without its value): exit 2 with a usage message."
 )
 
 
@@ -42,19 +46,50 @@ def _not_run(message: str) -> None:
     print(f"[Caovan] verify=FAIL (not run: {message})")
 
 
-def _error(message: str) -> int:
+def _error(message: str, exit_code: int = 2) -> int:
     print(f"caovan {NAME}: error: {message}", file=sys.stderr)
     _not_run(message)
-    return 2
+    return exit_code
+
+
+def _launch_config_problem(entry: str | None) -> str | None:
+    if entry is None:
+        return None
+    try:
+        from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS
+    except ImportError:
+        return None  # the kernels' import, after the GPU check, says what is broken
+    if entry in LAUNCH_CONFIGS:
+        return None
+    return f"--launch-config {entry!r}: launch_configs.json has no such entry ({', '.join(sorted(LAUNCH_CONFIGS))})"
 
 
 def run(args: argparse.Namespace) -> int:
     try:
+        return _verify(args)
+    except KeyboardInterrupt:
+        # The gate reads the verdict line: an interrupted run must not end with none (or after some PASS lines).
+        return _error("interrupted (Ctrl-C)", 130)
+    except BrokenPipeError:
+        raise  # stdout is gone (| head): nowhere to print the verdict; the caller ends quietly
+    except Exception as exc:  # e.g. a CUDA driver error outside any case: the verdict line, then the traceback
+        _not_run(f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _verify(args: argparse.Namespace) -> int:
+    try:
         import torch
     except ImportError as exc:
         return _error(f"PyTorch is not importable ({exc}); verify runs the kernels on a CUDA GPU")
+    problem = _launch_config_problem(args.launch_config)
+    if problem:  # before the GPU check: a misspelt entry is found on the machine where the command is written
+        return _error(problem)
     if not torch.cuda.is_available():
-        return _error("no CUDA GPU visible (torch.cuda.is_available() is False); verify runs the kernels on a GPU")
+        return _error(
+            f"no CUDA GPU visible (torch.cuda.is_available() is False{cuda_visible_note()}); "
+            "verify runs the kernels on a GPU"
+        )
     try:
         device = torch.device(args.device)
     except RuntimeError as exc:
@@ -75,9 +110,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"caovan {NAME}: FAIL {message}", file=sys.stderr)
         _not_run(message)
         return 1
-    if args.launch_config is not None and args.launch_config not in LAUNCH_CONFIGS:
-        known = ", ".join(sorted(LAUNCH_CONFIGS))
-        return _error(f"--launch-config {args.launch_config!r}: launch_configs.json has no such entry ({known})")
 
     idx = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(idx)
