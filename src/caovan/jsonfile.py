@@ -1,10 +1,11 @@
 """JSON files of caovan's commands: reading one with one clear error naming the file (and line) for every way it
-can be wrong, and checking where a record will be written before the run that makes it."""
+can be wrong, checking where a record will be written before the run that makes it, and writing it whole."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -64,4 +65,47 @@ def output_path_problem(option: str, target: str | None) -> str | None:
         return f"{option} {target}: cannot write into directory {folder}: {exc.strerror or exc}"
     os.close(fd)
     os.unlink(probe)
+    return None
+
+
+def _current_umask() -> int:
+    # os.umask can only be read by setting it; set it straight back.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` via a temp file + os.replace, as if written in place: a symlink stays a
+    symlink (its target gets the text) and the file keeps its mode (a new file: 0o666 less the
+    umask), not mkstemp's 0600.
+    """
+    path = Path(os.path.realpath(path))
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_current_umask()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_record(target: str, text: str) -> str | None:
+    """``text`` written atomically to a command's output file ``target``; why it could not be, or None.
+
+    For a record written after a run (the disk filled up, the folder became read-only): the caller prints the
+    reason as its one error line, after the table it already printed.
+    """
+    try:
+        write_text_atomic(Path(target), text)
+    except OSError as exc:
+        return f"cannot write the record: {exc.strerror or exc} (the results are in the table above)"
     return None

@@ -335,10 +335,10 @@ def test_usage_errors_before_any_request(fake_openai, capsys, argv, message):
 def test_a_record_that_cannot_be_written_after_the_run_is_one_error_after_the_table(
     fake_openai, tmp_path, capsys, monkeypatch
 ):
-    def refused(path, data):
+    def refused(path, text):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("caovan.matrix.results.write_json_atomic", refused)
+    monkeypatch.setattr("caovan.jsonfile.write_text_atomic", refused)
     fake_openai.fail_requests = {1}
     rc, record = _bench(fake_openai, tmp_path)
     captured = capsys.readouterr()

@@ -101,17 +101,12 @@ def _write_record(target: str, report: dict) -> bool:
     """A bench record as strict JSON (NaN/inf as strings), and where it went; ``False`` (and one error line) when it
     cannot be written, e.g. the folder became read-only or the disk filled up during the run."""
     from caovan.bench.kernels import _json_safe
-    from caovan.matrix.results import write_text_atomic
+    from caovan.jsonfile import write_record
 
     # Atomic: a record cut short by a full disk or an interrupt would pass for one until summary reads it.
-    try:
-        write_text_atomic(Path(target), json.dumps(_json_safe(report), indent=2) + "\n")
-    except OSError as exc:
-        print(
-            f"caovan {NAME}: error: --json {target}: cannot write the record: {exc.strerror or exc} "
-            "(the results are in the table above)",
-            file=sys.stderr,
-        )
+    problem = write_record(target, json.dumps(_json_safe(report), indent=2) + "\n")
+    if problem is not None:
+        print(f"caovan {NAME}: error: --json {target}: {problem}", file=sys.stderr)
         return False
     print(f"wrote {target}", file=sys.stderr)
     return True

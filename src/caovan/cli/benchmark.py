@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import sys
 import time
@@ -309,16 +310,11 @@ def _check_prompts_fit(
 def _write_record(target: str, record: dict[str, Any]) -> bool:
     """Write ``record`` to ``target``; ``False`` (and one error line) when it cannot be, e.g. the folder became
     read-only during the run or refuses new files."""
-    from caovan.matrix.results import write_json_atomic
+    from caovan.jsonfile import write_record
 
-    try:
-        write_json_atomic(Path(target), record)
-    except OSError as exc:
-        print(
-            f"caovan {NAME}: error: --output {target}: cannot write the record: {exc.strerror or exc} "
-            "(the results are in the table above)",
-            file=sys.stderr,
-        )
+    problem = write_record(target, json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    if problem is not None:
+        print(f"caovan {NAME}: error: --output {target}: {problem}", file=sys.stderr)
         return False
     print(f"[Caovan] benchmark: record written to {target}")
     return True

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import PLUGIN_NAME, __version__
+from ..options import vllm_plugins_leaves_out
 from . import cuda_visible_note
 from ._streams import stdout_to_stderr
 
@@ -63,21 +64,12 @@ def gpu_facts() -> dict[str, Any]:
 def plugin_discovery(environ: dict[str, str] | None = None) -> dict[str, Any]:
     env = os.environ if environ is None else environ
     eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == PLUGIN_NAME]
-    allowed_raw = env.get("VLLM_PLUGINS")
-    if allowed_raw is None:
-        filtered, why = False, "VLLM_PLUGINS unset: every discovered plugin loads"
+    left_out = vllm_plugins_leaves_out(PLUGIN_NAME, env)
+    filtered = left_out is not None
+    if "VLLM_PLUGINS" not in env:
+        why = "VLLM_PLUGINS unset: every discovered plugin loads"
     else:
-        # As vLLM 0.21 reads it (envs.VLLM_PLUGINS, plugins.load_plugins_by_group): split on commas, each item
-        # compared as written, so "a, caovan_sm75_turbo3" does not load caovan and "" loads no plugin at all.
-        allowed = allowed_raw.split(",")
-        filtered = PLUGIN_NAME not in allowed
-        spaced = [p for p in allowed if p != PLUGIN_NAME and p.strip() == PLUGIN_NAME]
-        hint = f" (vLLM does not strip spaces: {spaced[0]!r})" if spaced else ""
-        why = (
-            f"VLLM_PLUGINS={allowed_raw!r} does not list {PLUGIN_NAME}{hint}: vLLM will not load caovan"
-            if filtered
-            else f"VLLM_PLUGINS lists {PLUGIN_NAME}"
-        )
+        why = left_out or f"VLLM_PLUGINS lists {PLUGIN_NAME}"
     load_error = None
     if eps:
         # vLLM calls ep.load() and, when it raises, logs the exception and starts without caovan: a stale

@@ -10,17 +10,14 @@ folder, rewritten after every tier, so an interrupted run resumes at the first u
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..jsonfile import read_json
+from ..jsonfile import read_json, write_text_atomic
 from . import RESULT_SCHEMA_VERSION, TIERS, MatrixError
 from .schema import CUDA_TAG_PATTERN, PYTHON_PATTERN, ROW_ID_PATTERN, MatrixRow, pep440_form
 from .tiers import FINAL_TIER_OUTCOMES, TIER_OUTCOMES
@@ -51,36 +48,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     write_text_atomic(path, text)
-
-
-def _current_umask() -> int:
-    # os.umask can only be read by setting it; set it straight back.
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return umask
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """``text`` into ``path`` via a temp file + os.replace, as if written in place: a symlink stays a
-    symlink (its target gets the text) and the file keeps its mode (a new file: 0o666 less the
-    umask), not mkstemp's 0600.
-    """
-    path = Path(os.path.realpath(path))
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = 0o666 & ~_current_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --- validation ------------------------------------------------------------------------------
