@@ -132,3 +132,25 @@ def test_discovery_tier_passes_a_release_that_lands_by_probing(monkeypatch):
     monkeypatch.setattr(discovery, "installed_vllm_version", lambda: "0.23.1")
     monkeypatch.setattr(discovery, "select_adapter", lambda: landed)
     discovery.test_installed_vllm_lands_in_its_family(types.SimpleNamespace(__version__="0.23.1"))
+
+
+def test_no_unserved_family_marker_names_a_module_an_adapter_probes():
+    # A marker for a family that now has an adapter would tell users of a release that fails its probe that
+    # "no caovan adapter serves" that family: the adapter that adds the family removes the marker.
+    probed = {hook.name for cls in registry.ADAPTERS for hook in cls().probe().hook_points}
+    stale = [module for module, _ in registry.UNSERVED_FAMILY_MARKERS if module in probed]
+    assert not stale, f"remove these from UNSERVED_FAMILY_MARKERS, an adapter probes them: {stale}"
+
+
+def test_the_marker_check_sees_an_adapter_that_probes_a_marker_module(monkeypatch):
+    class _ServesMarked(_Adapter):
+        family_id = "fam-marked"
+        version_hint = ">=0.22"
+        description = ""
+
+        def _probe(self, p: Prober) -> None:
+            p.module(registry.UNSERVED_FAMILY_MARKERS[0][0])
+
+    monkeypatch.setattr(registry, "ADAPTERS", (*registry.ADAPTERS, _ServesMarked))
+    with pytest.raises(AssertionError, match="remove these from UNSERVED_FAMILY_MARKERS"):
+        test_no_unserved_family_marker_names_a_module_an_adapter_probes()
