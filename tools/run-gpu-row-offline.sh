@@ -2,7 +2,8 @@
 # Run one matrix row's tiers on a GPU host that has no network and already has the row's torch/triton
 # (e.g. a lab box or a lent cloud GPU), from a bundle prepared on a connected machine:
 #
-#   BUNDLE/wheels/*.whl   the row's remaining wheels (`nox -s "wheelhouse(ROW)" -- --without-host-provided`)
+#   BUNDLE/wheels/*.whl   the row's remaining wheels: `nox -s "wheelhouse(ROW)" -- --without-host-provided` writes
+#                         them to wheelhouse/ROW/; copy that folder's *.whl here
 #   BUNDLE/dist/*.whl     the plugin wheel, one (`uv build --wheel -o BUNDLE/dist`), built from this checkout
 #   BUNDLE/vllm-py.tgz    optional: vLLM's Python files alone (no compiled .so), for hosts where only vLLM's
 #                         Triton kernels are exercised (discovery + kernel tiers; not the serve tier)

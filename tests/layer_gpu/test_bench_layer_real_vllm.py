@@ -6,9 +6,9 @@ layers' numerical agreement is tests/layer_gpu/test_real_layer_equivalence.py's 
 
 from __future__ import annotations
 
-import os
-
 import pytest
+
+from caovan.cli import cuda_visible_note
 
 torch = pytest.importorskip("torch", reason="kernel tier needs PyTorch")
 
@@ -16,13 +16,7 @@ pytestmark = [
     pytest.mark.kernel,
     pytest.mark.skipif(
         not torch.cuda.is_available(),
-        reason="no CUDA GPU: the real vLLM GDN layer runs its Triton kernels on CUDA only"
-        + (
-            " (CUDA_VISIBLE_DEVICES is empty: tests/discovery/conftest.py hides GPUs when collected in the same"
-            " session; run tests/layer_gpu on its own)"
-            if os.environ.get("CUDA_VISIBLE_DEVICES") == ""
-            else ""
-        ),
+        reason=f"no CUDA GPU: the real vLLM GDN layer runs its Triton kernels on CUDA only{cuda_visible_note()}",
     ),
 ]
 

@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 import torch
 
+from caovan.cli import cuda_visible_note
 from caovan.testing.vllm_gdn_layer import (
     NULL_BLOCK_ID,
     CoreInputs,
@@ -178,16 +179,7 @@ class RigFactory:
 @pytest.fixture(scope="module")
 def rig_factory(tmp_path_factory):
     if not torch.cuda.is_available():
-        hidden = os.environ.get("CUDA_VISIBLE_DEVICES") == ""
-        pytest.skip(
-            "no CUDA GPU: the real vLLM GDN layer runs its Triton kernels on CUDA only"
-            + (
-                " (CUDA_VISIBLE_DEVICES is empty: tests/discovery/conftest.py hides GPUs when it is collected in"
-                " the same session; run tests/layer_gpu on its own)"
-                if hidden
-                else ""
-            )
-        )
+        pytest.skip(f"no CUDA GPU: the real vLLM GDN layer runs its Triton kernels on CUDA only{cuda_visible_note()}")
     factory = RigFactory(tmp_path_factory.mktemp("tiny_models"), torch.device("cuda"))
     yield factory
     factory.close()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from caovan import PLUGIN_NAME
+from caovan.cli import cuda_visible_note
 
 #: The line Turbo3 users look for once a request has been served by caovan's kernels (written out here, not
 #: imported from caovan: the tests check the words users rely on).
@@ -21,14 +22,7 @@ def require_cuda() -> None:
     except ImportError as exc:
         pytest.skip(f"no CUDA GPU: torch is not importable ({exc})")
     if not torch.cuda.is_available():
-        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-        hint = (
-            f"; CUDA_VISIBLE_DEVICES={hidden!r} hides the GPUs (tests/discovery/conftest.py sets it to '' when "
-            "collected in the same session: run `pytest -m serve tests/serve`)"
-            if hidden is not None
-            else ""
-        )
-        pytest.skip(f"no CUDA GPU: the serve tier starts real vLLM engines{hint}")
+        pytest.skip(f"no CUDA GPU: the serve tier starts real vLLM engines{cuda_visible_note()}")
 
 
 def require_plugin_entry_point() -> None:

@@ -1,5 +1,11 @@
 """Probe bookkeeping and family selection, with stand-in adapters (no vLLM needed)."""
 
+import importlib.util
+import types
+from pathlib import Path
+
+import pytest
+
 from caovan.adapters import registry
 from caovan.adapters.base import GdnAdapter, Prober, has_argument, version_in
 
@@ -96,3 +102,55 @@ def test_has_argument():
         return a
 
     assert has_argument(f, "b") and not has_argument(f, "c") and not has_argument(42, "a")
+
+
+def _discovery_test_module():
+    """tests/discovery/test_vllm_interface.py, loaded by path (tests/ is no package)."""
+    path = Path(__file__).resolve().parents[1] / "discovery" / "test_vllm_interface.py"
+    spec = importlib.util.spec_from_file_location("_discovery_vllm_interface", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_discovery_tier_fails_for_a_release_no_adapter_serves(monkeypatch):
+    # docs/adding-a-vllm-version.md: a new family's release fails discovery; a refusal must not pass the tier.
+    discovery = _discovery_test_module()
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.23.1")
+    refusal = registry.select_adapter((_Failing,))
+    monkeypatch.setattr(discovery, "installed_vllm_version", lambda: "0.23.1")
+    monkeypatch.setattr(discovery, "select_adapter", lambda: refusal)
+    with pytest.raises(AssertionError, match="no GDN family matches vLLM 0.23.1"):
+        discovery.test_installed_vllm_lands_in_its_family(types.SimpleNamespace(__version__="0.23.1"))
+
+
+def test_discovery_tier_passes_a_release_that_lands_by_probing(monkeypatch):
+    discovery = _discovery_test_module()
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.23.1")
+    monkeypatch.setattr("caovan.adapters.base.installed_vllm_version", lambda: "0.23.1")
+    landed = registry.select_adapter((_Passing,))
+    monkeypatch.setattr(discovery, "installed_vllm_version", lambda: "0.23.1")
+    monkeypatch.setattr(discovery, "select_adapter", lambda: landed)
+    discovery.test_installed_vllm_lands_in_its_family(types.SimpleNamespace(__version__="0.23.1"))
+
+
+def test_no_unserved_family_marker_names_a_module_an_adapter_probes():
+    # A marker for a family that now has an adapter would tell users of a release that fails its probe that
+    # "no caovan adapter serves" that family: the adapter that adds the family removes the marker.
+    probed = {hook.name for cls in registry.ADAPTERS for hook in cls().probe().hook_points}
+    stale = [module for module, _ in registry.UNSERVED_FAMILY_MARKERS if module in probed]
+    assert not stale, f"remove these from UNSERVED_FAMILY_MARKERS, an adapter probes them: {stale}"
+
+
+def test_the_marker_check_sees_an_adapter_that_probes_a_marker_module(monkeypatch):
+    class _ServesMarked(_Adapter):
+        family_id = "fam-marked"
+        version_hint = ">=0.22"
+        description = ""
+
+        def _probe(self, p: Prober) -> None:
+            p.module(registry.UNSERVED_FAMILY_MARKERS[0][0])
+
+    monkeypatch.setattr(registry, "ADAPTERS", (*registry.ADAPTERS, _ServesMarked))
+    with pytest.raises(AssertionError, match="remove these from UNSERVED_FAMILY_MARKERS"):
+        test_no_unserved_family_marker_names_a_module_an_adapter_probes()
