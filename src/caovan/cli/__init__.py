@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from .. import __version__
+from ._streams import GuardedStdout, StdoutWriteError
 
 #: Subcommand modules, in the order ``caovan --help`` lists them.
 COMMAND_MODULES = ("doctor", "verify", "check_model", "bench", "serve", "warmup", "benchmark")
@@ -23,6 +24,8 @@ COMMAND_MODULES = ("doctor", "verify", "check_model", "bench", "serve", "warmup"
 
 #: What a shell reports for a command stopped by SIGPIPE (128 + 13): ``caovan … | head`` ends as ``cat … | head`` does.
 EXIT_BROKEN_PIPE = 141
+#: sysexits.h's EX_IOERR: stdout could not be written (a full disk), told apart from every command's own codes.
+EXIT_STDOUT_ERROR = 74
 
 
 def cuda_visible_note() -> str:
@@ -58,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="caovan",
         description="caovan: Turbo3-compatible vLLM plugin for GDN + MTP on SM75.",
         epilog=f"Each command's --help gives its exit status; any command whose stdout is closed early "
-        f"(| head) ends quietly with {EXIT_BROKEN_PIPE}.",
+        f"(| head) ends quietly with {EXIT_BROKEN_PIPE}, and one whose stdout cannot be written (a full disk) with "
+        f"one error line and {EXIT_STDOUT_ERROR}.",
     )
     parser.add_argument("--version", action="version", version=f"caovan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -76,14 +80,29 @@ def build_alias_parser(command: str) -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
+    original = sys.stdout
+    if original is not None:  # None when started with stdout closed (>&-)
+        sys.stdout = GuardedStdout(original)
     try:
         return int(args._run(args))
     except BrokenPipeError:
-        # The reader stopped reading (``| head``): not an error worth a traceback. Point stdout at /dev/null so
-        # the flush at exit does not raise again.
-        with open(os.devnull, "wb") as devnull:
-            os.dup2(devnull.fileno(), sys.stdout.fileno())
+        # The reader stopped reading (``| head``): not an error worth a traceback.
+        _discard_stdout(original)
         return EXIT_BROKEN_PIPE
+    except StdoutWriteError as exc:
+        # ``> /dev/full``, a full disk: the report could not be written, which is an error, but one line says it.
+        print(f"caovan: error: cannot write to standard output: {exc}", file=sys.stderr)
+        _discard_stdout(original)
+        return EXIT_STDOUT_ERROR
+    finally:
+        if isinstance(sys.stdout, GuardedStdout):
+            sys.stdout = original
+
+
+def _discard_stdout(stream) -> None:
+    """Point fd 1 at /dev/null so that the flush at exit does not raise again."""
+    with open(os.devnull, "wb") as devnull:
+        os.dup2(devnull.fileno(), stream.fileno())
 
 
 #: First arguments that still go to argparse for a command with ``raw_namespace``.

@@ -1,4 +1,5 @@
-"""Keep a command's own report the only thing on stdout (``doctor --json`` must parse as JSON)."""
+"""A command's stdout: its own report the only thing on it (``doctor --json`` must parse as JSON), and a failed
+write to it told apart from the command's other I/O errors."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any, TextIO
 
 
 @contextlib.contextmanager
@@ -33,3 +35,39 @@ def stdout_to_stderr() -> Iterator[None]:
         if saved is not None:
             os.dup2(saved, 1)
             os.close(saved)
+
+
+class StdoutWriteError(Exception):
+    """Writing the command's stdout failed (a full disk, an I/O error). Not an OSError: a command's own
+    ``except OSError`` around a file it reads or writes must not take it for that file's error."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error.strerror or str(error))
+        self.error = error
+
+
+class GuardedStdout:
+    """``stream`` whose write and flush errors are :class:`StdoutWriteError`; a closed pipe stays
+    ``BrokenPipeError`` (the reader left: ``| head``), everything else is the stream's own."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutWriteError(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutWriteError(exc) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
