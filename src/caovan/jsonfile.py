@@ -3,6 +3,7 @@ can be wrong, checking where a record will be written before the run that makes 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -48,6 +49,13 @@ def output_path_problem(option: str, target: str | None) -> str | None:
     path = Path(target)
     if path.is_dir():
         return f"{option} {target}: a directory, not a file to write the record to"
+    try:
+        os.stat(path)
+    except OSError as exc:
+        # A symlink loop passes every check below (realpath does not fail on one) and the write would replace the
+        # link with a plain file; a missing file is what most records start as.
+        if exc.errno == errno.ELOOP:
+            return f"{option} {target}: a loop of symbolic links (replace it with a file name or a working link)"
     # The record is written atomically: a temp file in the folder of the file (of its target, for a symlink), then
     # renamed over it. So what matters is whether that folder can be written into, not whether an existing file is
     # writable (a read-only file in a writable folder is replaced all the same).

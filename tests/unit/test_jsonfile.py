@@ -120,3 +120,11 @@ def test_json_integer_too_long_for_python_is_one_error(tmp_path):
     with pytest.raises(ValueError, match="malformed JSON: Exceeds the limit") as info:
         read_json(path, ValueError)
     assert str(info.value).startswith(f"{path}: ")
+
+
+def test_a_symlink_loop_is_refused_before_the_run(tmp_path):
+    loop = tmp_path / "record.json"
+    loop.symlink_to(tmp_path / "other.json")
+    (tmp_path / "other.json").symlink_to(loop)
+    problem = output_path_problem("--json", str(loop))
+    assert problem == f"--json {loop}: a loop of symbolic links (replace it with a file name or a working link)"
