@@ -88,3 +88,33 @@ def test_install_wraps_the_loaders_that_override_load_model(v020):
     finally:
         adapter.uninstall()
     assert all(cls.__dict__["load_model"] is original for cls, original in originals.items())
+
+
+def test_a_loader_registered_after_install_gets_the_checks(v020):
+    # register_model_loader (the user's code, another plugin) defines its class after caovan installed.
+    adapter, _, _ = v020
+    from vllm.model_executor import model_loader as loaders
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+    adapter.uninstall()
+    assert "__init_subclass__" not in BaseModelLoader.__dict__, "vLLM defines one now: check it still runs"
+    adapter.install()
+    try:
+
+        @loaders.register_model_loader("caovan_discovery_test_loader")
+        class LaterLoader(BaseModelLoader):
+            def download_model(self, model_config):
+                pass
+
+            def load_weights(self, model, model_config):
+                pass
+
+            def load_model(self, vllm_config, model_config, prefix=""):
+                return "later"
+
+        assert hasattr(LaterLoader.__dict__["load_model"], "_caovan_wrapped")
+    finally:
+        adapter.uninstall()
+        loaders._LOAD_FORMAT_TO_MODEL_LOADER.pop("caovan_discovery_test_loader", None)
+    assert not hasattr(LaterLoader.__dict__["load_model"], "_caovan_wrapped")
+    assert "__init_subclass__" not in BaseModelLoader.__dict__

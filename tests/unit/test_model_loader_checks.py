@@ -157,3 +157,52 @@ def test_inert_plugin_enforces_require_through_a_loader_of_its_own(monkeypatch, 
     plugin.register()
     with pytest.raises(CaovanRequireError, match="plugin is inert"):
         _load(OwnLoader, {"caovan": True, "caovan_require_turbo3": True})
+
+
+def test_loaders_defined_after_install_get_the_checks(fake_loader):
+    # register_model_loader in the user's code or another plugin: the class does not exist when caovan installs.
+    calls = []
+
+    class Earlier(fake_loader):
+        def __init_subclass__(cls, tag="", **kwargs):
+            super().__init_subclass__(**kwargs)
+            cls.tag = tag
+
+    assert model_loader.install(before=lambda vllm_config, model_config: calls.append(model_config.model))
+
+    class Later(Earlier, tag="later"):
+        def load_model(self, vllm_config, model_config, prefix=""):
+            return "later"
+
+    class Inherits(fake_loader):  # no load_model of its own: the base's wrapped one already checks
+        pass
+
+    assert Later.tag == "later"  # a subclass's own __init_subclass__ still runs
+    assert _load(Later, None) == "later" and _load(Inherits, None) == "model"
+    assert calls == ["/models/qwen", "/models/qwen"]
+    assert model_loader.uninstall()
+    assert not hasattr(Later.load_model, "_caovan_wrapped") and "__init_subclass__" not in fake_loader.__dict__
+
+    class AfterUninstall(fake_loader):
+        def load_model(self, vllm_config, model_config, prefix=""):
+            return "after"
+
+    assert not hasattr(AfterUninstall.load_model, "_caovan_wrapped")
+
+
+def test_a_base_init_subclass_of_its_own_still_runs_and_comes_back(fake_loader):
+    seen = []
+
+    def own(cls, **kwargs):
+        seen.append(cls.__name__)
+
+    fake_loader.__init_subclass__ = classmethod(own)
+    assert model_loader.install(before=plugin.inert_check("x"))
+
+    class Later(fake_loader):
+        def load_model(self, vllm_config, model_config, prefix=""):
+            return "later"
+
+    assert seen == ["Later"] and hasattr(Later.load_model, "_caovan_wrapped")
+    assert model_loader.uninstall()
+    assert fake_loader.__dict__["__init_subclass__"].__func__ is own

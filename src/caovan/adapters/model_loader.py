@@ -10,12 +10,14 @@ Patch of upstream behaviour, documented in place:
   nothing to wait for) and/or one run after it (a family's check of the layers it took over), and so is the
   ``load_model`` of every loader class that defines its own (vLLM 0.21.0: ``GGUFModelLoader`` and
   ``TensorizerLoader``; the classes exist once ``base_loader`` is imported, as its package imports them all).
+  A loader class defined later (``register_model_loader`` in the user's code or another plugin) gets them when it
+  is created, through an ``__init_subclass__`` set on ``BaseModelLoader``.
   The checks run once per load, in the outermost wrapped call, should one loader call another's ``load_model``.
   The loader is found by probing its module and the ``(vllm_config, model_config)`` parameters, not by version;
   when it is not there the checks are skipped quietly (the plugin never breaks vLLM over a missing hook).
 * Upstream code wrapped: ``vllm/model_executor/model_loader/base_loader.py``, ``BaseModelLoader.load_model`` and
-  its overrides in ``vllm/model_executor/model_loader/*_loader.py``, vLLM 0.21.0.  A loader class defined after
-  the plugin loaded (``register_model_loader`` in the user's own code) is not covered.
+  its overrides in ``vllm/model_executor/model_loader/*_loader.py``, vLLM 0.21.0 (``BaseModelLoader`` defines no
+  ``__init_subclass__`` of its own there; one it had would still run first).
 * Remove when: vLLM gives plugins the model config at load time.
 """
 
@@ -119,23 +121,55 @@ def loader_classes() -> list[type]:
     return [base, *(cls for cls in _subclasses(base) if _own_load_model(cls) is not None)]
 
 
+#: What each hooked base class had as its own ``__init_subclass__`` before caovan set one (None: nothing).
+_previous_init_subclass: dict[type, Any] = {}
+
+
+def _wrap(cls: type, before: Before | None, after: After | None) -> None:
+    current = cls.load_model  # the base's may be inherited from a mixin; the others are their own
+    if getattr(current, "_caovan_checks", None) != (before, after):
+        cls.load_model = wrap_load_model(getattr(current, "_caovan_wrapped", current), before, after)
+
+
+def _hook_later_subclasses(base: type, before: Before | None, after: After | None) -> None:
+    """Loader classes created from now on get the checks as they are defined (they are not there to wrap yet)."""
+    previous = _previous_init_subclass.setdefault(base, base.__dict__.get("__init_subclass__"))
+
+    def __init_subclass__(cls: type, **kwargs: Any) -> None:
+        if previous is not None:
+            previous.__get__(None, cls)(**kwargs)
+        else:
+            super(base, cls).__init_subclass__(**kwargs)
+        if _own_load_model(cls) is not None:
+            _wrap(cls, before, after)
+
+    base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
+
+
 def install(before: Before | None = None, after: After | None = None) -> bool:
-    """Wrap the loaders with these checks, replacing caovan's earlier ones (never wrapping twice); False when vLLM
-    has no loader of that shape."""
+    """Wrap the loaders with these checks, replacing caovan's earlier ones (never wrapping twice), and the loaders
+    defined later as they are created; False when vLLM has no loader of that shape."""
     classes = loader_classes()
     for cls in classes:
-        current = cls.load_model  # the base's may be inherited from a mixin; the others are their own
-        if getattr(current, "_caovan_checks", None) != (before, after):
-            cls.load_model = wrap_load_model(getattr(current, "_caovan_wrapped", current), before, after)
+        _wrap(cls, before, after)
+    if classes:
+        _hook_later_subclasses(classes[0], before, after)
     return bool(classes)
 
 
 def uninstall() -> bool:
-    """Put vLLM's own ``load_model`` back on every loader; True when caovan had wrapped one."""
+    """Put vLLM's own ``load_model`` back on every loader, and its ``__init_subclass__``; True when caovan had
+    wrapped one."""
     restored = False
     for cls in loader_classes():
         original = getattr(cls.load_model, "_caovan_wrapped", None)
         if original is not None:
             cls.load_model = original
             restored = True
+        if cls in _previous_init_subclass:
+            previous = _previous_init_subclass.pop(cls)
+            if previous is None:
+                del cls.__init_subclass__
+            else:
+                cls.__init_subclass__ = previous
     return restored
