@@ -143,6 +143,13 @@ def find_flag(args: Sequence[str], long: str, short: str | None = None) -> list[
     return uses
 
 
+def split_double_dash(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The arguments before the first ``--`` and the rest from it on: after it every argument is positional to
+    vLLM, none of them caovan's to read or edit."""
+    split = args.index("--") if "--" in args else len(args)
+    return list(args[:split]), list(args[split:])
+
+
 def split_model(args: Sequence[str]) -> tuple[str | None, list[str]]:
     """``MODEL`` when it is the first argument (vLLM's positional ``model_tag``) and the arguments after it;
     ``None`` and all of them otherwise (the model may then be given another way, see :func:`served_model`).
@@ -406,7 +413,7 @@ def help_plan(model: str | None, vllm_args: Sequence[str]) -> ServePlan | None:
     full list as ``vllm serve --help=all`` does. (``-h`` and ``--help`` before the model are caovan's own, see
     :mod:`caovan.cli`.)
     """
-    before_double_dash = vllm_args[: vllm_args.index("--")] if "--" in vllm_args else vllm_args
+    before_double_dash, _ = split_double_dash(vllm_args)
     if not any(token == "-h" or flag_name(token) == "--help" for token in before_double_dash):
         return None
     return ServePlan(
@@ -438,10 +445,8 @@ def plan_serve(
     """
     if mtp is not None and mtp < 1:
         raise ServeArgsError(f"--caovan-mtp {mtp}: the MTP depth is a number of tokens, at least 1")
-    args = list(vllm_args)
-    # After a "--" every argument is positional to vLLM: what caovan serve adds goes before it, never after.
-    after_double_dash = args[args.index("--") :] if "--" in args else []
-    args = args[: len(args) - len(after_double_dash)]
+    # What caovan serve adds goes before a "--", never after it.
+    args, after_double_dash = split_double_dash(vllm_args)
     refuse_abbreviations(args)
     config_path, config = _config_file(args)
     model_positional = model is not None

@@ -46,6 +46,16 @@ class StdoutWriteError(Exception):
         self.error = error
 
 
+@contextlib.contextmanager
+def _as_stdout_error() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise StdoutWriteError(exc) from exc
+
+
 class GuardedStdout:
     """``stream`` whose write and flush errors are :class:`StdoutWriteError`; a closed pipe stays
     ``BrokenPipeError`` (the reader left: ``| head``), everything else is the stream's own."""
@@ -54,20 +64,12 @@ class GuardedStdout:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        try:
+        with _as_stdout_error():
             return self._stream.write(text)
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise StdoutWriteError(exc) from exc
 
     def flush(self) -> None:
-        try:
+        with _as_stdout_error():
             self._stream.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise StdoutWriteError(exc) from exc
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

@@ -82,15 +82,13 @@ def _error(message: str) -> int:
 
 def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
     """The vLLM arguments with the --caovan-* options taken out into ``args``; a message for an unknown one."""
-    from caovan.serve_command import flag_name
+    from caovan.serve_command import flag_name, split_double_dash
 
     picker = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     _add_caovan_options(picker)
     # What follows a "--" is vLLM's, untouched: split it off here rather than rely on how this Python's argparse
     # treats "--" in parse_known_args (it changed across 3.12 and 3.13).
-    given = list(args.vllm_args)
-    split = given.index("--") if "--" in given else len(given)
-    head, after = given[:split], given[split:]
+    head, after = split_double_dash(args.vllm_args)
     try:
         ours, rest = picker.parse_known_args(head)
     except argparse.ArgumentError as exc:

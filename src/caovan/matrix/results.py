@@ -321,7 +321,8 @@ def plan_row(
     wanted = list(row.tiers) if selected_tiers is None else [t for t in row.tiers if t in selected_tiers]
     ignored = [] if selected_tiers is None else [t for t in selected_tiers if t not in row.tiers]
     why = stale_reason(stored, provenance, install) if stored is not None else None
-    stored_done = _final_records(stored) if stored is not None and why is None else {}
+    stored_final = _final_records(stored)
+    stored_done = stored_final if why is None else {}
     resumes_partial = is_current(partial, provenance, install)
     partial_done = _final_records(partial) if resumes_partial else {}
     if redo:
@@ -341,7 +342,7 @@ def plan_row(
     not_kept = {
         t: why
         for t in row.tiers
-        if why is not None and t in _final_records(stored) and t not in reused and not (redo and t in to_run)
+        if why is not None and t in stored_final and t not in reused and not (redo and t in to_run)
     }
     source = partial if resumes_partial else stored if stored_done else None
     env = source.get("env") if source is not None else None

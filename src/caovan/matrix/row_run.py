@@ -60,11 +60,91 @@ def run_row(
     state_file = cache_dir / "state" / runner / f"{row.id}.json"
     progress = _Progress()
     try:
-        return _run_row(
-            row, provenance, runner=runner, selected_tiers=selected_tiers, redo=redo, root=root,
-            result_file=result_file, state_file=state_file, cache_dir=cache_dir, prepare=prepare, log=log,
-            install_note=install_note, progress=progress,
-        )  # fmt: skip
+        shown = _shown(result_file, root)
+        stored = read_json_or_none(result_file)
+        partial = read_json_or_none(state_file)
+        plan = plan_row(
+            row,
+            provenance,
+            selected_tiers=selected_tiers,
+            stored=stored,
+            partial=partial,
+            redo=redo,
+            install=install_note,
+        )
+        if plan.ignored:
+            log(f"tiers {', '.join(plan.ignored)}: not in this row, ignored")
+        if plan.up_to_date:
+            log(
+                f"{shown} is current for tiers {', '.join(plan.selected)}: nothing to do "
+                "(-- --redo or CAOVAN_REDO=1 runs it again)"
+            )
+            return RowRunOutcome(result_file, None)
+        resumed = [t for t in plan.reused if t in plan.selected]
+        if resumed:
+            log(f"resuming: tiers {', '.join(resumed)} already done with this checkout, kept")
+        others = [t for t in plan.reused if t not in plan.selected]
+        if others:
+            log(f"tiers {', '.join(others)}: not selected, their stored results (this row, this checkout) are kept")
+        for why in dict.fromkeys(plan.not_kept.values()):
+            rerun = [t for t, w in plan.not_kept.items() if w == why and t in plan.to_run]
+            dropped = [t for t, w in plan.not_kept.items() if w == why and t not in plan.to_run]
+            if rerun:
+                log(f"tiers {', '.join(rerun)}: stored results not reused, {why}: run again")
+            if dropped:
+                log(f"tiers {', '.join(dropped)}: stored results not kept, {why}: recorded as not run")
+
+        started_at = (partial or {}).get("started_at") if plan.resumes_partial else None
+        started_at = started_at or utc_now()
+        tiers: dict[str, dict] = dict(plan.reused)
+        env: dict[str, Any] = plan.reused_env or {}
+        install: dict[str, Any] = dict(install_note or {})
+        selected = list(plan.selected)
+
+        def document(complete: bool) -> dict[str, Any]:
+            return build_result(
+                row, provenance, runner=runner, env=env, tiers=tiers, selected=selected,
+                started_at=started_at, finished_at=utc_now(), complete=complete, install=install,
+            )  # fmt: skip
+
+        if plan.to_run:
+            progress.doing = "while preparing the environment"
+            clock = time.monotonic()
+            prepared = prepare()
+            install.update(prepared.install)
+            install["duration_s"] = round(time.monotonic() - clock, 1)
+            env = prepared.env_facts
+            log(
+                f"envinfo: vllm {env.get('vllm')}, torch {env.get('torch')} "
+                f"(CUDA {env.get('torch_cuda')}), triton {env.get('triton')}, "
+                f"gpu {env.get('gpu')} {env.get('gpu_arch') or ''}, "
+                f"family {env.get('family')} ({env.get('family_reason')})"
+            )
+            write_json_atomic(state_file, document(False))
+            for number, tier in enumerate(plan.to_run, start=1):
+                progress.doing = f"in tier {tier}"
+                log(f"tier {number}/{len(plan.to_run)} {tier}: pytest tests -m {tier}")
+                tiers[tier] = run_tier(
+                    prepared.python,
+                    tier,
+                    junit_path=cache_dir / "junit" / runner / row.id / f"{tier}.xml",
+                    log_path=cache_dir / "logs" / runner / row.id / f"{tier}.log",
+                    cwd=root,
+                    env=prepared.run_env,
+                )
+                log(f"tier {tier}: {tiers[tier]['outcome']} — {tiers[tier]['reason']}")
+                write_json_atomic(state_file, document(False))
+                progress.finished.append(tier)
+
+        progress.doing = "while writing the result"
+        final = document(True)
+        write_json_atomic(result_file, final)
+        progress.result_written = True
+        state_file.unlink(missing_ok=True)
+        summary = ", ".join(f"{tier} {record['outcome']}" for tier, record in final["tiers"].items())
+        log(f"wrote {shown}: {summary}")
+        bad = [t for t in plan.selected if final["tiers"][t]["outcome"] in ("fail", "error")]
+        return RowRunOutcome(result_file, final, bad)
     except KeyboardInterrupt:
         log(progress.interrupted(result_file, root, _shown(state_file, root), redo=redo))
         raise
@@ -98,100 +178,3 @@ class _Progress:
         else:
             how = "the same command resumes after them"
         return f"{head}; tiers {', '.join(self.finished)} finished and are kept in {state_shown}: {how}"
-
-
-def _run_row(
-    row: MatrixRow,
-    provenance: Provenance,
-    *,
-    runner: str,
-    selected_tiers: Sequence[str] | None,
-    redo: bool,
-    root: Path,
-    result_file: Path,
-    state_file: Path,
-    cache_dir: Path,
-    prepare: Callable[[], Prepared],
-    log: Callable[[str], None],
-    install_note: Mapping[str, Any] | None,
-    progress: _Progress,
-) -> RowRunOutcome:
-    shown = _shown(result_file, root)
-    stored = read_json_or_none(result_file)
-    partial = read_json_or_none(state_file)
-    plan = plan_row(
-        row, provenance, selected_tiers=selected_tiers, stored=stored, partial=partial, redo=redo, install=install_note
-    )
-    if plan.ignored:
-        log(f"tiers {', '.join(plan.ignored)}: not in this row, ignored")
-    if plan.up_to_date:
-        log(
-            f"{shown} is current for tiers {', '.join(plan.selected)}: nothing to do "
-            "(-- --redo or CAOVAN_REDO=1 runs it again)"
-        )
-        return RowRunOutcome(result_file, None)
-    resumed = [t for t in plan.reused if t in plan.selected]
-    if resumed:
-        log(f"resuming: tiers {', '.join(resumed)} already done with this checkout, kept")
-    others = [t for t in plan.reused if t not in plan.selected]
-    if others:
-        log(f"tiers {', '.join(others)}: not selected, their stored results (this row, this checkout) are kept")
-    for why in dict.fromkeys(plan.not_kept.values()):
-        rerun = [t for t, w in plan.not_kept.items() if w == why and t in plan.to_run]
-        dropped = [t for t, w in plan.not_kept.items() if w == why and t not in plan.to_run]
-        if rerun:
-            log(f"tiers {', '.join(rerun)}: stored results not reused, {why}: run again")
-        if dropped:
-            log(f"tiers {', '.join(dropped)}: stored results not kept, {why}: recorded as not run")
-
-    started_at = (partial or {}).get("started_at") if plan.resumes_partial else None
-    started_at = started_at or utc_now()
-    tiers: dict[str, dict] = dict(plan.reused)
-    env: dict[str, Any] = plan.reused_env or {}
-    install: dict[str, Any] = dict(install_note or {})
-    selected = list(plan.selected)
-
-    def document(complete: bool) -> dict[str, Any]:
-        return build_result(
-            row, provenance, runner=runner, env=env, tiers=tiers, selected=selected,
-            started_at=started_at, finished_at=utc_now(), complete=complete, install=install,
-        )  # fmt: skip
-
-    if plan.to_run:
-        progress.doing = "while preparing the environment"
-        clock = time.monotonic()
-        prepared = prepare()
-        install.update(prepared.install)
-        install["duration_s"] = round(time.monotonic() - clock, 1)
-        env = prepared.env_facts
-        log(
-            f"envinfo: vllm {env.get('vllm')}, torch {env.get('torch')} "
-            f"(CUDA {env.get('torch_cuda')}), triton {env.get('triton')}, "
-            f"gpu {env.get('gpu')} {env.get('gpu_arch') or ''}, "
-            f"family {env.get('family')} ({env.get('family_reason')})"
-        )
-        write_json_atomic(state_file, document(False))
-        for number, tier in enumerate(plan.to_run, start=1):
-            progress.doing = f"in tier {tier}"
-            log(f"tier {number}/{len(plan.to_run)} {tier}: pytest tests -m {tier}")
-            tiers[tier] = run_tier(
-                prepared.python,
-                tier,
-                junit_path=cache_dir / "junit" / runner / row.id / f"{tier}.xml",
-                log_path=cache_dir / "logs" / runner / row.id / f"{tier}.log",
-                cwd=root,
-                env=prepared.run_env,
-            )
-            log(f"tier {tier}: {tiers[tier]['outcome']} — {tiers[tier]['reason']}")
-            write_json_atomic(state_file, document(False))
-            progress.finished.append(tier)
-
-    progress.doing = "while writing the result"
-    final = document(True)
-    write_json_atomic(result_file, final)
-    progress.result_written = True
-    state_file.unlink(missing_ok=True)
-    summary = ", ".join(f"{tier} {record['outcome']}" for tier, record in final["tiers"].items())
-    log(f"wrote {shown}: {summary}")
-    bad = [t for t in plan.selected if final["tiers"][t]["outcome"] in ("fail", "error")]
-    return RowRunOutcome(result_file, final, bad)

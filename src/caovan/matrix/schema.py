@@ -200,8 +200,9 @@ class _RowChecker:
             return None
         # pip reads ==0.21 as ==0.21.0, but the installed version (and so the result file) says 0.21.0: a short pin
         # would never match its own results.
-        if len(Version(value).release) < 3:
-            padded = ".".join(str(part) for part in (*Version(value).release, 0, 0)[:3])
+        release = Version(value).release
+        if len(release) < 3:
+            padded = ".".join(str(part) for part in (*release, 0, 0)[:3])
             self.error(name, f'{value!r} is not an exact version: write every part, as pip reports it ("{padded}")')
             return None
         return value
