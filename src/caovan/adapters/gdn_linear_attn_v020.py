@@ -1,4 +1,4 @@
-"""Adapter for vLLM 0.20.0 – 0.21.x (family F7 in ../shared/reference/vllm-gdn-families.md).
+"""Adapter for vLLM 0.20.0 – 0.21.x (family F7 in docs/vllm-gdn-families.md).
 
 What identifies this family, all probed, none taken from the version number:
 
