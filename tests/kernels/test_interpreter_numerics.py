@@ -156,6 +156,11 @@ _BAD_INPUTS = [
     ("null_slot_max_type", _set("null_slot_max", 0.0), r"null_slot_max: expected an int"),
     ("heads_not_dividing", _set("num_k_heads", 3), r"num_k_heads/head_k_dim/head_v_dim"),
     ("device_mismatch", _set("a", lambda t: t.to("meta")), r"a: expected a tensor on cpu"),
+    # Sizes are constexprs and dimensions of the scratch: a float there is no size.
+    ("num_k_heads_float", _set("num_k_heads", 2.0), r"num_k_heads: expected an int, got 2\.0"),
+    ("num_k_heads_bool", _set("num_k_heads", True), r"num_k_heads: expected an int, got True"),
+    ("head_k_dim_none", _set("head_k_dim", None), r"head_k_dim: expected an int, got None"),
+    ("head_v_dim_float", _set("head_v_dim", 32.0), r"head_v_dim: expected an int"),
 ]
 
 
@@ -189,3 +194,26 @@ def test_valid_inputs_pass_validation():
         with pytest.raises(ValueError, match="TRITON_INTERPRET") as err:
             cases._call(gdn.gdn_spec_decode, cases.make_inputs(scenario))
         assert "mixed_qkv: expected CUDA tensors" in str(err.value), scenario.id
+
+
+@pytest.fixture
+def interpreted_entry(monkeypatch):
+    """The entry as TRITON_INTERPRET=1 leaves it (CPU tensors accepted), with plan caches of its own; only
+    calls that launch nothing (validation errors, empty batches) are made through it here."""
+    import caovan.kernels.gdn_spec_decode as gdn
+
+    monkeypatch.setattr(gdn, "_INTERPRETED", True)
+    monkeypatch.setattr(gdn, "_plans", {})
+    monkeypatch.setattr(gdn, "_direct", {})
+    return gdn
+
+
+def test_float_size_refused_after_the_int_plan_is_cached(interpreted_entry):
+    # 2.0 == 2 and hash(2.0) == hash(2): without the sizes' types in the plan key, the float would reuse the
+    # int's plan and be accepted or refused depending on the calls before it.
+    inp = cases.make_inputs(next(s for s in cases.SCENARIOS if s.id == "empty_batch_N0"))
+    cases._call(interpreted_entry.gdn_spec_decode, inp)  # empty batch: validated, planned, nothing launched
+    assert len(interpreted_entry._plans) == 1
+    inp["kwargs"]["num_k_heads"] = float(inp["kwargs"]["num_k_heads"])
+    with pytest.raises(ValueError, match=r"num_k_heads: expected an int"):
+        cases._call(interpreted_entry.gdn_spec_decode, inp)

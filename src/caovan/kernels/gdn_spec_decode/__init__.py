@@ -221,6 +221,11 @@ def gdn_spec_decode(
         head_v_dim,
         ssm_layout,
         null_slot_max,
+        # Equal values of other types (2.0, True) hash like the int: without their types they would take
+        # the int's plan instead of being refused.
+        type(num_k_heads),
+        type(head_k_dim),
+        type(head_v_dim),
         type(null_slot_max),
         launch_config,
     )
@@ -412,6 +417,9 @@ def _validate_and_plan(
         _fail("ssm_layout", "'vk' or 'kv'", repr(ssm_layout))
     if type(null_slot_max) is not int:
         _fail("null_slot_max", "an int (0 for vLLM >= 0.20, -1 before)", repr(null_slot_max))
+    for name, size in (("num_k_heads", H), ("head_k_dim", K), ("head_v_dim", V)):
+        if type(size) is not int:
+            _fail(name, "an int", repr(size))
     _check_float("A_log", A_log, 1)
     HV = A_log.shape[0]
     if H <= 0 or K <= 0 or V <= 0 or HV % H != 0 or HV == 0:
