@@ -161,6 +161,12 @@ _BAD_INPUTS = [
     ("num_k_heads_bool", _set("num_k_heads", True), r"num_k_heads: expected an int, got True"),
     ("head_k_dim_none", _set("head_k_dim", None), r"head_k_dim: expected an int, got None"),
     ("head_v_dim_float", _set("head_v_dim", 32.0), r"head_v_dim: expected an int"),
+    # Arguments the plan key cannot be built from (no tensor metadata, unhashable).
+    ("null_slot_max_unhashable", _set("null_slot_max", [0]), r"null_slot_max: expected an int"),
+    ("launch_config_unhashable", _set("launch_config", {}), r"launch_config: expected an ArchLaunchConfig or None"),
+    ("mixed_qkv_none", _set("mixed_qkv", None), r"mixed_qkv: expected a torch.Tensor, got NoneType"),
+    ("ssm_state_numpy", _set("ssm_state", lambda t: t.numpy()), r"ssm_state: expected a torch.Tensor, got ndarray"),
+    ("conv_bias_list", _set("conv_bias", lambda t: t.tolist()), r"conv_bias: expected a torch.Tensor or None, got"),
 ]
 
 

@@ -165,71 +165,76 @@ def gdn_spec_decode(
     # launches. Only metadata is read: no host sync, graph-capture safe.
     ti = token_index
     cb = conv_bias
-    key = (
-        mixed_qkv.dtype,
-        mixed_qkv.shape,
-        mixed_qkv.stride(),
-        mixed_qkv.device,
-        a.dtype,
-        a.shape,
-        a.stride(),
-        a.device,
-        b.dtype,
-        b.shape,
-        b.stride(),
-        b.device,
-        A_log.dtype,
-        A_log.shape,
-        A_log.stride(),
-        A_log.device,
-        dt_bias.dtype,
-        dt_bias.shape,
-        dt_bias.stride(),
-        dt_bias.device,
-        conv_weight.dtype,
-        conv_weight.shape,
-        conv_weight.stride(),
-        conv_weight.device,
-        None if cb is None else (cb.dtype, cb.shape, cb.stride(), cb.device),
-        conv_state.dtype,
-        conv_state.shape,
-        conv_state.stride(),
-        conv_state.device,
-        ssm_state.dtype,
-        ssm_state.shape,
-        ssm_state.stride(),
-        ssm_state.device,
-        query_start_loc.dtype,
-        query_start_loc.shape,
-        query_start_loc.stride(),
-        query_start_loc.device,
-        state_indices.dtype,
-        state_indices.shape,
-        state_indices.stride(),
-        state_indices.device,
-        num_accepted_tokens.dtype,
-        num_accepted_tokens.shape,
-        num_accepted_tokens.stride(),
-        num_accepted_tokens.device,
-        out.dtype,
-        out.shape,
-        out.stride(),
-        out.device,
-        None if ti is None else (ti.dtype, ti.shape, ti.stride(), ti.device),
-        num_k_heads,
-        head_k_dim,
-        head_v_dim,
-        ssm_layout,
-        null_slot_max,
-        # Equal values of other types (2.0, True) hash like the int: without their types they would take
-        # the int's plan instead of being refused.
-        type(num_k_heads),
-        type(head_k_dim),
-        type(head_v_dim),
-        type(null_slot_max),
-        launch_config,
-    )
-    plan = _plans.get(key)
+    try:
+        key = (
+            mixed_qkv.dtype,
+            mixed_qkv.shape,
+            mixed_qkv.stride(),
+            mixed_qkv.device,
+            a.dtype,
+            a.shape,
+            a.stride(),
+            a.device,
+            b.dtype,
+            b.shape,
+            b.stride(),
+            b.device,
+            A_log.dtype,
+            A_log.shape,
+            A_log.stride(),
+            A_log.device,
+            dt_bias.dtype,
+            dt_bias.shape,
+            dt_bias.stride(),
+            dt_bias.device,
+            conv_weight.dtype,
+            conv_weight.shape,
+            conv_weight.stride(),
+            conv_weight.device,
+            None if cb is None else (cb.dtype, cb.shape, cb.stride(), cb.device),
+            conv_state.dtype,
+            conv_state.shape,
+            conv_state.stride(),
+            conv_state.device,
+            ssm_state.dtype,
+            ssm_state.shape,
+            ssm_state.stride(),
+            ssm_state.device,
+            query_start_loc.dtype,
+            query_start_loc.shape,
+            query_start_loc.stride(),
+            query_start_loc.device,
+            state_indices.dtype,
+            state_indices.shape,
+            state_indices.stride(),
+            state_indices.device,
+            num_accepted_tokens.dtype,
+            num_accepted_tokens.shape,
+            num_accepted_tokens.stride(),
+            num_accepted_tokens.device,
+            out.dtype,
+            out.shape,
+            out.stride(),
+            out.device,
+            None if ti is None else (ti.dtype, ti.shape, ti.stride(), ti.device),
+            num_k_heads,
+            head_k_dim,
+            head_v_dim,
+            ssm_layout,
+            null_slot_max,
+            # Equal values of other types (2.0, True) hash like the int: without their types they would take
+            # the int's plan instead of being refused.
+            type(num_k_heads),
+            type(head_k_dim),
+            type(head_v_dim),
+            type(null_slot_max),
+            launch_config,
+        )
+        plan = _plans.get(key)
+    except (AttributeError, TypeError) as exc:
+        # Not a tensor where one goes (no .dtype / .stride()) or an unhashable option: the validation below
+        # names it; what it lets through is raised as it was.
+        key, plan, unkeyed = None, None, exc
     if plan is None:
         plan = _validate_and_plan(
             mixed_qkv,
@@ -253,6 +258,8 @@ def gdn_spec_decode(
             token_index,
             launch_config,
         )
+        if key is None:
+            raise unkeyed
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
             _direct.clear()
@@ -412,6 +419,27 @@ def _validate_and_plan(
     launch_config,
 ) -> _Plan:
     """Full validation (ValueError naming the tensor) and the launch constants of one layout."""
+    for name, t in (
+        ("mixed_qkv", mixed_qkv),
+        ("a", a),
+        ("b", b),
+        ("A_log", A_log),
+        ("dt_bias", dt_bias),
+        ("conv_weight", conv_weight),
+        ("conv_state", conv_state),
+        ("ssm_state", ssm_state),
+        ("query_start_loc", query_start_loc),
+        ("state_indices", state_indices),
+        ("num_accepted_tokens", num_accepted_tokens),
+        ("out", out),
+    ):
+        if not isinstance(t, torch.Tensor):
+            _fail(name, "a torch.Tensor", type(t).__name__)
+    for name, t in (("conv_bias", conv_bias), ("token_index", token_index)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            _fail(name, "a torch.Tensor or None", type(t).__name__)
+    if launch_config is not None and not isinstance(launch_config, ArchLaunchConfig):
+        _fail("launch_config", "an ArchLaunchConfig or None", type(launch_config).__name__)
     device = mixed_qkv.device
     if ssm_layout != "vk" and ssm_layout != "kv":
         _fail("ssm_layout", "'vk' or 'kv'", repr(ssm_layout))
