@@ -167,6 +167,18 @@ _BAD_INPUTS = [
     ("mixed_qkv_none", _set("mixed_qkv", None), r"mixed_qkv: expected a torch.Tensor, got NoneType"),
     ("ssm_state_numpy", _set("ssm_state", lambda t: t.numpy()), r"ssm_state: expected a torch.Tensor, got ndarray"),
     ("conv_bias_list", _set("conv_bias", lambda t: t.tolist()), r"conv_bias: expected a torch.Tensor or None, got"),
+    # Written tensors: a zero stride (an expand()ed view) makes several written elements one location.
+    ("out_expanded_rows", _set("out", lambda t: t[:1].expand(t.shape[0], -1, -1)), r"out: expected no zero stride"),
+    (
+        "ssm_state_expanded_blocks",
+        _set("ssm_state", lambda t: t[:1].expand(t.shape[0], -1, -1, -1)),
+        r"ssm_state: expected no zero stride",
+    ),
+    (
+        "conv_state_expanded_positions",
+        _set("conv_state", lambda t: t[..., :1].expand(-1, -1, t.shape[2])),
+        r"conv_state: expected no zero stride",
+    ),
 ]
 
 
@@ -200,6 +212,20 @@ def test_valid_inputs_pass_validation():
         with pytest.raises(ValueError, match="TRITON_INTERPRET") as err:
             cases._call(gdn.gdn_spec_decode, cases.make_inputs(scenario))
         assert "mixed_qkv: expected CUDA tensors" in str(err.value), scenario.id
+
+
+def test_zero_stride_over_a_size_one_dimension_accepted():
+    # Only a zero stride over more than one element aliases writes: (rows, 1, V) with stride 0 on the head
+    # dimension is a valid out.
+    import caovan.kernels.gdn_spec_decode as gdn
+
+    if gdn._INTERPRETED:
+        pytest.skip("this process runs the interpreter: validation would be followed by a launch")
+    inp = cases.make_inputs(next(s for s in cases.SCENARIOS if s.id == "heads_H1_G1"))
+    out = inp["tensors"]["out"]
+    inp["tensors"]["out"] = out.as_strided(out.shape, (out.stride(0), 0, 1))
+    with pytest.raises(ValueError, match="mixed_qkv: expected CUDA tensors"):
+        cases._call(gdn.gdn_spec_decode, inp)
 
 
 @pytest.fixture

@@ -67,6 +67,18 @@ def _check_index(name: str, t: torch.Tensor, ndim: int) -> None:
         _fail(name, "stride 1 along its last dimension", f"stride {t.stride()}")
 
 
+def _check_written(name: str, t: torch.Tensor) -> None:
+    # Written in place by many programs at once: a zero stride over more than one element (an expand()ed view)
+    # makes several written elements one memory location, and the writes race.
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        if stride == 0 and size > 1:
+            _fail(
+                name,
+                "no zero stride over a dimension of size > 1 (it is written in place: not an expand()ed view)",
+                f"shape {tuple(t.shape)} strides {t.stride()}",
+            )
+
+
 def _block_sizes(K: int, V: int, width: int, t_max: int, bv: int) -> tuple[int, int, int, int]:
     """(BK, BV, BU, BT) for one shape: BV as the launch entry asks (the one-wave rule may raise it),
     BU covers the W - 2 + T_max conv positions, BT the T_max tokens."""
@@ -497,6 +509,7 @@ def _validate_and_plan(
             f"shape (num_blocks, {conv_dim}, >= {width - 2 + t_max}) (dim-first view, state_len >= width - 2 + T_max)",
             tuple(conv_state.shape),
         )
+    _check_written("conv_state", conv_state)
     _check_float("ssm_state", ssm_state, 4)
     expected_ssm = (HV, V, K) if ssm_layout == "vk" else (HV, K, V)
     if ssm_state.shape[1:] != expected_ssm:
@@ -505,11 +518,13 @@ def _validate_and_plan(
             f"shape (num_blocks, {', '.join(map(str, expected_ssm))}) for ssm_layout={ssm_layout!r}",
             tuple(ssm_state.shape),
         )
+    _check_written("ssm_state", ssm_state)
     _check_float("out", out, 3)
     if out.shape[0] < num_rows or out.shape[1] != HV or out.shape[2] != V:
         _fail("out", f"shape (>= {num_rows}, {HV}, {V})", tuple(out.shape))
     if V > 1 and out.stride(2) != 1:
         _fail("out", "stride 1 along head_v_dim", f"strides {out.stride()}")
+    _check_written("out", out)
     if token_index is None:
         num_spec_tokens = num_rows
     else:
