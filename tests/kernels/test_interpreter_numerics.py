@@ -120,6 +120,11 @@ _BAD_INPUTS = [
     ("conv_weight_shape", _set("conv_weight", lambda t: t[:-1]), r"conv_weight: expected shape"),
     ("conv_bias_len", _set("conv_bias", lambda t: t[:-1]), r"conv_bias: expected"),
     (
+        "conv_bias_stride",
+        _set("conv_bias", lambda t: torch.stack([t, t], 1)[:, 0]),
+        r"conv_bias: expected contiguous shape \(192,\), got shape \(192,\) strides \(2,\)",
+    ),
+    (
         "conv_state_short",
         _set("conv_state", lambda t: t[:, :, :-1]),
         r"conv_state: expected shape .*state_len >= width - 2 \+ T_max",
@@ -137,7 +142,7 @@ _BAD_INPUTS = [
     (
         "state_indices_stride",
         _set("state_indices", lambda t: t.t().contiguous().t()),
-        r"state_indices: expected stride 1",
+        r"state_indices: expected stride 1 along its last dimension, got strides \(1, 4\)",
     ),
     ("num_accepted_rows", _set("num_accepted_tokens", lambda t: t[:1]), r"num_accepted_tokens: expected shape"),
     (

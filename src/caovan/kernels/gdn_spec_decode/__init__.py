@@ -64,7 +64,7 @@ def _check_index(name: str, t: torch.Tensor, ndim: int) -> None:
     if t.ndim != ndim:
         _fail(name, f"{ndim}-D tensor", f"shape {tuple(t.shape)}")
     if t.shape[-1] > 1 and t.stride(-1) != 1:
-        _fail(name, "stride 1 along its last dimension", f"stride {t.stride()}")
+        _fail(name, "stride 1 along its last dimension", f"strides {t.stride()}")
 
 
 def _check_written(name: str, t: torch.Tensor) -> None:
@@ -490,7 +490,11 @@ def _validate_and_plan(
     if conv_bias is not None:
         _check_float("conv_bias", conv_bias, 1)
         if conv_bias.shape[0] != conv_dim or conv_bias.stride(0) != 1:
-            _fail("conv_bias", f"contiguous shape ({conv_dim},)", tuple(conv_bias.shape))
+            _fail(
+                "conv_bias",
+                f"contiguous shape ({conv_dim},)",
+                f"shape {tuple(conv_bias.shape)} strides {conv_bias.stride()}",
+            )
     _check_index("query_start_loc", query_start_loc, 1)
     N = query_start_loc.shape[0] - 1
     if N < 0:
