@@ -245,6 +245,14 @@ def interpreted_entry(monkeypatch):
     return gdn
 
 
+def test_meta_tensors_refused_under_interpreter(interpreted_entry):
+    # The interpreter runs on CPU tensors only; meta (or any other device) reached the launch.
+    inp = _valid_inputs()
+    inp["tensors"] = {k: None if t is None else t.to("meta") for k, t in inp["tensors"].items()}
+    with pytest.raises(ValueError, match=r"mixed_qkv: expected CUDA tensors .*, got meta"):
+        cases._call(interpreted_entry.gdn_spec_decode, inp)
+
+
 def test_float_size_refused_after_the_int_plan_is_cached(interpreted_entry):
     # 2.0 == 2 and hash(2.0) == hash(2): without the sizes' types in the plan key, the float would reuse the
     # int's plan and be accepted or refused depending on the calls before it.

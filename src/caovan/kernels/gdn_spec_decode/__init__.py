@@ -551,7 +551,7 @@ def _validate_and_plan(
     ):
         if t is not None and t.device != device:
             _fail(name, f"a tensor on {device} (like mixed_qkv)", t.device)
-    if device.type != "cuda" and not _INTERPRETED:
+    if device.type != "cuda" and not (device.type == "cpu" and _INTERPRETED):
         _fail("mixed_qkv", "CUDA tensors (CPU only with TRITON_INTERPRET=1 set before importing triton)", device)
     if N * HV > _MAX_GRID_Y:
         _fail("query_start_loc", f"N * HV <= {_MAX_GRID_Y} (CUDA grid limit)", f"N={N}, HV={HV}")
