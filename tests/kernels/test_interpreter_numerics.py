@@ -172,6 +172,17 @@ _BAD_INPUTS = [
     ("mixed_qkv_none", _set("mixed_qkv", None), r"mixed_qkv: expected a torch.Tensor, got NoneType"),
     ("ssm_state_numpy", _set("ssm_state", lambda t: t.numpy()), r"ssm_state: expected a torch.Tensor, got ndarray"),
     ("conv_bias_list", _set("conv_bias", lambda t: t.tolist()), r"conv_bias: expected a torch.Tensor or None, got"),
+    # Sparse layouts: COO reports zero strides, CSR none (its .stride() raises).
+    (
+        "a_sparse_coo",
+        _set("a", lambda t: t.to_sparse()),
+        r"a: expected a dense \(strided\) tensor, got torch.sparse_coo",
+    ),
+    (
+        "conv_weight_sparse_csr",
+        _set("conv_weight", lambda t: t.to_sparse_csr()),
+        r"conv_weight: expected a dense \(strided\) tensor, got torch.sparse_csr",
+    ),
     # Written tensors: a zero stride (an expand()ed view) makes several written elements one location.
     ("out_expanded_rows", _set("out", lambda t: t[:1].expand(t.shape[0], -1, -1)), r"out: expected no zero stride"),
     (

@@ -243,9 +243,9 @@ def gdn_spec_decode(
             launch_config,
         )
         plan = _plans.get(key)
-    except (AttributeError, TypeError) as exc:
-        # Not a tensor where one goes (no .dtype / .stride()) or an unhashable option: the validation below
-        # names it; what it lets through is raised as it was.
+    except (AttributeError, TypeError, RuntimeError) as exc:
+        # Not a tensor where one goes (no .dtype / .stride()), a sparse tensor (no strides) or an unhashable
+        # option: the validation below names it; what it lets through is raised as it was.
         key, plan, unkeyed = None, None, exc
     if plan is None:
         plan = _validate_and_plan(
@@ -431,7 +431,7 @@ def _validate_and_plan(
     launch_config,
 ) -> _Plan:
     """Full validation (ValueError naming the tensor) and the launch constants of one layout."""
-    for name, t in (
+    required = (
         ("mixed_qkv", mixed_qkv),
         ("a", a),
         ("b", b),
@@ -444,12 +444,18 @@ def _validate_and_plan(
         ("state_indices", state_indices),
         ("num_accepted_tokens", num_accepted_tokens),
         ("out", out),
-    ):
+    )
+    optional = (("conv_bias", conv_bias), ("token_index", token_index))
+    for name, t in required:
         if not isinstance(t, torch.Tensor):
             _fail(name, "a torch.Tensor", type(t).__name__)
-    for name, t in (("conv_bias", conv_bias), ("token_index", token_index)):
+    for name, t in optional:
         if t is not None and not isinstance(t, torch.Tensor):
             _fail(name, "a torch.Tensor or None", type(t).__name__)
+    for name, t in (*required, *optional):
+        # The kernels address every tensor through data pointer and strides: sparse layouts have neither.
+        if t is not None and t.layout != torch.strided:
+            _fail(name, "a dense (strided) tensor", t.layout)
     if launch_config is not None and not isinstance(launch_config, ArchLaunchConfig):
         _fail("launch_config", "an ArchLaunchConfig or None", type(launch_config).__name__)
     device = mixed_qkv.device
