@@ -264,6 +264,19 @@ def test_meta_tensors_refused_under_interpreter(interpreted_entry):
         cases._call(interpreted_entry.gdn_spec_decode, inp)
 
 
+def test_token_index_into_no_rows_is_a_no_op(interpreted_entry):
+    # token_index names rows of mixed_qkv / a / b / out; with none there, a launch could only access out of bounds.
+    inp = _valid_inputs()
+    t = inp["tensors"]
+    for name in ("mixed_qkv", "a", "b", "out"):
+        t[name] = t[name][:0]
+    t["token_index"] = torch.arange(int(t["query_start_loc"][-1]))
+    before = {name: t[name].clone() for name in ("conv_state", "ssm_state")}
+    cases._call(interpreted_entry.gdn_spec_decode, inp)  # no launch: one would fail here (no CUDA, not interpreted)
+    for name, old in before.items():
+        assert torch.equal(t[name], old), name
+
+
 def test_float_size_refused_after_the_int_plan_is_cached(interpreted_entry):
     # 2.0 == 2 and hash(2.0) == hash(2): without the sizes' types in the plan key, the float would reuse the
     # int's plan and be accepted or refused depending on the calls before it.

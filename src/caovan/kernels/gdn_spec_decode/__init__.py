@@ -539,7 +539,9 @@ def _validate_and_plan(
         num_spec_tokens = num_rows
     else:
         _check_index("token_index", token_index, 1)
-        num_spec_tokens = token_index.shape[0]
+        # No activation rows: every row token_index could name is out of bounds, so a launch could only read
+        # and write outside the tensors. Nothing is a spec token: an empty batch, a no-op.
+        num_spec_tokens = token_index.shape[0] if num_rows > 0 else 0
     for name, t in (
         ("a", a),
         ("b", b),
