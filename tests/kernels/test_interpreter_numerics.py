@@ -120,6 +120,11 @@ _BAD_INPUTS = [
     ("conv_weight_shape", _set("conv_weight", lambda t: t[:-1]), r"conv_weight: expected shape"),
     ("conv_bias_len", _set("conv_bias", lambda t: t[:-1]), r"conv_bias: expected"),
     (
+        "conv_bias_stride",
+        _set("conv_bias", lambda t: torch.stack([t, t], 1)[:, 0]),
+        r"conv_bias: expected contiguous shape \(192,\), got shape \(192,\) strides \(2,\)",
+    ),
+    (
         "conv_state_short",
         _set("conv_state", lambda t: t[:, :, :-1]),
         r"conv_state: expected shape .*state_len >= width - 2 \+ T_max",
@@ -137,7 +142,7 @@ _BAD_INPUTS = [
     (
         "state_indices_stride",
         _set("state_indices", lambda t: t.t().contiguous().t()),
-        r"state_indices: expected stride 1",
+        r"state_indices: expected stride 1 along its last dimension, got strides \(1, 4\)",
     ),
     ("num_accepted_rows", _set("num_accepted_tokens", lambda t: t[:1]), r"num_accepted_tokens: expected shape"),
     (
@@ -156,6 +161,40 @@ _BAD_INPUTS = [
     ("null_slot_max_type", _set("null_slot_max", 0.0), r"null_slot_max: expected an int"),
     ("heads_not_dividing", _set("num_k_heads", 3), r"num_k_heads/head_k_dim/head_v_dim"),
     ("device_mismatch", _set("a", lambda t: t.to("meta")), r"a: expected a tensor on cpu"),
+    # Sizes are constexprs and dimensions of the scratch: a float there is no size.
+    ("num_k_heads_float", _set("num_k_heads", 2.0), r"num_k_heads: expected an int, got 2\.0"),
+    ("num_k_heads_bool", _set("num_k_heads", True), r"num_k_heads: expected an int, got True"),
+    ("head_k_dim_none", _set("head_k_dim", None), r"head_k_dim: expected an int, got None"),
+    ("head_v_dim_float", _set("head_v_dim", 32.0), r"head_v_dim: expected an int"),
+    # Arguments the plan key cannot be built from (no tensor metadata, unhashable).
+    ("null_slot_max_unhashable", _set("null_slot_max", [0]), r"null_slot_max: expected an int"),
+    ("launch_config_unhashable", _set("launch_config", {}), r"launch_config: expected an ArchLaunchConfig or None"),
+    ("mixed_qkv_none", _set("mixed_qkv", None), r"mixed_qkv: expected a torch.Tensor, got NoneType"),
+    ("ssm_state_numpy", _set("ssm_state", lambda t: t.numpy()), r"ssm_state: expected a torch.Tensor, got ndarray"),
+    ("conv_bias_list", _set("conv_bias", lambda t: t.tolist()), r"conv_bias: expected a torch.Tensor or None, got"),
+    # Sparse layouts: COO reports zero strides, CSR none (its .stride() raises).
+    (
+        "a_sparse_coo",
+        _set("a", lambda t: t.to_sparse()),
+        r"a: expected a dense \(strided\) tensor, got torch.sparse_coo",
+    ),
+    (
+        "conv_weight_sparse_csr",
+        _set("conv_weight", lambda t: t.to_sparse_csr()),
+        r"conv_weight: expected a dense \(strided\) tensor, got torch.sparse_csr",
+    ),
+    # Written tensors: a zero stride (an expand()ed view) makes several written elements one location.
+    ("out_expanded_rows", _set("out", lambda t: t[:1].expand(t.shape[0], -1, -1)), r"out: expected no zero stride"),
+    (
+        "ssm_state_expanded_blocks",
+        _set("ssm_state", lambda t: t[:1].expand(t.shape[0], -1, -1, -1)),
+        r"ssm_state: expected no zero stride",
+    ),
+    (
+        "conv_state_expanded_positions",
+        _set("conv_state", lambda t: t[..., :1].expand(-1, -1, t.shape[2])),
+        r"conv_state: expected no zero stride",
+    ),
 ]
 
 
@@ -189,3 +228,61 @@ def test_valid_inputs_pass_validation():
         with pytest.raises(ValueError, match="TRITON_INTERPRET") as err:
             cases._call(gdn.gdn_spec_decode, cases.make_inputs(scenario))
         assert "mixed_qkv: expected CUDA tensors" in str(err.value), scenario.id
+
+
+def test_zero_stride_over_a_size_one_dimension_accepted():
+    # Only a zero stride over more than one element aliases writes: (rows, 1, V) with stride 0 on the head
+    # dimension is a valid out.
+    import caovan.kernels.gdn_spec_decode as gdn
+
+    if gdn._INTERPRETED:
+        pytest.skip("this process runs the interpreter: validation would be followed by a launch")
+    inp = cases.make_inputs(next(s for s in cases.SCENARIOS if s.id == "heads_H1_G1"))
+    out = inp["tensors"]["out"]
+    inp["tensors"]["out"] = out.as_strided(out.shape, (out.stride(0), 0, 1))
+    with pytest.raises(ValueError, match="mixed_qkv: expected CUDA tensors"):
+        cases._call(gdn.gdn_spec_decode, inp)
+
+
+@pytest.fixture
+def interpreted_entry(monkeypatch):
+    """The entry as TRITON_INTERPRET=1 leaves it (CPU tensors accepted), with plan caches of its own; only
+    calls that launch nothing (validation errors, empty batches) are made through it here."""
+    import caovan.kernels.gdn_spec_decode as gdn
+
+    monkeypatch.setattr(gdn, "_INTERPRETED", True)
+    monkeypatch.setattr(gdn, "_plans", {})
+    monkeypatch.setattr(gdn, "_direct", {})
+    return gdn
+
+
+def test_meta_tensors_refused_under_interpreter(interpreted_entry):
+    # The interpreter runs on CPU tensors only; meta (or any other device) reached the launch.
+    inp = _valid_inputs()
+    inp["tensors"] = {k: None if t is None else t.to("meta") for k, t in inp["tensors"].items()}
+    with pytest.raises(ValueError, match=r"mixed_qkv: expected CUDA tensors .*, got meta"):
+        cases._call(interpreted_entry.gdn_spec_decode, inp)
+
+
+def test_token_index_into_no_rows_is_a_no_op(interpreted_entry):
+    # token_index names rows of mixed_qkv / a / b / out; with none there, a launch could only access out of bounds.
+    inp = _valid_inputs()
+    t = inp["tensors"]
+    for name in ("mixed_qkv", "a", "b", "out"):
+        t[name] = t[name][:0]
+    t["token_index"] = torch.arange(int(t["query_start_loc"][-1]))
+    before = {name: t[name].clone() for name in ("conv_state", "ssm_state")}
+    cases._call(interpreted_entry.gdn_spec_decode, inp)  # no launch: one would fail here (no CUDA, not interpreted)
+    for name, old in before.items():
+        assert torch.equal(t[name], old), name
+
+
+def test_float_size_refused_after_the_int_plan_is_cached(interpreted_entry):
+    # 2.0 == 2 and hash(2.0) == hash(2): without the sizes' types in the plan key, the float would reuse the
+    # int's plan and be accepted or refused depending on the calls before it.
+    inp = cases.make_inputs(next(s for s in cases.SCENARIOS if s.id == "empty_batch_N0"))
+    cases._call(interpreted_entry.gdn_spec_decode, inp)  # empty batch: validated, planned, nothing launched
+    assert len(interpreted_entry._plans) == 1
+    inp["kwargs"]["num_k_heads"] = float(inp["kwargs"]["num_k_heads"])
+    with pytest.raises(ValueError, match=r"num_k_heads: expected an int"):
+        cases._call(interpreted_entry.gdn_spec_decode, inp)

@@ -64,7 +64,19 @@ def _check_index(name: str, t: torch.Tensor, ndim: int) -> None:
     if t.ndim != ndim:
         _fail(name, f"{ndim}-D tensor", f"shape {tuple(t.shape)}")
     if t.shape[-1] > 1 and t.stride(-1) != 1:
-        _fail(name, "stride 1 along its last dimension", f"stride {t.stride()}")
+        _fail(name, "stride 1 along its last dimension", f"strides {t.stride()}")
+
+
+def _check_written(name: str, t: torch.Tensor) -> None:
+    # Written in place by many programs at once: a zero stride over more than one element (an expand()ed view)
+    # makes several written elements one memory location, and the writes race.
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        if stride == 0 and size > 1:
+            _fail(
+                name,
+                "no zero stride over a dimension of size > 1 (it is written in place: not an expand()ed view)",
+                f"shape {tuple(t.shape)} strides {t.stride()}",
+            )
 
 
 def _block_sizes(K: int, V: int, width: int, t_max: int, bv: int) -> tuple[int, int, int, int]:
@@ -165,66 +177,76 @@ def gdn_spec_decode(
     # launches. Only metadata is read: no host sync, graph-capture safe.
     ti = token_index
     cb = conv_bias
-    key = (
-        mixed_qkv.dtype,
-        mixed_qkv.shape,
-        mixed_qkv.stride(),
-        mixed_qkv.device,
-        a.dtype,
-        a.shape,
-        a.stride(),
-        a.device,
-        b.dtype,
-        b.shape,
-        b.stride(),
-        b.device,
-        A_log.dtype,
-        A_log.shape,
-        A_log.stride(),
-        A_log.device,
-        dt_bias.dtype,
-        dt_bias.shape,
-        dt_bias.stride(),
-        dt_bias.device,
-        conv_weight.dtype,
-        conv_weight.shape,
-        conv_weight.stride(),
-        conv_weight.device,
-        None if cb is None else (cb.dtype, cb.shape, cb.stride(), cb.device),
-        conv_state.dtype,
-        conv_state.shape,
-        conv_state.stride(),
-        conv_state.device,
-        ssm_state.dtype,
-        ssm_state.shape,
-        ssm_state.stride(),
-        ssm_state.device,
-        query_start_loc.dtype,
-        query_start_loc.shape,
-        query_start_loc.stride(),
-        query_start_loc.device,
-        state_indices.dtype,
-        state_indices.shape,
-        state_indices.stride(),
-        state_indices.device,
-        num_accepted_tokens.dtype,
-        num_accepted_tokens.shape,
-        num_accepted_tokens.stride(),
-        num_accepted_tokens.device,
-        out.dtype,
-        out.shape,
-        out.stride(),
-        out.device,
-        None if ti is None else (ti.dtype, ti.shape, ti.stride(), ti.device),
-        num_k_heads,
-        head_k_dim,
-        head_v_dim,
-        ssm_layout,
-        null_slot_max,
-        type(null_slot_max),
-        launch_config,
-    )
-    plan = _plans.get(key)
+    try:
+        key = (
+            mixed_qkv.dtype,
+            mixed_qkv.shape,
+            mixed_qkv.stride(),
+            mixed_qkv.device,
+            a.dtype,
+            a.shape,
+            a.stride(),
+            a.device,
+            b.dtype,
+            b.shape,
+            b.stride(),
+            b.device,
+            A_log.dtype,
+            A_log.shape,
+            A_log.stride(),
+            A_log.device,
+            dt_bias.dtype,
+            dt_bias.shape,
+            dt_bias.stride(),
+            dt_bias.device,
+            conv_weight.dtype,
+            conv_weight.shape,
+            conv_weight.stride(),
+            conv_weight.device,
+            None if cb is None else (cb.dtype, cb.shape, cb.stride(), cb.device),
+            conv_state.dtype,
+            conv_state.shape,
+            conv_state.stride(),
+            conv_state.device,
+            ssm_state.dtype,
+            ssm_state.shape,
+            ssm_state.stride(),
+            ssm_state.device,
+            query_start_loc.dtype,
+            query_start_loc.shape,
+            query_start_loc.stride(),
+            query_start_loc.device,
+            state_indices.dtype,
+            state_indices.shape,
+            state_indices.stride(),
+            state_indices.device,
+            num_accepted_tokens.dtype,
+            num_accepted_tokens.shape,
+            num_accepted_tokens.stride(),
+            num_accepted_tokens.device,
+            out.dtype,
+            out.shape,
+            out.stride(),
+            out.device,
+            None if ti is None else (ti.dtype, ti.shape, ti.stride(), ti.device),
+            num_k_heads,
+            head_k_dim,
+            head_v_dim,
+            ssm_layout,
+            null_slot_max,
+            # Equal values of other types (2.0, True) hash like the int: without their types they would take
+            # the int's plan instead of being refused.
+            type(num_k_heads),
+            type(head_k_dim),
+            type(head_v_dim),
+            type(null_slot_max),
+            launch_config,
+        )
+        plan = _plans.get(key)
+    except (AttributeError, TypeError, RuntimeError) as exc:
+        # Not a tensor where one goes (no .dtype / .stride()), a sparse tensor (no strides) or an unhashable
+        # option: the validation below names it; what it lets through is raised as it was.
+        key, plan, unkeyed = None, None, exc
     if plan is None:
         plan = _validate_and_plan(
             mixed_qkv,
@@ -248,6 +270,8 @@ def gdn_spec_decode(
             token_index,
             launch_config,
         )
+        if key is None:
+            raise unkeyed
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
             _direct.clear()
@@ -407,11 +431,41 @@ def _validate_and_plan(
     launch_config,
 ) -> _Plan:
     """Full validation (ValueError naming the tensor) and the launch constants of one layout."""
+    required = (
+        ("mixed_qkv", mixed_qkv),
+        ("a", a),
+        ("b", b),
+        ("A_log", A_log),
+        ("dt_bias", dt_bias),
+        ("conv_weight", conv_weight),
+        ("conv_state", conv_state),
+        ("ssm_state", ssm_state),
+        ("query_start_loc", query_start_loc),
+        ("state_indices", state_indices),
+        ("num_accepted_tokens", num_accepted_tokens),
+        ("out", out),
+    )
+    optional = (("conv_bias", conv_bias), ("token_index", token_index))
+    for name, t in required:
+        if not isinstance(t, torch.Tensor):
+            _fail(name, "a torch.Tensor", type(t).__name__)
+    for name, t in optional:
+        if t is not None and not isinstance(t, torch.Tensor):
+            _fail(name, "a torch.Tensor or None", type(t).__name__)
+    for name, t in (*required, *optional):
+        # The kernels address every tensor through data pointer and strides: sparse layouts have neither.
+        if t is not None and t.layout != torch.strided:
+            _fail(name, "a dense (strided) tensor", t.layout)
+    if launch_config is not None and not isinstance(launch_config, ArchLaunchConfig):
+        _fail("launch_config", "an ArchLaunchConfig or None", type(launch_config).__name__)
     device = mixed_qkv.device
     if ssm_layout != "vk" and ssm_layout != "kv":
         _fail("ssm_layout", "'vk' or 'kv'", repr(ssm_layout))
     if type(null_slot_max) is not int:
         _fail("null_slot_max", "an int (0 for vLLM >= 0.20, -1 before)", repr(null_slot_max))
+    for name, size in (("num_k_heads", H), ("head_k_dim", K), ("head_v_dim", V)):
+        if type(size) is not int:
+            _fail(name, "an int", repr(size))
     _check_float("A_log", A_log, 1)
     HV = A_log.shape[0]
     if H <= 0 or K <= 0 or V <= 0 or HV % H != 0 or HV == 0:
@@ -442,7 +496,11 @@ def _validate_and_plan(
     if conv_bias is not None:
         _check_float("conv_bias", conv_bias, 1)
         if conv_bias.shape[0] != conv_dim or conv_bias.stride(0) != 1:
-            _fail("conv_bias", f"contiguous shape ({conv_dim},)", tuple(conv_bias.shape))
+            _fail(
+                "conv_bias",
+                f"contiguous shape ({conv_dim},)",
+                f"shape {tuple(conv_bias.shape)} strides {conv_bias.stride()}",
+            )
     _check_index("query_start_loc", query_start_loc, 1)
     N = query_start_loc.shape[0] - 1
     if N < 0:
@@ -461,6 +519,7 @@ def _validate_and_plan(
             f"shape (num_blocks, {conv_dim}, >= {width - 2 + t_max}) (dim-first view, state_len >= width - 2 + T_max)",
             tuple(conv_state.shape),
         )
+    _check_written("conv_state", conv_state)
     _check_float("ssm_state", ssm_state, 4)
     expected_ssm = (HV, V, K) if ssm_layout == "vk" else (HV, K, V)
     if ssm_state.shape[1:] != expected_ssm:
@@ -469,16 +528,20 @@ def _validate_and_plan(
             f"shape (num_blocks, {', '.join(map(str, expected_ssm))}) for ssm_layout={ssm_layout!r}",
             tuple(ssm_state.shape),
         )
+    _check_written("ssm_state", ssm_state)
     _check_float("out", out, 3)
     if out.shape[0] < num_rows or out.shape[1] != HV or out.shape[2] != V:
         _fail("out", f"shape (>= {num_rows}, {HV}, {V})", tuple(out.shape))
     if V > 1 and out.stride(2) != 1:
         _fail("out", "stride 1 along head_v_dim", f"strides {out.stride()}")
+    _check_written("out", out)
     if token_index is None:
         num_spec_tokens = num_rows
     else:
         _check_index("token_index", token_index, 1)
-        num_spec_tokens = token_index.shape[0]
+        # No activation rows: every row token_index could name is out of bounds, so a launch could only read
+        # and write outside the tensors. Nothing is a spec token: an empty batch, a no-op.
+        num_spec_tokens = token_index.shape[0] if num_rows > 0 else 0
     for name, t in (
         ("a", a),
         ("b", b),
@@ -496,7 +559,7 @@ def _validate_and_plan(
     ):
         if t is not None and t.device != device:
             _fail(name, f"a tensor on {device} (like mixed_qkv)", t.device)
-    if device.type != "cuda" and not _INTERPRETED:
+    if device.type != "cuda" and not (device.type == "cpu" and _INTERPRETED):
         _fail("mixed_qkv", "CUDA tensors (CPU only with TRITON_INTERPRET=1 set before importing triton)", device)
     if N * HV > _MAX_GRID_Y:
         _fail("query_start_loc", f"N * HV <= {_MAX_GRID_Y} (CUDA grid limit)", f"N={N}, HV={HV}")
