@@ -170,3 +170,30 @@ def test_a_marker_package_that_fails_to_import_is_a_refusal_not_a_crash(monkeypa
     assert sel.adapter is None
     assert sel.reason.startswith("no GDN family matches vLLM 0.23.1: fam-fail: missing caovan_no_such_module_xyz")
 
+
+class _RaisingOwner:
+    """A module whose ``__getattr__`` raises something else than AttributeError (a lazy import that fails)."""
+
+    def __getattr__(self, name):
+        raise ImportError(f"cannot import {name}: libcuda.so.1 missing")
+
+
+def test_an_attribute_that_raises_is_a_missing_hook_point_not_the_end_of_the_probe():
+    class _Probing(_Adapter):
+        family_id = "fam-raising"
+        version_hint = ">=0"
+        description = ""
+
+        def _probe(self, p: Prober) -> None:
+            p.attribute(_RaisingOwner(), "GatedDeltaNetAttention", "GatedDeltaNetAttention class")
+            p.record("later", True, "present")
+
+    report = _Probing().probe()
+    assert [(h.name, h.found) for h in report.hook_points] == [
+        ("GatedDeltaNetAttention class", False),
+        ("later", True),
+    ]
+    assert report.reason == (
+        "missing GatedDeltaNetAttention class: attribute access raised ImportError: "
+        "cannot import GatedDeltaNetAttention: libcuda.so.1 missing"
+    )

@@ -107,7 +107,11 @@ class Prober:
         if owner is None:
             self.record(label, False, "owner missing")
             return None
-        value = getattr(owner, attr, None)
+        try:
+            value = getattr(owner, attr, None)
+        except Exception as exc:  # a module __getattr__ (lazy import) or a property can raise anything
+            self.record(label, False, f"attribute access raised {type(exc).__name__}: {exc}")
+            return None
         if value is None:
             self.record(label, False, "attribute not present")
             return None
@@ -139,6 +143,14 @@ class Prober:
     def equals(self, value: Any, expected: Any, label: str) -> bool:
         ok = value == expected
         return self.record(label, ok, f"== {expected!r}" if ok else f"is {value!r}, expected {expected!r}")
+
+
+def lookup(owner: Any, attr: str) -> Any | None:
+    """``getattr(owner, attr, None)`` that never raises: the next check then reports the hook point missing."""
+    try:
+        return getattr(owner, attr, None)
+    except Exception:
+        return None
 
 
 def has_argument(func: Callable[..., Any], name: str) -> bool:

@@ -18,7 +18,7 @@ What identifies this family, all probed, none taken from the version number:
 
 from __future__ import annotations
 
-from .base import GdnAdapter, Prober
+from .base import GdnAdapter, Prober, lookup
 
 GDN_MODULE = "vllm.model_executor.layers.mamba.gdn_linear_attn"
 GDN_CLASS = "GatedDeltaNetAttention"
@@ -51,7 +51,7 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
         pluggable = p.attribute(custom_op, "PluggableLayer", "PluggableLayer class")
         p.subclass(layer_cls, pluggable, f"{GDN_CLASS} is a PluggableLayer")
         p.arguments(
-            getattr(pluggable, "register_oot", None),
+            lookup(pluggable, "register_oot"),
             ("_decorated_layer_cls", "name"),
             "PluggableLayer.register_oot(_decorated_layer_cls, name)",
         )
@@ -64,25 +64,25 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
             )
 
         p.arguments(
-            getattr(layer_cls, "_forward_core", None),
+            lookup(layer_cls, "_forward_core"),
             ("mixed_qkv", "b", "a", "core_attn_out"),
             f"{GDN_CLASS}._forward_core(mixed_qkv, b, a, core_attn_out)",
         )
         for attr in ("conv1d", "A_log", "dt_bias"):
             # nn.Module attributes exist on instances only; their assignment shows in __init__'s code.
-            init_code = getattr(getattr(layer_cls, "__init__", None), "__code__", None)
+            init_code = lookup(lookup(layer_cls, "__init__"), "__code__")
             names = init_code.co_names if init_code is not None else ()
             p.record(
                 f"{GDN_CLASS}.{attr} set in __init__", attr in names, "assigned" if attr in names else "not assigned"
             )
 
         p.arguments(
-            getattr(gdn, "causal_conv1d_update", None),
+            lookup(gdn, "causal_conv1d_update"),
             ("conv_state_indices", "num_accepted_tokens", "query_start_loc", "max_query_len"),
             "gdn_linear_attn.causal_conv1d_update(spec args)",
         )
         p.arguments(
-            getattr(gdn, "fused_sigmoid_gating_delta_rule_update", None),
+            lookup(gdn, "fused_sigmoid_gating_delta_rule_update"),
             ("A_log", "a", "b", "dt_bias", "ssm_state_indices", "num_accepted_tokens"),
             "gdn_linear_attn.fused_sigmoid_gating_delta_rule_update(spec args)",
         )
@@ -97,12 +97,12 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
         )
         loader = p.module("vllm.model_executor.model_loader.base_loader")
         p.arguments(
-            getattr(p.attribute(loader, "BaseModelLoader", "BaseModelLoader class"), "load_model", None),
+            lookup(p.attribute(loader, "BaseModelLoader", "BaseModelLoader class"), "load_model"),
             ("vllm_config", "model_config"),
             "BaseModelLoader.load_model(vllm_config, model_config) (require-mode check)",
         )
         utils = p.module("vllm.v1.attention.backends.utils")
-        p.equals(getattr(utils, "NULL_BLOCK_ID", None), 0, "NULL_BLOCK_ID (null/pad state slot)")
+        p.equals(lookup(utils, "NULL_BLOCK_ID"), 0, "NULL_BLOCK_ID (null/pad state slot)")
 
     def install(self) -> str:
         from . import gdn_linear_attn_v020_layer
