@@ -118,3 +118,20 @@ def test_a_loader_registered_after_install_gets_the_checks(v020):
         loaders._LOAD_FORMAT_TO_MODEL_LOADER.pop("caovan_discovery_test_loader", None)
     assert not hasattr(LaterLoader.__dict__["load_model"], "_caovan_wrapped")
     assert "__init_subclass__" not in BaseModelLoader.__dict__
+
+
+def test_a_gdn_class_renamed_behind_the_old_name_is_refused(v020, monkeypatch):
+    # PluggableLayer.__new__ looks the override up by the class's __name__: were the old name only an alias of a
+    # renamed class (a compatibility shim), registering under "GatedDeltaNetAttention" would never be consulted,
+    # and the probe said PASS for a plugin that can never act.
+    from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
+
+    from caovan.adapters.gdn_linear_attn_v020 import GdnLinearAttnV020Adapter
+
+    class QwenGatedDeltaNetAttention(gdn.GatedDeltaNetAttention):
+        pass
+
+    monkeypatch.setattr(gdn, "GatedDeltaNetAttention", QwenGatedDeltaNetAttention)
+    report = GdnLinearAttnV020Adapter().probe()
+    assert not report.ok
+    assert "QwenGatedDeltaNetAttention" in report.reason, report.reason

@@ -46,6 +46,15 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
     def _probe(self, p: Prober) -> None:
         gdn = p.module(GDN_MODULE)
         layer_cls = p.attribute(gdn, GDN_CLASS, f"{GDN_CLASS} class")
+        if layer_cls is not None:
+            # PluggableLayer.__new__ looks the override up by the instantiated class's __name__: under a
+            # compatibility alias of a renamed class, an override registered under GDN_CLASS is never used.
+            name = lookup(layer_cls, "__name__")
+            p.record(
+                f"{GDN_CLASS} is named {GDN_CLASS} (the override's registry key)",
+                name == GDN_CLASS,
+                "named so" if name == GDN_CLASS else f"it is {name!r}: an alias, vLLM would never use the override",
+            )
 
         custom_op = p.module("vllm.model_executor.custom_op")
         pluggable = p.attribute(custom_op, "PluggableLayer", "PluggableLayer class")
