@@ -186,7 +186,8 @@ class GdnAdapter(ABC):
 
     @abstractmethod
     def install(self) -> str:
-        """Put caovan's override in place (idempotent); returns what happened, for the status line."""
+        """Put caovan's override in place (idempotent); returns what happened, for the status line.  All or
+        nothing: when it raises, whatever it had patched is already undone (the plugin then reports inert)."""
 
     @abstractmethod
     def uninstall(self) -> bool:
