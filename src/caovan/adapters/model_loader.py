@@ -128,7 +128,13 @@ _previous_init_subclass: dict[type, Any] = {}
 def _wrap(cls: type, before: Before | None, after: After | None) -> None:
     current = cls.load_model  # the base's may be inherited from a mixin; the others are their own
     if getattr(current, "_caovan_checks", None) != (before, after):
-        cls.load_model = wrap_load_model(getattr(current, "_caovan_wrapped", current), before, after)
+        own = cls.__dict__.get("load_model")
+        # Whether vLLM's load_model was inherited, carried over when the checks are replaced: uninstall then
+        # deletes the wrapper instead of leaving a copy of the inherited method in the class.
+        inherited = getattr(own, "_caovan_inherited", False) if own is not None else True
+        wrapper = wrap_load_model(getattr(current, "_caovan_wrapped", current), before, after)
+        wrapper._caovan_inherited = inherited  # type: ignore[attr-defined]
+        cls.load_model = wrapper
 
 
 def _hook_later_subclasses(base: type, before: Before | None, after: After | None) -> None:
@@ -162,9 +168,13 @@ def uninstall() -> bool:
     wrapped one."""
     restored = False
     for cls in loader_classes():
-        original = getattr(cls.load_model, "_caovan_wrapped", None)
+        wrapper = cls.__dict__.get("load_model")
+        original = getattr(wrapper, "_caovan_wrapped", None)
         if original is not None:
-            cls.load_model = original
+            if getattr(wrapper, "_caovan_inherited", False):
+                del cls.load_model
+            else:
+                cls.load_model = original
             restored = True
         if cls in _previous_init_subclass:
             previous = _previous_init_subclass.pop(cls)
