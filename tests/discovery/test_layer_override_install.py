@@ -156,3 +156,19 @@ def test_a_gdn_class_renamed_behind_the_old_name_is_refused(v020, monkeypatch):
     report = GdnLinearAttnV020Adapter().probe()
     assert not report.ok
     assert "QwenGatedDeltaNetAttention" in report.reason, report.reason
+
+
+def test_a_core_whose_parameters_changed_order_is_refused(v020, monkeypatch):
+    # caovan's core receives the custom op's arguments and hands them back to the in-tree core by position: with
+    # b and a swapped in vLLM's signature, the names all still matched and the probe passed.
+    from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
+
+    from caovan.adapters.gdn_linear_attn_v020 import GdnLinearAttnV020Adapter
+
+    def _forward_core(self, mixed_qkv, a, b, core_attn_out):
+        pass
+
+    monkeypatch.setattr(gdn.GatedDeltaNetAttention, "_forward_core", _forward_core)
+    report = GdnLinearAttnV020Adapter().probe()
+    assert not report.ok
+    assert "_forward_core" in report.reason and "order" in report.reason, report.reason

@@ -217,3 +217,14 @@ def test_uninstall_leaves_an_inherited_load_model_inherited(fake_loader):
     assert model_loader.uninstall()
     assert "load_model" not in fake_loader.__dict__
     assert fake_loader.load_model is _Loader.load_model
+
+
+def test_a_load_model_whose_parameters_changed_order_is_not_wrapped(monkeypatch, fake_loader):
+    # The wrapper binds (vllm_config, model_config) by position: were vLLM's order swapped, every load would look
+    # like an auxiliary model's and the require-mode checks would be skipped without a word.
+    def load_model(self, model_config, vllm_config, prefix=""):
+        return "model"
+
+    monkeypatch.setattr(fake_loader, "load_model", load_model)
+    assert not model_loader.install(before=plugin.inert_check("x"))
+    assert fake_loader.load_model is load_model

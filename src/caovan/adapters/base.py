@@ -122,13 +122,21 @@ class Prober:
         ok = isinstance(cls, type) and isinstance(base, type) and issubclass(cls, base)
         return self.record(label, ok, "subclass" if ok else f"not a subclass of {getattr(base, '__name__', base)}")
 
-    def arguments(self, func: Callable[..., Any] | None, names: Iterable[str], label: str) -> bool:
-        """vllm-spyre's ``has_argument`` idea: detect a feature by the parameters a callable accepts."""
+    def arguments(
+        self, func: Callable[..., Any] | None, names: Iterable[str], label: str, leading: bool = False
+    ) -> bool:
+        """vllm-spyre's ``has_argument`` idea: detect a feature by the parameters a callable accepts.
+
+        ``leading``: ``names`` must also be the method's first parameters after ``self``, in this order — for the
+        methods caovan overrides or wraps, whose arguments arrive, or are passed on, by position."""
+        names = tuple(names)
         if func is None:
             return self.record(label, False, "callable missing")
         missing = [n for n in names if not has_argument(func, n)]
         if missing:
             return self.record(label, False, f"parameters missing: {', '.join(missing)}")
+        if leading and not has_leading_arguments(func, names):
+            return self.record(label, False, f"parameters not in the order self, {', '.join(names)}: {_shape(func)}")
         return self.record(label, True, "signature has " + ", ".join(names))
 
     def fields(self, cls: Any, names: Iterable[str], label: str) -> bool:
@@ -158,6 +166,25 @@ def has_argument(func: Callable[..., Any], name: str) -> bool:
         return name in inspect.signature(func).parameters
     except (TypeError, ValueError):
         return False
+
+
+def has_leading_arguments(method: Callable[..., Any], names: Iterable[str]) -> bool:
+    """Whether ``method`` (a function defined in a class, ``self`` first) takes ``names`` as its first positional
+    parameters after ``self``, in this order: a parameter renamed or moved changes what a positional call means."""
+    try:
+        parameters = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = list(names)
+    return positional[1 : 1 + len(names)] == names
+
+
+def _shape(func: Callable[..., Any]) -> str:
+    try:
+        return f"{getattr(func, '__name__', 'callable')}{inspect.signature(func)}"
+    except (TypeError, ValueError):
+        return repr(func)
 
 
 class GdnAdapter(ABC):

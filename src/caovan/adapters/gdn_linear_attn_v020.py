@@ -76,6 +76,7 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
             lookup(layer_cls, "_forward_core"),
             ("mixed_qkv", "b", "a", "core_attn_out"),
             f"{GDN_CLASS}._forward_core(mixed_qkv, b, a, core_attn_out)",
+            leading=True,  # caovan's core hands them back to the in-tree one by position
         )
         for attr in ("conv1d", "A_log", "dt_bias"):
             # nn.Module attributes exist on instances only; their assignment shows in __init__'s code.
@@ -109,6 +110,7 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
             lookup(p.attribute(loader, "BaseModelLoader", "BaseModelLoader class"), "load_model"),
             ("vllm_config", "model_config"),
             "BaseModelLoader.load_model(vllm_config, model_config) (require-mode check)",
+            leading=True,  # the check's wrapper binds them by position
         )
         utils = p.module("vllm.v1.attention.backends.utils")
         p.equals(lookup(utils, "NULL_BLOCK_ID"), 0, "NULL_BLOCK_ID (null/pad state slot)")
