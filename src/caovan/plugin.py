@@ -108,8 +108,14 @@ def _register() -> None:
     _state.status_line = f"{head} GDN interface check: FAIL, plugin inert: {reason}"
     if require:
         raise CaovanRequireError(f"{_state.status_line} ({env_setting(REQUIRE_ENV)} requires caovan)")
+    if not _install_inert_check(reason):
+        # Nothing else in this process reads --additional-config: a require key there cannot act, so the one line
+        # says so (the environment switch, read here, still can).
+        _state.status_line += (
+            "; no model-loader hook either, so --additional-config goes unchecked here "
+            f"(caovan_require_turbo3 cannot stop start-up: use {REQUIRE_ENV}=1)"
+        )
     logger.warning(_state.status_line)
-    _install_inert_check(reason)
 
 
 def inert_check(reason: str) -> Callable[[Any, Any], None]:
@@ -130,10 +136,11 @@ def inert_check(reason: str) -> Callable[[Any, Any], None]:
     return check
 
 
-def _install_inert_check(reason: str) -> None:
+def _install_inert_check(reason: str) -> bool:
+    """Whether the inert check is in place (False: vLLM has no loader of the shape it wraps, or wrapping failed)."""
     try:
         from .adapters import model_loader
 
-        model_loader.install(before=inert_check(reason))  # False (no such loader): skipped quietly
+        return model_loader.install(before=inert_check(reason))
     except Exception:  # the check only serves require mode and bad keys; it never stops vLLM by failing itself
-        pass
+        return False

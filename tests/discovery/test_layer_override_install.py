@@ -118,3 +118,57 @@ def test_a_loader_registered_after_install_gets_the_checks(v020):
         loaders._LOAD_FORMAT_TO_MODEL_LOADER.pop("caovan_discovery_test_loader", None)
     assert not hasattr(LaterLoader.__dict__["load_model"], "_caovan_wrapped")
     assert "__init_subclass__" not in BaseModelLoader.__dict__
+
+
+def test_an_install_that_fails_halfway_leaves_vllm_as_it_was(v020, monkeypatch):
+    # The loader is wrapped before the layer is registered: a registration that raised left the loaders wrapped
+    # with the active family's check (and their __init_subclass__ hook) behind a plugin that says it is inert.
+    adapter, registry, _ = v020
+    from vllm.model_executor.layers.mamba.gdn_linear_attn import GatedDeltaNetAttention
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+    adapter.uninstall()
+    original = BaseModelLoader.load_model
+
+    def register_oot(cls, _decorated_layer_cls=None, name=None):
+        raise TypeError("Decorator can only be applied to classes.")
+
+    monkeypatch.setattr(GatedDeltaNetAttention, "register_oot", classmethod(register_oot))
+    with pytest.raises(TypeError, match="Decorator can only be applied"):
+        adapter.install()
+    assert BaseModelLoader.load_model is original
+    assert "__init_subclass__" not in BaseModelLoader.__dict__
+    assert "GatedDeltaNetAttention" not in registry
+
+
+def test_a_gdn_class_renamed_behind_the_old_name_is_refused(v020, monkeypatch):
+    # PluggableLayer.__new__ looks the override up by the class's __name__: were the old name only an alias of a
+    # renamed class (a compatibility shim), registering under "GatedDeltaNetAttention" would never be consulted,
+    # and the probe said PASS for a plugin that can never act.
+    from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
+
+    from caovan.adapters.gdn_linear_attn_v020 import GdnLinearAttnV020Adapter
+
+    class QwenGatedDeltaNetAttention(gdn.GatedDeltaNetAttention):
+        pass
+
+    monkeypatch.setattr(gdn, "GatedDeltaNetAttention", QwenGatedDeltaNetAttention)
+    report = GdnLinearAttnV020Adapter().probe()
+    assert not report.ok
+    assert "QwenGatedDeltaNetAttention" in report.reason, report.reason
+
+
+def test_a_core_whose_parameters_changed_order_is_refused(v020, monkeypatch):
+    # caovan's core receives the custom op's arguments and hands them back to the in-tree core by position: with
+    # b and a swapped in vLLM's signature, the names all still matched and the probe passed.
+    from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
+
+    from caovan.adapters.gdn_linear_attn_v020 import GdnLinearAttnV020Adapter
+
+    def _forward_core(self, mixed_qkv, a, b, core_attn_out):
+        pass
+
+    monkeypatch.setattr(gdn.GatedDeltaNetAttention, "_forward_core", _forward_core)
+    report = GdnLinearAttnV020Adapter().probe()
+    assert not report.ok
+    assert "_forward_core" in report.reason and "order" in report.reason, report.reason

@@ -154,3 +154,46 @@ def test_the_marker_check_sees_an_adapter_that_probes_a_marker_module(monkeypatc
     monkeypatch.setattr(registry, "ADAPTERS", (*registry.ADAPTERS, _ServesMarked))
     with pytest.raises(AssertionError, match="remove these from UNSERVED_FAMILY_MARKERS"):
         test_no_unserved_family_marker_names_a_module_an_adapter_probes()
+
+
+def test_a_marker_package_that_fails_to_import_is_a_refusal_not_a_crash(monkeypatch, tmp_path):
+    # find_spec imports the marker's parent package; a vLLM package whose import raises (a RuntimeError from a
+    # platform check, say) made select_adapter raise, and register() then logged "probe crashed" with none of the
+    # families' reasons.
+    package = tmp_path / "caovan_qa_broken_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise RuntimeError('no platform')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "UNSERVED_FAMILY_MARKERS", (("caovan_qa_broken_pkg.layer", "Broken layout"),))
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.23.1")
+    sel = registry.select_adapter((_Failing,))
+    assert sel.adapter is None
+    assert sel.reason.startswith("no GDN family matches vLLM 0.23.1: fam-fail: missing caovan_no_such_module_xyz")
+
+
+class _RaisingOwner:
+    """A module whose ``__getattr__`` raises something else than AttributeError (a lazy import that fails)."""
+
+    def __getattr__(self, name):
+        raise ImportError(f"cannot import {name}: libcuda.so.1 missing")
+
+
+def test_an_attribute_that_raises_is_a_missing_hook_point_not_the_end_of_the_probe():
+    class _Probing(_Adapter):
+        family_id = "fam-raising"
+        version_hint = ">=0"
+        description = ""
+
+        def _probe(self, p: Prober) -> None:
+            p.attribute(_RaisingOwner(), "GatedDeltaNetAttention", "GatedDeltaNetAttention class")
+            p.record("later", True, "present")
+
+    report = _Probing().probe()
+    assert [(h.name, h.found) for h in report.hook_points] == [
+        ("GatedDeltaNetAttention class", False),
+        ("later", True),
+    ]
+    assert report.reason == (
+        "missing GatedDeltaNetAttention class: attribute access raised ImportError: "
+        "cannot import GatedDeltaNetAttention: libcuda.so.1 missing"
+    )

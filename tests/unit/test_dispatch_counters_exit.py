@@ -53,3 +53,16 @@ def test_counters_file_is_written(exit_env, caovan_records, tmp_path):
     (written,) = tmp_path.glob("counters-*.json")
     assert set(json.loads(written.read_text())) == {"pid", "activation_logged", "dispatched", "fallbacks"}
     assert caovan_records == []
+
+
+@pytest.mark.parametrize("value", [".", "/"])
+def test_counters_file_naming_no_file_is_one_warning(exit_env, caovan_records, value):
+    # A path with an empty name made Path.with_name raise ValueError: a traceback at exit instead of one line.
+    exit_env.setenv("CAOVAN_COUNTERS_FILE", value)
+    counters._at_exit()  # must not raise
+    assert [r.levelno for r in caovan_records] == [logging.WARNING]
+    assert (
+        caovan_records[0]
+        .getMessage()
+        .startswith(f"caovan dispatch counters not written: CAOVAN_COUNTERS_FILE={value}: ")
+    )

@@ -206,3 +206,25 @@ def test_a_base_init_subclass_of_its_own_still_runs_and_comes_back(fake_loader):
     assert seen == ["Later"] and hasattr(Later.load_model, "_caovan_wrapped")
     assert model_loader.uninstall()
     assert fake_loader.__dict__["__init_subclass__"].__func__ is own
+
+
+def test_uninstall_leaves_an_inherited_load_model_inherited(fake_loader):
+    # The stand-in BaseModelLoader inherits load_model from a mixin: uninstall used to leave a copy of it in the
+    # class's own namespace, so vLLM was not put back exactly (a later patch of the mixin no longer reached it).
+    assert "load_model" not in fake_loader.__dict__
+    assert model_loader.install(before=plugin.inert_check("x"))
+    assert model_loader.install(after=lambda *a: None)  # replacing the checks keeps what was vLLM's
+    assert model_loader.uninstall()
+    assert "load_model" not in fake_loader.__dict__
+    assert fake_loader.load_model is _Loader.load_model
+
+
+def test_a_load_model_whose_parameters_changed_order_is_not_wrapped(monkeypatch, fake_loader):
+    # The wrapper binds (vllm_config, model_config) by position: were vLLM's order swapped, every load would look
+    # like an auxiliary model's and the require-mode checks would be skipped without a word.
+    def load_model(self, model_config, vllm_config, prefix=""):
+        return "model"
+
+    monkeypatch.setattr(fake_loader, "load_model", load_model)
+    assert not model_loader.install(before=plugin.inert_check("x"))
+    assert fake_loader.load_model is load_model

@@ -159,3 +159,24 @@ def test_the_require_refusal_names_the_value_the_user_set(fresh_state, monkeypat
     with pytest.raises(plugin.CaovanRequireError) as info:
         plugin.register()
     assert str(info.value).endswith(f"({named} requires caovan)")
+
+
+def test_an_inert_plugin_without_its_loader_check_says_the_config_keys_go_unchecked(fresh_state, monkeypatch):
+    # fresh_state: no loader of the expected shape (model_loader.install returns False). Then nothing in the process
+    # ever reads --additional-config, so a caovan_require_turbo3 there cannot fail start-up: the one status line
+    # must say so, or the user believes require mode holds.
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(None, "no GDN family matches vLLM 9.9.9: x"))
+    plugin.register()
+    assert len(fresh_state) == 1
+    line = fresh_state[0].getMessage()
+    assert line.endswith(
+        "plugin inert: no GDN family matches vLLM 9.9.9: x; no model-loader hook either, so --additional-config goes "
+        "unchecked here (caovan_require_turbo3 cannot stop start-up: use CAOVAN_REQUIRE_TURBO3=1)"
+    )
+
+
+def test_an_inert_plugin_with_its_loader_check_says_nothing_more(fresh_state, monkeypatch):
+    monkeypatch.setattr(model_loader, "install", lambda before=None, after=None: True)
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(None, "no GDN family matches vLLM 9.9.9: x"))
+    plugin.register()
+    assert fresh_state[0].getMessage().endswith("plugin inert: no GDN family matches vLLM 9.9.9: x")

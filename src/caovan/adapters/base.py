@@ -107,7 +107,11 @@ class Prober:
         if owner is None:
             self.record(label, False, "owner missing")
             return None
-        value = getattr(owner, attr, None)
+        try:
+            value = getattr(owner, attr, None)
+        except Exception as exc:  # a module __getattr__ (lazy import) or a property can raise anything
+            self.record(label, False, f"attribute access raised {type(exc).__name__}: {exc}")
+            return None
         if value is None:
             self.record(label, False, "attribute not present")
             return None
@@ -118,13 +122,21 @@ class Prober:
         ok = isinstance(cls, type) and isinstance(base, type) and issubclass(cls, base)
         return self.record(label, ok, "subclass" if ok else f"not a subclass of {getattr(base, '__name__', base)}")
 
-    def arguments(self, func: Callable[..., Any] | None, names: Iterable[str], label: str) -> bool:
-        """vllm-spyre's ``has_argument`` idea: detect a feature by the parameters a callable accepts."""
+    def arguments(
+        self, func: Callable[..., Any] | None, names: Iterable[str], label: str, leading: bool = False
+    ) -> bool:
+        """vllm-spyre's ``has_argument`` idea: detect a feature by the parameters a callable accepts.
+
+        ``leading``: ``names`` must also be the method's first parameters after ``self``, in this order — for the
+        methods caovan overrides or wraps, whose arguments arrive, or are passed on, by position."""
+        names = tuple(names)
         if func is None:
             return self.record(label, False, "callable missing")
         missing = [n for n in names if not has_argument(func, n)]
         if missing:
             return self.record(label, False, f"parameters missing: {', '.join(missing)}")
+        if leading and not has_leading_arguments(func, names):
+            return self.record(label, False, f"parameters not in the order self, {', '.join(names)}: {_shape(func)}")
         return self.record(label, True, "signature has " + ", ".join(names))
 
     def fields(self, cls: Any, names: Iterable[str], label: str) -> bool:
@@ -141,11 +153,38 @@ class Prober:
         return self.record(label, ok, f"== {expected!r}" if ok else f"is {value!r}, expected {expected!r}")
 
 
+def lookup(owner: Any, attr: str) -> Any | None:
+    """``getattr(owner, attr, None)`` that never raises: the next check then reports the hook point missing."""
+    try:
+        return getattr(owner, attr, None)
+    except Exception:
+        return None
+
+
 def has_argument(func: Callable[..., Any], name: str) -> bool:
     try:
         return name in inspect.signature(func).parameters
     except (TypeError, ValueError):
         return False
+
+
+def has_leading_arguments(method: Callable[..., Any], names: Iterable[str]) -> bool:
+    """Whether ``method`` (a function defined in a class, ``self`` first) takes ``names`` as its first positional
+    parameters after ``self``, in this order: a parameter renamed or moved changes what a positional call means."""
+    try:
+        parameters = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = list(names)
+    return positional[1 : 1 + len(names)] == names
+
+
+def _shape(func: Callable[..., Any]) -> str:
+    try:
+        return f"{getattr(func, '__name__', 'callable')}{inspect.signature(func)}"
+    except (TypeError, ValueError):
+        return repr(func)
 
 
 class GdnAdapter(ABC):
@@ -174,7 +213,8 @@ class GdnAdapter(ABC):
 
     @abstractmethod
     def install(self) -> str:
-        """Put caovan's override in place (idempotent); returns what happened, for the status line."""
+        """Put caovan's override in place (idempotent); returns what happened, for the status line.  All or
+        nothing: when it raises, whatever it had patched is already undone (the plugin then reports inert)."""
 
     @abstractmethod
     def uninstall(self) -> bool:

@@ -18,7 +18,7 @@ What identifies this family, all probed, none taken from the version number:
 
 from __future__ import annotations
 
-from .base import GdnAdapter, Prober
+from .base import GdnAdapter, Prober, lookup
 
 GDN_MODULE = "vllm.model_executor.layers.mamba.gdn_linear_attn"
 GDN_CLASS = "GatedDeltaNetAttention"
@@ -46,12 +46,21 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
     def _probe(self, p: Prober) -> None:
         gdn = p.module(GDN_MODULE)
         layer_cls = p.attribute(gdn, GDN_CLASS, f"{GDN_CLASS} class")
+        if layer_cls is not None:
+            # PluggableLayer.__new__ looks the override up by the instantiated class's __name__: under a
+            # compatibility alias of a renamed class, an override registered under GDN_CLASS is never used.
+            name = lookup(layer_cls, "__name__")
+            p.record(
+                f"{GDN_CLASS} is named {GDN_CLASS} (the override's registry key)",
+                name == GDN_CLASS,
+                "named so" if name == GDN_CLASS else f"it is {name!r}: an alias, vLLM would never use the override",
+            )
 
         custom_op = p.module("vllm.model_executor.custom_op")
         pluggable = p.attribute(custom_op, "PluggableLayer", "PluggableLayer class")
         p.subclass(layer_cls, pluggable, f"{GDN_CLASS} is a PluggableLayer")
         p.arguments(
-            getattr(pluggable, "register_oot", None),
+            lookup(pluggable, "register_oot"),
             ("_decorated_layer_cls", "name"),
             "PluggableLayer.register_oot(_decorated_layer_cls, name)",
         )
@@ -64,25 +73,26 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
             )
 
         p.arguments(
-            getattr(layer_cls, "_forward_core", None),
+            lookup(layer_cls, "_forward_core"),
             ("mixed_qkv", "b", "a", "core_attn_out"),
             f"{GDN_CLASS}._forward_core(mixed_qkv, b, a, core_attn_out)",
+            leading=True,  # caovan's core hands them back to the in-tree one by position
         )
         for attr in ("conv1d", "A_log", "dt_bias"):
             # nn.Module attributes exist on instances only; their assignment shows in __init__'s code.
-            init_code = getattr(getattr(layer_cls, "__init__", None), "__code__", None)
+            init_code = lookup(lookup(layer_cls, "__init__"), "__code__")
             names = init_code.co_names if init_code is not None else ()
             p.record(
                 f"{GDN_CLASS}.{attr} set in __init__", attr in names, "assigned" if attr in names else "not assigned"
             )
 
         p.arguments(
-            getattr(gdn, "causal_conv1d_update", None),
+            lookup(gdn, "causal_conv1d_update"),
             ("conv_state_indices", "num_accepted_tokens", "query_start_loc", "max_query_len"),
             "gdn_linear_attn.causal_conv1d_update(spec args)",
         )
         p.arguments(
-            getattr(gdn, "fused_sigmoid_gating_delta_rule_update", None),
+            lookup(gdn, "fused_sigmoid_gating_delta_rule_update"),
             ("A_log", "a", "b", "dt_bias", "ssm_state_indices", "num_accepted_tokens"),
             "gdn_linear_attn.fused_sigmoid_gating_delta_rule_update(spec args)",
         )
@@ -97,12 +107,13 @@ class GdnLinearAttnV020Adapter(GdnAdapter):
         )
         loader = p.module("vllm.model_executor.model_loader.base_loader")
         p.arguments(
-            getattr(p.attribute(loader, "BaseModelLoader", "BaseModelLoader class"), "load_model", None),
+            lookup(p.attribute(loader, "BaseModelLoader", "BaseModelLoader class"), "load_model"),
             ("vllm_config", "model_config"),
             "BaseModelLoader.load_model(vllm_config, model_config) (require-mode check)",
+            leading=True,  # the check's wrapper binds them by position
         )
         utils = p.module("vllm.v1.attention.backends.utils")
-        p.equals(getattr(utils, "NULL_BLOCK_ID", None), 0, "NULL_BLOCK_ID (null/pad state slot)")
+        p.equals(lookup(utils, "NULL_BLOCK_ID"), 0, "NULL_BLOCK_ID (null/pad state slot)")
 
     def install(self) -> str:
         from . import gdn_linear_attn_v020_layer

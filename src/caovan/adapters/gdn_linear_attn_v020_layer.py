@@ -365,10 +365,16 @@ def install() -> str:
             f"{IN_TREE_NAME} is already replaced by {existing.__module__}.{existing.__qualname__}; "
             "two plugins cannot both replace it"
         )
-    # The loader first: should registering the layer fail, the inert plugin replaces this check with its own.
-    if not model_loader.install(after=check_required_model):
-        raise RuntimeError(f"{model_loader.LOADER_CLASS}.load_model(vllm_config, model_config) not found")
-    gdn.GatedDeltaNetAttention.register_oot(build_override_class(gdn.GatedDeltaNetAttention), name=IN_TREE_NAME)
+    # All or nothing: the plugin reports a failed install as inert, so nothing of it may stay behind (a loader
+    # left with this family's check would fail a require-mode start-up with "no GDN layer caovan can take over"
+    # instead of the install error, and would outlive the plugin's own inert check should installing that fail).
+    try:
+        if not model_loader.install(after=check_required_model):
+            raise RuntimeError(f"{model_loader.LOADER_CLASS}.load_model(vllm_config, model_config) not found")
+        gdn.GatedDeltaNetAttention.register_oot(build_override_class(gdn.GatedDeltaNetAttention), name=IN_TREE_NAME)
+    except BaseException:
+        uninstall()
+        raise
     return "installed"
 
 

@@ -13,8 +13,9 @@ Patch of upstream behaviour, documented in place:
   A loader class defined later (``register_model_loader`` in the user's code or another plugin) gets them when it
   is created, through an ``__init_subclass__`` set on ``BaseModelLoader``.
   The checks run once per load, in the outermost wrapped call, should one loader call another's ``load_model``.
-  The loader is found by probing its module and the ``(vllm_config, model_config)`` parameters, not by version;
-  when it is not there the checks are skipped quietly (the plugin never breaks vLLM over a missing hook).
+  The loader is found by probing its module and the leading ``(vllm_config, model_config)`` parameters (the wrapper
+  binds them by position), not by version; when it is not there the checks are skipped quietly (the plugin never
+  breaks vLLM over a missing hook).
 * Upstream code wrapped: ``vllm/model_executor/model_loader/base_loader.py``, ``BaseModelLoader.load_model`` and
   its overrides in ``vllm/model_executor/model_loader/*_loader.py``, vLLM 0.21.0 (``BaseModelLoader`` defines no
   ``__init_subclass__`` of its own there; one it had would still run first).
@@ -29,10 +30,12 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from .base import has_argument
+from .base import has_leading_arguments
 
 LOADER_MODULE = "vllm.model_executor.model_loader.base_loader"
 LOADER_CLASS = "BaseModelLoader"
+#: ``load_model``'s first parameters after ``self``, in this order: the wrapper binds them by position.
+LOAD_MODEL_PARAMETERS = ("vllm_config", "model_config")
 
 #: ``before(vllm_config, model_config)``: runs before the model is built.
 Before = Callable[[Any, Any], None]
@@ -90,7 +93,7 @@ def loader_class() -> type | None:
     if not isinstance(cls, type) or method is None:
         return None
     method = getattr(method, "_caovan_wrapped", method)
-    if not (has_argument(method, "vllm_config") and has_argument(method, "model_config")):
+    if not has_leading_arguments(method, LOAD_MODEL_PARAMETERS):
         return None
     return cls
 
@@ -99,7 +102,7 @@ def _own_load_model(cls: type) -> Any:
     """``cls``'s own ``load_model`` (not inherited) as vLLM defined it, when it takes the base's parameters."""
     method = cls.__dict__.get("load_model")
     method = getattr(method, "_caovan_wrapped", method)
-    if not callable(method) or not (has_argument(method, "vllm_config") and has_argument(method, "model_config")):
+    if not callable(method) or not has_leading_arguments(method, LOAD_MODEL_PARAMETERS):
         return None
     return method
 
@@ -128,7 +131,13 @@ _previous_init_subclass: dict[type, Any] = {}
 def _wrap(cls: type, before: Before | None, after: After | None) -> None:
     current = cls.load_model  # the base's may be inherited from a mixin; the others are their own
     if getattr(current, "_caovan_checks", None) != (before, after):
-        cls.load_model = wrap_load_model(getattr(current, "_caovan_wrapped", current), before, after)
+        own = cls.__dict__.get("load_model")
+        # Whether vLLM's load_model was inherited, carried over when the checks are replaced: uninstall then
+        # deletes the wrapper instead of leaving a copy of the inherited method in the class.
+        inherited = getattr(own, "_caovan_inherited", False) if own is not None else True
+        wrapper = wrap_load_model(getattr(current, "_caovan_wrapped", current), before, after)
+        wrapper._caovan_inherited = inherited  # type: ignore[attr-defined]
+        cls.load_model = wrapper
 
 
 def _hook_later_subclasses(base: type, before: Before | None, after: After | None) -> None:
@@ -162,9 +171,13 @@ def uninstall() -> bool:
     wrapped one."""
     restored = False
     for cls in loader_classes():
-        original = getattr(cls.load_model, "_caovan_wrapped", None)
+        wrapper = cls.__dict__.get("load_model")
+        original = getattr(wrapper, "_caovan_wrapped", None)
         if original is not None:
-            cls.load_model = original
+            if getattr(wrapper, "_caovan_inherited", False):
+                del cls.load_model
+            else:
+                cls.load_model = original
             restored = True
         if cls in _previous_init_subclass:
             previous = _previous_init_subclass.pop(cls)

@@ -41,7 +41,7 @@ class Selection:
 def _module_exists(dotted: str) -> bool:
     try:
         return importlib.util.find_spec(dotted) is not None
-    except (ImportError, ValueError):
+    except Exception:  # find_spec imports the parent packages: whatever their import raises, the marker is absent
         return False
 
 

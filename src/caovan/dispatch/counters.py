@@ -74,16 +74,16 @@ def _at_exit() -> None:
     target = os.environ.get("CAOVAN_COUNTERS_FILE")
     if target:
         path = Path(target.replace("{pid}", str(os.getpid())))
-        tmp = path.with_name(path.name + ".tmp")
         try:
+            tmp = path.with_name(path.name + ".tmp")  # ValueError for a path naming no file ("." or "/")
             tmp.write_text(json.dumps(snap, sort_keys=True))
             os.replace(tmp, path)
-        except OSError as exc:  # a traceback at exit helps nobody: say where and why, once
+        except (OSError, ValueError) as exc:  # a traceback at exit helps nobody: say where and why, once
             logger.warning(
                 "caovan dispatch counters not written: CAOVAN_COUNTERS_FILE=%s: %s: %s",
                 target,
                 type(exc).__name__,
-                exc.strerror or exc,
+                getattr(exc, "strerror", None) or exc,
             )
 
 
