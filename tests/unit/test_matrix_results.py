@@ -363,6 +363,9 @@ def test_atomic_write_through_a_symlink_writes_its_target(tmp_path):
         ("row.cuda", "", "field 'row.cuda': '' is not a CUDA/torch build tag"),
         ("plugin.source_fingerprint", "", "field 'plugin.source_fingerprint': '' is not a fingerprint"),
         ("row_fingerprint", None, "field 'row_fingerprint': expected str, got null None"),
+        ("row_fingerprint", "0123456789abcdef\n", "field 'row_fingerprint': '0123456789abcdef\\n' is not a"),
+        ("runner", "qa\n", "field 'runner': 'qa\\n' is not a runner name"),
+        ("row.id", "vllm-0.21.0\n", "field 'row.id': 'vllm-0.21.0\\n' is not a row id"),
     ],
 )
 def test_fields_with_a_format_are_checked(dotted, value, expected):
