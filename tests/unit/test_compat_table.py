@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -292,3 +293,17 @@ def test_lines_at_other_source_than_the_checkout_are_named(workspace):
 def test_older_source_note_outside_a_checkout_says_nothing(workspace, tmp_path):
     results, _ = workspace
     assert older_source_note(results, tmp_path) is None
+
+
+def test_the_table_does_not_depend_on_whether_wcwidth_is_installed(workspace, monkeypatch):
+    # tabulate measures cells with wcwidth when it can import it (an emoji then counts 2): the same results would
+    # give another doc on a machine that has it, and `compat --check` in lint would fail there.
+    import tabulate
+
+    results, _ = workspace
+    without = render_block(collect_results(results))
+    wide = {"✅", "❌", "⚠", "⏭", "➖"}
+    fake_wcwidth = SimpleNamespace(wcswidth=lambda text: len(text) + sum(ch in wide for ch in text))
+    monkeypatch.setattr(tabulate, "wcwidth", fake_wcwidth)
+    monkeypatch.setattr(tabulate, "WIDE_CHARS_MODE", True)
+    assert render_block(collect_results(results)) == without

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tabulate as tabulate_module
 from packaging.version import InvalidVersion, Version
 from tabulate import tabulate
 
@@ -254,6 +255,17 @@ def _table_line(result: LoadedResult, notes: _Notes) -> list[str]:
     return [_cell(item) for item in line]
 
 
+def _github_table(lines: list[list[str]], headers: list[str]) -> str:
+    # tabulate counts an emoji as two columns when it can import wcwidth and as one when not: the doc would
+    # depend on what is installed where it is generated, and `compat --check` fail where it is checked.
+    saved = tabulate_module.WIDE_CHARS_MODE
+    tabulate_module.WIDE_CHARS_MODE = False
+    try:
+        return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+    finally:
+        tabulate_module.WIDE_CHARS_MODE = saved
+
+
 def render_block(results: Sequence[LoadedResult], rows_without_results: Sequence[str] = ()) -> str:
     """The generated markdown between the markers (no markers), from validated results only, and the ids of the
     matrix rows that have no result on any runner yet (listed under the table, so that they are not invisible)."""
@@ -275,7 +287,7 @@ def render_block(results: Sequence[LoadedResult], rows_without_results: Sequence
     notes = _Notes()
     lines = [_table_line(result, notes) for result in ordered]
     headers = ["vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner", "plugin @source", *TIERS, "date"]
-    table = tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+    table = _github_table(lines, headers)
     parts = [*header, table, "", LEGEND]
     if notes.numbers:
         parts += ["", "Notes:", "", notes.render()]
