@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -307,3 +309,21 @@ def test_the_table_does_not_depend_on_whether_wcwidth_is_installed(workspace, mo
     monkeypatch.setattr(tabulate, "wcwidth", fake_wcwidth)
     monkeypatch.setattr(tabulate, "WIDE_CHARS_MODE", True)
     assert render_block(collect_results(results)) == without
+
+
+def test_a_doc_that_cannot_be_written_is_one_error_and_stays_as_it_was(workspace, monkeypatch, capsys):
+    results, doc = workspace
+    before = doc.read_bytes()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkstemp", full_disk)
+    with pytest.raises(MatrixError) as caught:
+        regenerate(results, doc)
+    assert caught.value.messages == [f"{doc}: cannot write the compat doc: No space left on device (left as it was)"]
+    assert doc.read_bytes() == before
+    assert main(["--results", str(results), "--doc", str(doc)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"compat: error: {doc}: cannot write the compat doc: No space left on device (left as it was)"
+    ]

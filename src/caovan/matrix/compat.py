@@ -340,7 +340,10 @@ def regenerate(
     if new_text == old_text:
         return False
     if not check:
-        write_text_atomic(Path(doc_path), new_text)
+        try:
+            write_text_atomic(Path(doc_path), new_text)
+        except OSError as exc:  # a full disk, a read-only checkout: the temp file is gone, the doc as it was
+            raise MatrixError(f"{shown}: cannot write the compat doc: {exc.strerror or exc} (left as it was)") from None
     return True
 
 
