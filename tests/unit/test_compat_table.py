@@ -327,3 +327,21 @@ def test_a_doc_that_cannot_be_written_is_one_error_and_stays_as_it_was(workspace
     assert capsys.readouterr().err.splitlines() == [
         f"compat: error: {doc}: cannot write the compat doc: No space left on device (left as it was)"
     ]
+
+
+def test_a_line_that_ran_with_older_source_than_the_newest_result_is_marked_stale_in_the_doc(workspace):
+    # The doc is made from result files alone, so "older" is measured against the newest result among them.
+    results, _ = workspace
+    path = results / "cpu" / "vllm-0.20.2.json"
+    doc = json.loads(path.read_text())
+    doc["plugin"]["source_fingerprint"] = "abcdef0123456789"
+    path.write_text(json.dumps(doc))
+    block = render_block(collect_results(results))
+    lines = {(r[0], r[6]): r for r in table_lines(block)[1:]}
+    assert lines[("0.20.2", "cpu")][7] == "0.1.0 @abcdef01 [4]"
+    assert lines[("0.21.0", "cpu")][7] == "0.1.0 @01234567"
+    assert lines[("0.21.0", "nvidia-geforce-rtx-2080-ti")][7] == "0.1.0 @01234567"
+    assert (
+        "- [4] stale: ran with plugin source @abcdef01, older than that of the newest result "
+        "(@01234567, nvidia-geforce-rtx-2080-ti/vllm-0.21.0, 2026-11-28T10:20:00Z); re-run it to refresh"
+    ) in block.splitlines()

@@ -53,7 +53,8 @@ LEGEND = (
     "`[n]` points to the notes below the table. **family** is the GDN adapter family the plugin "
     "chose for that vLLM (probed inside the row's venv); CUDA is the row's torch build tag; "
     "**plugin @source** is the plugin version and the fingerprint of the plugin source and tests the row ran "
-    "with (rows run with different source carry different fingerprints)."
+    "with (rows run with different source carry different fingerprints; a line whose source is older than the "
+    "newest result's has a *stale* note)."
 )
 
 
@@ -215,7 +216,12 @@ def _cuda_cell(row: Mapping[str, Any], env: Mapping[str, Any]) -> str:
     return tag
 
 
-def _table_line(result: LoadedResult, notes: _Notes) -> list[str]:
+def _newest(results: Sequence[LoadedResult]) -> LoadedResult:
+    """The result that finished last (ties broken by fingerprint and place, so that the pick never varies)."""
+    return max(results, key=lambda r: (r.doc["finished_at"], r.doc["plugin"]["source_fingerprint"], r.sort_key))
+
+
+def _table_line(result: LoadedResult, notes: _Notes, newest: LoadedResult) -> list[str]:
     doc = result.doc
     row, env, tiers = doc["row"], doc["env"], doc["tiers"]
     vllm = row["vllm"]
@@ -233,7 +239,17 @@ def _table_line(result: LoadedResult, notes: _Notes) -> list[str]:
         _installed_cell(row["python"], env["python"]),
         _cuda_cell(row, env),
     ]
-    plugin = f"{doc['plugin']['version']} @{doc['plugin']['source_fingerprint'][:8]}"
+    fingerprint = doc["plugin"]["source_fingerprint"]
+    plugin = f"{doc['plugin']['version']} @{fingerprint[:8]}"
+    newest_fingerprint = newest.doc["plugin"]["source_fingerprint"]
+    if fingerprint != newest_fingerprint:
+        # The doc is made from result files alone, so the newest of them stands for the current source: a line
+        # of other source is older than that (GPU rows are re-run less often than the source changes).
+        plugin += " " + notes.ref(
+            f"stale: ran with plugin source @{fingerprint[:8]}, older than that of the newest result "
+            f"(@{newest_fingerprint[:8]}, {newest.doc['runner']}/{newest.doc['row']['id']}, "
+            f"{newest.doc['finished_at']}); re-run it to refresh"
+        )
     install = doc.get("install") or {}
     if install.get("mode") == "current-environment":
         # run-here: the host's own environment (e.g. an offline GPU box), not the row's isolated venv.
@@ -285,7 +301,8 @@ def render_block(results: Sequence[LoadedResult], rows_without_results: Sequence
     ordered = sorted(results, key=lambda r: r.sort_key)
     ordered = sorted(ordered, key=lambda r: _version_key(r.doc["row"]["vllm"]), reverse=True)
     notes = _Notes()
-    lines = [_table_line(result, notes) for result in ordered]
+    newest = _newest(ordered)
+    lines = [_table_line(result, notes, newest) for result in ordered]
     headers = ["vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner", "plugin @source", *TIERS, "date"]
     table = _github_table(lines, headers)
     parts = [*header, table, "", LEGEND]
