@@ -345,3 +345,16 @@ def test_a_line_that_ran_with_older_source_than_the_newest_result_is_marked_stal
         "- [4] stale: ran with plugin source @abcdef01, older than that of the newest result "
         "(@01234567, nvidia-geforce-rtx-2080-ti/vllm-0.21.0, 2026-11-28T10:20:00Z); re-run it to refresh"
     ) in block.splitlines()
+
+
+def test_a_cpu_row_whose_torch_is_a_cuda_build_does_not_read_as_a_cpu_build(workspace):
+    results, doc = workspace
+    matrix = doc.parent / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace("cuda: cu130", "cuda: cpu"))
+    for path in results.glob("*/*.json"):
+        data = json.loads(path.read_text())
+        data["row"]["cuda"] = "cpu"
+        path.write_text(json.dumps(data))
+    lines = table_lines(render_block(collect_results(results)))[1:]
+    cells = {line[4] for line in lines}
+    assert all(cell.startswith("cpu (torch built for CUDA ") for cell in cells), cells

@@ -211,7 +211,8 @@ def _cuda_cell(row: Mapping[str, Any], env: Mapping[str, Any]) -> str:
         return tag
     if torch_cuda is None:
         return f"{tag} (torch is a CPU build)" if tag != "cpu" else tag
-    if tag.startswith("cu") and tag[2:] != torch_cuda.replace(".", ""):
+    # A cpu or rocm tag with a CUDA torch (PyPI's default wheels) would otherwise read as the build that ran.
+    if not tag.startswith("cu") or tag[2:] != torch_cuda.replace(".", ""):
         return f"{tag} (torch built for CUDA {torch_cuda})"
     return tag
 
