@@ -394,3 +394,12 @@ def test_newer_schema_version_says_the_file_is_from_a_newer_caovan():
     doc["schema_version"] = RESULT_SCHEMA_VERSION + 1
     (message,) = validate_result(doc, "r.json")
     assert "written by a newer caovan than this checkout" in message and "rerun" not in message
+
+
+def test_a_tier_record_the_results_own_row_does_not_list_is_an_error():
+    # compat would show it as run for a row that does not run it.
+    doc = document(ALL_DONE)
+    doc["row"]["tiers"] = ["discovery", "kernel"]
+    assert validate_result(doc, "r.json") == [
+        "r.json: field 'tiers.serve': the result's row does not list this tier (row.tiers: discovery, kernel)"
+    ]

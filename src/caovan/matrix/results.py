@@ -192,6 +192,12 @@ def validate_result(data: Any, shown: str) -> list[str]:
             for tier in row_tiers:
                 if tier not in tiers:
                     check.errors.append(f"{shown}: field 'tiers.{tier}': missing (the row lists this tier)")
+            for tier in tiers:
+                if tier in TIERS and tier not in row_tiers:
+                    check.errors.append(
+                        f"{shown}: field 'tiers.{tier}': the result's row does not list this tier "
+                        f"(row.tiers: {', '.join(row_tiers)})"
+                    )
     return check.errors
 
 
