@@ -358,3 +358,14 @@ def test_a_cpu_row_whose_torch_is_a_cuda_build_does_not_read_as_a_cpu_build(work
     lines = table_lines(render_block(collect_results(results)))[1:]
     cells = {line[4] for line in lines}
     assert all(cell.startswith("cpu (torch built for CUDA ") for cell in cells), cells
+
+
+def test_a_result_file_nested_deeper_than_runner_folder_is_an_error_not_ignored(workspace):
+    # e.g. artifacts unpacked into a folder of their own: the doc would silently leave those runs out.
+    results, doc = workspace
+    nested = results / "result-vllm-0.21.0" / "cpu" / "vllm-0.21.0.json"
+    nested.parent.mkdir(parents=True)
+    shutil.copy(results / "cpu" / "vllm-0.21.0.json", nested)
+    with pytest.raises(MatrixError) as caught:
+        regenerate(results, doc)
+    assert caught.value.messages == [f"{nested}: result files belong in <results>/<runner>/<row>.json"]

@@ -112,7 +112,8 @@ def _collect(
     """:func:`collect_results` with the matrix rows already read (``None``: not checked against rows)."""
     errors: list[str] = []
     loaded: list[LoadedResult] = []
-    for stray in sorted(results_dir.glob("*.json")):
+    # Above or below <runner>/ alike: a file there (artifacts unpacked into a folder of their own) would be left out.
+    for stray in sorted(p for p in results_dir.rglob("*.json") if len(p.relative_to(results_dir).parts) != 2):
         errors.append(f"{_shown(stray, base)}: result files belong in <results>/<runner>/<row>.json")
     for path in sorted(results_dir.glob("*/*.json")):
         shown = _shown(path, base)
