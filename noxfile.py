@@ -200,19 +200,22 @@ def matrix(session: nox.Session, row_id: str) -> None:
         env = gather_envinfo(session, CACHE_DIR / "envinfo" / options.runner / f"{row.id}.json")
         return Prepared(str(Path(session.bin) / "python"), env, {}, _run_env(session))
 
-    outcome = run_row(
-        row,
-        provenance,
-        runner=options.runner,
-        selected_tiers=options.tiers,
-        redo=options.redo,
-        root=ROOT,
-        results_dir=RESULTS_DIR,
-        cache_dir=CACHE_DIR,
-        prepare=prepare,
-        log=session.log,
-        install_note={"wheelhouse": str(options.wheelhouse) if options.wheelhouse else None},
-    )
+    try:
+        outcome = run_row(
+            row,
+            provenance,
+            runner=options.runner,
+            selected_tiers=options.tiers,
+            redo=options.redo,
+            root=ROOT,
+            results_dir=RESULTS_DIR,
+            cache_dir=CACHE_DIR,
+            prepare=prepare,
+            log=session.log,
+            install_note={"wheelhouse": str(options.wheelhouse) if options.wheelhouse else None},
+        )
+    except MatrixError as exc:  # its result file cannot be written
+        session.error(str(exc))
     if options.strict and outcome.bad_tiers:
         session.error(
             f"--strict: tier(s) {', '.join(outcome.bad_tiers)} failed or errored "

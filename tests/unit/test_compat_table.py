@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
+import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -292,3 +295,77 @@ def test_lines_at_other_source_than_the_checkout_are_named(workspace):
 def test_older_source_note_outside_a_checkout_says_nothing(workspace, tmp_path):
     results, _ = workspace
     assert older_source_note(results, tmp_path) is None
+
+
+def test_the_table_does_not_depend_on_whether_wcwidth_is_installed(workspace, monkeypatch):
+    # tabulate measures cells with wcwidth when it can import it (an emoji then counts 2): the same results would
+    # give another doc on a machine that has it, and `compat --check` in lint would fail there.
+    import tabulate
+
+    results, _ = workspace
+    without = render_block(collect_results(results))
+    wide = {"✅", "❌", "⚠", "⏭", "➖"}
+    fake_wcwidth = SimpleNamespace(wcswidth=lambda text: len(text) + sum(ch in wide for ch in text))
+    monkeypatch.setattr(tabulate, "wcwidth", fake_wcwidth)
+    monkeypatch.setattr(tabulate, "WIDE_CHARS_MODE", True)
+    assert render_block(collect_results(results)) == without
+
+
+def test_a_doc_that_cannot_be_written_is_one_error_and_stays_as_it_was(workspace, monkeypatch, capsys):
+    results, doc = workspace
+    before = doc.read_bytes()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkstemp", full_disk)
+    with pytest.raises(MatrixError) as caught:
+        regenerate(results, doc)
+    assert caught.value.messages == [f"{doc}: cannot write the compat doc: No space left on device (left as it was)"]
+    assert doc.read_bytes() == before
+    assert main(["--results", str(results), "--doc", str(doc)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"compat: error: {doc}: cannot write the compat doc: No space left on device (left as it was)"
+    ]
+
+
+def test_a_line_that_ran_with_older_source_than_the_newest_result_is_marked_stale_in_the_doc(workspace):
+    # The doc is made from result files alone, so "older" is measured against the newest result among them.
+    results, _ = workspace
+    path = results / "cpu" / "vllm-0.20.2.json"
+    doc = json.loads(path.read_text())
+    doc["plugin"]["source_fingerprint"] = "abcdef0123456789"
+    path.write_text(json.dumps(doc))
+    block = render_block(collect_results(results))
+    lines = {(r[0], r[6]): r for r in table_lines(block)[1:]}
+    assert lines[("0.20.2", "cpu")][7] == "0.1.0 @abcdef01 [4]"
+    assert lines[("0.21.0", "cpu")][7] == "0.1.0 @01234567"
+    assert lines[("0.21.0", "nvidia-geforce-rtx-2080-ti")][7] == "0.1.0 @01234567"
+    assert (
+        "- [4] stale: ran with plugin source @abcdef01, older than that of the newest result "
+        "(@01234567, nvidia-geforce-rtx-2080-ti/vllm-0.21.0, 2026-11-28T10:20:00Z); re-run it to refresh"
+    ) in block.splitlines()
+
+
+def test_a_cpu_row_whose_torch_is_a_cuda_build_does_not_read_as_a_cpu_build(workspace):
+    results, doc = workspace
+    matrix = doc.parent / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace("cuda: cu130", "cuda: cpu"))
+    for path in results.glob("*/*.json"):
+        data = json.loads(path.read_text())
+        data["row"]["cuda"] = "cpu"
+        path.write_text(json.dumps(data))
+    lines = table_lines(render_block(collect_results(results)))[1:]
+    cells = {line[4] for line in lines}
+    assert all(cell.startswith("cpu (torch built for CUDA ") for cell in cells), cells
+
+
+def test_a_result_file_nested_deeper_than_runner_folder_is_an_error_not_ignored(workspace):
+    # e.g. artifacts unpacked into a folder of their own: the doc would silently leave those runs out.
+    results, doc = workspace
+    nested = results / "result-vllm-0.21.0" / "cpu" / "vllm-0.21.0.json"
+    nested.parent.mkdir(parents=True)
+    shutil.copy(results / "cpu" / "vllm-0.21.0.json", nested)
+    with pytest.raises(MatrixError) as caught:
+        regenerate(results, doc)
+    assert caught.value.messages == [f"{nested}: result files belong in <results>/<runner>/<row>.json"]

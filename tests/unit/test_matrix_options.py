@@ -93,6 +93,7 @@ def test_posargs_win_over_environment_variables(tmp_path):
         (["--tiers", "discovery,kernal"], {}, "--tiers: unknown tier(s) kernal"),
         ([], {"CAOVAN_TIERS": "gpu"}, "CAOVAN_TIERS: unknown tier(s) gpu"),
         (["--runner", "My Box"], {}, "--runner: runner name 'My Box' must be a slug"),
+        ([], {"CAOVAN_RUNNER": "cpu\n"}, "CAOVAN_RUNNER: runner name 'cpu\\n' must be a slug"),
         (["--frobnicate"], {}, "unrecognized arguments: --frobnicate"),
         (["--wheelhouse", "/no/such/folder"], {}, "folder does not exist"),
     ],

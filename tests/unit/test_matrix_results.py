@@ -363,6 +363,9 @@ def test_atomic_write_through_a_symlink_writes_its_target(tmp_path):
         ("row.cuda", "", "field 'row.cuda': '' is not a CUDA/torch build tag"),
         ("plugin.source_fingerprint", "", "field 'plugin.source_fingerprint': '' is not a fingerprint"),
         ("row_fingerprint", None, "field 'row_fingerprint': expected str, got null None"),
+        ("row_fingerprint", "0123456789abcdef\n", "field 'row_fingerprint': '0123456789abcdef\\n' is not a"),
+        ("runner", "qa\n", "field 'runner': 'qa\\n' is not a runner name"),
+        ("row.id", "vllm-0.21.0\n", "field 'row.id': 'vllm-0.21.0\\n' is not a row id"),
     ],
 )
 def test_fields_with_a_format_are_checked(dotted, value, expected):
@@ -391,3 +394,12 @@ def test_newer_schema_version_says_the_file_is_from_a_newer_caovan():
     doc["schema_version"] = RESULT_SCHEMA_VERSION + 1
     (message,) = validate_result(doc, "r.json")
     assert "written by a newer caovan than this checkout" in message and "rerun" not in message
+
+
+def test_a_tier_record_the_results_own_row_does_not_list_is_an_error():
+    # compat would show it as run for a row that does not run it.
+    doc = document(ALL_DONE)
+    doc["row"]["tiers"] = ["discovery", "kernel"]
+    assert validate_result(doc, "r.json") == [
+        "r.json: field 'tiers.serve': the result's row does not list this tier (row.tiers: discovery, kernel)"
+    ]

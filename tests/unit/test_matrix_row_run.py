@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
 import pytest
 from matrix_fixtures import PROVENANCE, ROW
 
-from caovan.matrix import row_run
+from caovan.matrix import MatrixError, row_run
 from caovan.matrix.results import Provenance
 from caovan.matrix.row_run import Prepared, run_row
 
@@ -138,3 +139,36 @@ def test_a_run_in_another_install_does_not_keep_the_stored_tiers_and_says_so(run
         "tiers discovery: stored results not kept, they ran in the host's environment (/usr/bin/python3), this run "
         "in an isolated venv of the row (a result file does not mix installs): recorded as not run"
     ) in runs.lines
+
+
+def test_a_result_folder_that_cannot_be_written_is_one_error_before_any_tier_runs(runs):
+    (runs.root / "matrix" / "results").mkdir(parents=True)
+    (runs.root / "matrix" / "results" / "qa").write_text("a file where the runner's folder goes")
+    with pytest.raises(MatrixError) as caught:
+        runs()
+    assert runs.ran == []
+    (message,) = caught.value.messages
+    assert message.startswith("matrix/results/qa/vllm-0.21.0.json: cannot write the result there: ")
+    assert "nothing was run" in message
+
+
+def test_a_result_that_cannot_be_written_at_the_end_is_one_error_and_the_tiers_are_kept(runs, monkeypatch):
+    real_write = row_run.write_json_atomic
+
+    def full_disk_for_results(path, data):
+        if "results" in Path(path).parts:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(path, data)
+
+    monkeypatch.setattr(row_run, "write_json_atomic", full_disk_for_results)
+    with pytest.raises(MatrixError) as caught:
+        runs(kernel="fail")
+    assert caught.value.messages == [
+        "matrix/results/qa/vllm-0.21.0.json: cannot write the result: No space left on device; tiers discovery, "
+        "kernel, serve finished and are kept in build/matrix/state/qa/vllm-0.21.0.json: the same command "
+        "writes it without running them again"
+    ]
+    monkeypatch.setattr(row_run, "write_json_atomic", real_write)
+    runs()
+    assert runs.ran == []
+    assert runs.outcomes_on_disk() == {"discovery": "pass", "kernel": "fail", "serve": "pass"}

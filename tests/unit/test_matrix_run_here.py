@@ -136,3 +136,14 @@ def test_run_here_ctrl_c_before_any_tier_says_nothing_was_written(checkout, monk
     assert matrix_cli(["run-here", ROW, "--runner", "qa"]) == 130
     assert capsys.readouterr().err == "matrix run-here: interrupted before any tier ran: nothing written\n"
     assert row_runs == []
+
+
+def test_run_here_with_a_result_folder_it_cannot_write_is_one_error_before_any_tier(checkout, monkeypatch, capsys):
+    def no_tier(*args, **kwargs):
+        raise AssertionError("no tier may run")
+
+    monkeypatch.setattr(row_run, "run_tier", no_tier)
+    (checkout / "matrix" / "results").write_text("a file where the results folder goes")
+    assert matrix_cli(["run-here", ROW, "--runner", "qa"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("matrix: error: matrix/results/qa/vllm-0.21.0.json: cannot write the result there: ")

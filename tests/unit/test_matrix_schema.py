@@ -84,6 +84,11 @@ def test_missing_field_names_the_field(tmp_path):
         ),
         ('vllm: "0.21.0"', 'vllm: ">=0.21"', "field 'vllm': '>=0.21' is not an exact version"),
         ("id: vllm-0.21.0", "id: Vllm 0.21", "field 'id': 'Vllm 0.21' is not a row id"),
+        # A regex "$" also matches before a final newline: such an id would name a session and a file.
+        ("id: vllm-0.21.0", 'id: "vllm-0.21.0\\n"', "field 'id': 'vllm-0.21.0\\n' is not a row id"),
+        ("cuda: cu130", 'cuda: "cu130\\n"', "field 'cuda': 'cu130\\n' is not a CUDA/torch build tag"),
+        ('python: "3.11"', 'python: "3.11\\n"', "field 'python': '3.11\\n' is not a Python version"),
+        ("runner_labels: [self-hosted", 'runner_labels: ["self-hosted\\n"', "'self-hosted\\n' is not a runner label"),
     ],
 )
 def test_wrong_type_or_value_names_the_field(tmp_path, replace, by, expected):

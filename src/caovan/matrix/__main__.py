@@ -141,6 +141,10 @@ def run_here(positional: list[str], option_args: argparse.Namespace, matrix_dir:
             # Known before planning: records of another install are not reused (results.stale_reason).
             install_note={"mode": "current-environment", "python": sys.executable},
         )
+    except MatrixError as exc:  # its result file cannot be written
+        for message in exc.messages:
+            print(f"matrix: error: {message}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130  # run_row has said what is kept
     return 1 if options.strict and outcome.bad_tiers else 0

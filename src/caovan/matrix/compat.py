@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tabulate as tabulate_module
 from packaging.version import InvalidVersion, Version
 from tabulate import tabulate
 
@@ -52,7 +53,8 @@ LEGEND = (
     "`[n]` points to the notes below the table. **family** is the GDN adapter family the plugin "
     "chose for that vLLM (probed inside the row's venv); CUDA is the row's torch build tag; "
     "**plugin @source** is the plugin version and the fingerprint of the plugin source and tests the row ran "
-    "with (rows run with different source carry different fingerprints)."
+    "with (rows run with different source carry different fingerprints; a line whose source is older than the "
+    "newest result's has a *stale* note)."
 )
 
 
@@ -110,7 +112,8 @@ def _collect(
     """:func:`collect_results` with the matrix rows already read (``None``: not checked against rows)."""
     errors: list[str] = []
     loaded: list[LoadedResult] = []
-    for stray in sorted(results_dir.glob("*.json")):
+    # Above or below <runner>/ alike: a file there (artifacts unpacked into a folder of their own) would be left out.
+    for stray in sorted(p for p in results_dir.rglob("*.json") if len(p.relative_to(results_dir).parts) != 2):
         errors.append(f"{_shown(stray, base)}: result files belong in <results>/<runner>/<row>.json")
     for path in sorted(results_dir.glob("*/*.json")):
         shown = _shown(path, base)
@@ -209,12 +212,18 @@ def _cuda_cell(row: Mapping[str, Any], env: Mapping[str, Any]) -> str:
         return tag
     if torch_cuda is None:
         return f"{tag} (torch is a CPU build)" if tag != "cpu" else tag
-    if tag.startswith("cu") and tag[2:] != torch_cuda.replace(".", ""):
+    # A cpu or rocm tag with a CUDA torch (PyPI's default wheels) would otherwise read as the build that ran.
+    if not tag.startswith("cu") or tag[2:] != torch_cuda.replace(".", ""):
         return f"{tag} (torch built for CUDA {torch_cuda})"
     return tag
 
 
-def _table_line(result: LoadedResult, notes: _Notes) -> list[str]:
+def _newest(results: Sequence[LoadedResult]) -> LoadedResult:
+    """The result that finished last (ties broken by fingerprint and place, so that the pick never varies)."""
+    return max(results, key=lambda r: (r.doc["finished_at"], r.doc["plugin"]["source_fingerprint"], r.sort_key))
+
+
+def _table_line(result: LoadedResult, notes: _Notes, newest: LoadedResult) -> list[str]:
     doc = result.doc
     row, env, tiers = doc["row"], doc["env"], doc["tiers"]
     vllm = row["vllm"]
@@ -232,7 +241,17 @@ def _table_line(result: LoadedResult, notes: _Notes) -> list[str]:
         _installed_cell(row["python"], env["python"]),
         _cuda_cell(row, env),
     ]
-    plugin = f"{doc['plugin']['version']} @{doc['plugin']['source_fingerprint'][:8]}"
+    fingerprint = doc["plugin"]["source_fingerprint"]
+    plugin = f"{doc['plugin']['version']} @{fingerprint[:8]}"
+    newest_fingerprint = newest.doc["plugin"]["source_fingerprint"]
+    if fingerprint != newest_fingerprint:
+        # The doc is made from result files alone, so the newest of them stands for the current source: a line
+        # of other source is older than that (GPU rows are re-run less often than the source changes).
+        plugin += " " + notes.ref(
+            f"stale: ran with plugin source @{fingerprint[:8]}, older than that of the newest result "
+            f"(@{newest_fingerprint[:8]}, {newest.doc['runner']}/{newest.doc['row']['id']}, "
+            f"{newest.doc['finished_at']}); re-run it to refresh"
+        )
     install = doc.get("install") or {}
     if install.get("mode") == "current-environment":
         # run-here: the host's own environment (e.g. an offline GPU box), not the row's isolated venv.
@@ -254,6 +273,17 @@ def _table_line(result: LoadedResult, notes: _Notes) -> list[str]:
     return [_cell(item) for item in line]
 
 
+def _github_table(lines: list[list[str]], headers: list[str]) -> str:
+    # tabulate counts an emoji as two columns when it can import wcwidth and as one when not: the doc would
+    # depend on what is installed where it is generated, and `compat --check` fail where it is checked.
+    saved = tabulate_module.WIDE_CHARS_MODE
+    tabulate_module.WIDE_CHARS_MODE = False
+    try:
+        return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+    finally:
+        tabulate_module.WIDE_CHARS_MODE = saved
+
+
 def render_block(results: Sequence[LoadedResult], rows_without_results: Sequence[str] = ()) -> str:
     """The generated markdown between the markers (no markers), from validated results only, and the ids of the
     matrix rows that have no result on any runner yet (listed under the table, so that they are not invisible)."""
@@ -273,9 +303,10 @@ def render_block(results: Sequence[LoadedResult], rows_without_results: Sequence
     ordered = sorted(results, key=lambda r: r.sort_key)
     ordered = sorted(ordered, key=lambda r: _version_key(r.doc["row"]["vllm"]), reverse=True)
     notes = _Notes()
-    lines = [_table_line(result, notes) for result in ordered]
+    newest = _newest(ordered)
+    lines = [_table_line(result, notes, newest) for result in ordered]
     headers = ["vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner", "plugin @source", *TIERS, "date"]
-    table = tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+    table = _github_table(lines, headers)
     parts = [*header, table, "", LEGEND]
     if notes.numbers:
         parts += ["", "Notes:", "", notes.render()]
@@ -328,7 +359,10 @@ def regenerate(
     if new_text == old_text:
         return False
     if not check:
-        write_text_atomic(Path(doc_path), new_text)
+        try:
+            write_text_atomic(Path(doc_path), new_text)
+        except OSError as exc:  # a full disk, a read-only checkout: the temp file is gone, the doc as it was
+            raise MatrixError(f"{shown}: cannot write the compat doc: {exc.strerror or exc} (left as it was)") from None
     return True
 
 

@@ -22,9 +22,9 @@ from . import RESULT_SCHEMA_VERSION, TIERS, MatrixError
 from .schema import CUDA_TAG_PATTERN, PYTHON_PATTERN, ROW_ID_PATTERN, MatrixRow, pep440_form
 from .tiers import FINAL_TIER_OUTCOMES, TIER_OUTCOMES
 
-RUNNER_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+RUNNER_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
 #: Row and source fingerprints (:func:`~caovan.matrix.schema.spec_fingerprint`, ``source_fingerprint``).
-FINGERPRINT_PATTERN = re.compile(r"^[0-9a-f]{16}$")
+FINGERPRINT_PATTERN = re.compile(r"^[0-9a-f]{16}\Z")
 #: How result files write times (:func:`caovan.matrix.tiers.utc_now`).
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -192,6 +192,12 @@ def validate_result(data: Any, shown: str) -> list[str]:
             for tier in row_tiers:
                 if tier not in tiers:
                     check.errors.append(f"{shown}: field 'tiers.{tier}': missing (the row lists this tier)")
+            for tier in tiers:
+                if tier in TIERS and tier not in row_tiers:
+                    check.errors.append(
+                        f"{shown}: field 'tiers.{tier}': the result's row does not list this tier "
+                        f"(row.tiers: {', '.join(row_tiers)})"
+                    )
     return check.errors
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..jsonfile import output_path_problem
+from . import MatrixError
 from .results import (
     Provenance,
     build_result,
@@ -94,6 +96,11 @@ def run_row(
             if dropped:
                 log(f"tiers {', '.join(dropped)}: stored results not kept, {why}: recorded as not run")
 
+        # Before tiers that may take hours: a run that cannot write its result at the end has run for nothing.
+        problem = _result_file_problem(result_file, root)
+        if problem is not None:
+            raise MatrixError(f"{shown}: cannot write the result there: {problem}; nothing was run")
+
         started_at = (partial or {}).get("started_at") if plan.resumes_partial else None
         started_at = started_at or utc_now()
         tiers: dict[str, dict] = dict(plan.reused)
@@ -138,7 +145,14 @@ def run_row(
 
         progress.doing = "while writing the result"
         final = document(True)
-        write_json_atomic(result_file, final)
+        try:
+            write_json_atomic(result_file, final)
+        except OSError as exc:  # a disk that filled up during the run: the state file has every finished tier
+            if progress.finished:
+                how = progress.kept(_shown(state_file, root), redo=redo, what="writes it without running them again")
+            else:
+                how = "no tier ran in this run, the same command tries again"
+            raise MatrixError(f"{shown}: cannot write the result: {exc.strerror or exc}; {how}") from None
         progress.result_written = True
         state_file.unlink(missing_ok=True)
         summary = ", ".join(f"{tier} {record['outcome']}" for tier, record in final["tiers"].items())
@@ -148,6 +162,16 @@ def run_row(
     except KeyboardInterrupt:
         log(progress.interrupted(result_file, root, _shown(state_file, root), redo=redo))
         raise
+
+
+def _result_file_problem(result_file: Path, root: Path) -> str | None:
+    """Why ``result_file`` cannot be written (its runner folder is made here if missing); None if it can."""
+    try:
+        result_file.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{exc.strerror or exc}: {_shown(result_file.parent, root)}"
+    problem = output_path_problem("", str(result_file))
+    return None if problem is None else problem.removeprefix(f" {result_file}: ")
 
 
 def _shown(path: Path, root: Path) -> Path:
@@ -172,9 +196,13 @@ class _Progress:
             head = f"interrupted {self.doing}: no {result_shown} written"
         if not self.finished:
             return f"{head}; no tier finished in this run, so the same command runs its tiers again"
+        return f"{head}; {self.kept(state_shown, redo=redo, what='resumes after them')}"
+
+    def kept(self, state_shown: Path, *, redo: bool, what: str) -> str:
+        """Where the finished tiers are kept and the command that goes on from them (``what`` it does)."""
         if redo:
             # A redo does not resume: it reruns every selected tier.
-            how = "the same command without --redo resumes after them (with --redo it starts them over)"
+            how = f"the same command without --redo {what} (with --redo it starts them over)"
         else:
-            how = "the same command resumes after them"
-        return f"{head}; tiers {', '.join(self.finished)} finished and are kept in {state_shown}: {how}"
+            how = f"the same command {what}"
+        return f"tiers {', '.join(self.finished)} finished and are kept in {state_shown}: {how}"

@@ -34,10 +34,11 @@ from packaging.version import InvalidVersion, Version
 
 from . import TIERS, MatrixError
 
-ROW_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-PYTHON_PATTERN = re.compile(r"^3\.\d{1,2}$")
-CUDA_TAG_PATTERN = re.compile(r"^(cu\d{2,3}|cpu|rocm\d+(\.\d+)*)$")
-RUNNER_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
+# \Z, not $: "$" also matches before a final newline ("x\n" would pass as an id and name a session and a file).
+ROW_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
+PYTHON_PATTERN = re.compile(r"^3\.\d{1,2}\Z")
+CUDA_TAG_PATTERN = re.compile(r"^(cu\d{2,3}|cpu|rocm\d+(\.\d+)*)\Z")
+RUNNER_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9._-]+\Z")
 #: The Python versions a row may name: from pyproject.toml's requires-python (">=3.10"; a unit test keeps the
 #: two equal) up to the newest release (raise it when a new Python comes out).
 OLDEST_PYTHON: tuple[int, int] = (3, 10)
