@@ -31,6 +31,7 @@ def main() -> int:
     config = best["config"]
     # carried over as measured with (bench tune does not sweep it; see launch_configs.py)
     stagger = config.get("stagger_min_state_write_bytes")
+    write_through = config.get("write_through_last_min_state_write_bytes")
     entries = json.loads(DATA.read_text(encoding="utf-8"))
     entries[arch] = {
         "capability": [major, minor],
@@ -38,6 +39,7 @@ def main() -> int:
         "v_gdn": config["v_gdn"],
         "pdl": bool(config.get("pdl", False)),
         **({"stagger_min_state_write_bytes": stagger} if stagger is not None else {}),
+        **({"write_through_last_min_state_write_bytes": write_through} if write_through is not None else {}),
         "tuned": True,
         "note": (
             f"tuned on {record['gpu']['name']} by `caovan bench tune` ({args.tune_json.as_posix()}): "

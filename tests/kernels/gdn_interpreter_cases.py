@@ -73,6 +73,7 @@ class Scenario:
     extra_index_rows: int = 0  # state_indices / num_accepted_tokens have N' > N rows
     vllm_rule: bool = False  # also run vLLM 0.21.0's kernels and apply the error rule
     repeat_call: bool = False  # call twice: the second call goes through the cached plan
+    write_through_last: bool = False  # the last token's state stored write-through (forced on, threshold 0)
     seed: int = 0
     notes: str = field(default="", compare=False)
 
@@ -204,6 +205,20 @@ def _scenarios() -> list[Scenario]:
         replace(rule, id="vllm_rule_G3_dimfirst_unpaged", group=3, conv_dim_first=True, page_strided=False, seed=706),
         replace(rule, id="vllm_rule_accepted_sweep", seq_lens=(4, 4, 4, 4), num_accepted=(1, 2, 3, 4), seed=707),
     ]
+    # The last token's state stored write-through (the sm90 entry's large-write path): two predicated stores per
+    # token instead of one branch, so every token's state must still land once, in its own slot, null slots skipped.
+    by_id = {c.id: c for c in s}
+    for source in (
+        "base",
+        "accepted_sweep_T4",
+        "varlen_N3",
+        "padded_rows_trailing",
+        "null0_initial_slot_null",
+        "nullm1_middle_column_null",
+        "mixed_batch_token_index",
+        "layout_kv_convdimfirst1_paged1",
+    ):
+        s.append(replace(by_id[source], id=f"write_through_last_{source}", write_through_last=True))
     ids = [c.id for c in s]
     assert len(ids) == len(set(ids)), "duplicate scenario id"
     return s
@@ -471,7 +486,11 @@ def run_scenario(sc: Scenario) -> dict:
     from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
 
     sm75 = LAUNCH_CONFIGS["sm75"]
-    config = replace(sm75, v_gdn=VGdnLaunchConfig(sm75.v_gdn.num_warps, sm75.v_gdn.num_stages, sc.bv))
+    config = replace(
+        sm75,
+        v_gdn=VGdnLaunchConfig(sm75.v_gdn.num_warps, sm75.v_gdn.num_stages, sc.bv),
+        write_through_last_min_state_write_bytes=0 if sc.write_through_last else None,
+    )
     inp = make_inputs(sc)
     ours, ref = clone_inputs(inp), clone_inputs(inp)
     with warnings.catch_warnings():
@@ -479,6 +498,11 @@ def run_scenario(sc: Scenario) -> dict:
         warnings.simplefilter("error", RuntimeWarning)
         _call(gdn_spec_decode, ours, launch_config=config)
     _call(gdn_spec_decode_reference, ref)
+    if sc.write_through_last:
+        import caovan.kernels.gdn_spec_decode as spec
+
+        if not any(p.write_through_last and p.v_tail[-1] is True for p in spec._plans.values()):
+            return {"id": sc.id, "errors": {}, "ok": False, "detail": "no plan asked for the write-through store"}
 
     out_dtype = inp["tensors"]["out"].dtype
     ssm_dtype = inp["buffers"]["ssm"].dtype

@@ -194,3 +194,40 @@ def test_the_sm90_entry_staggers_only_large_state_writes():
     per_token_head = 128 * 128
     assert LAUNCH_CONFIGS["sm90"].stagger_on(40 * 24 * per_token_head * 4)
     assert not LAUNCH_CONFIGS["sm90"].stagger_on(10 * 24 * per_token_head * 2)
+
+
+def test_write_through_threshold_is_read_from_the_data_and_off_by_default(tmp_path):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    entries = {"sm75": _entry((7, 5)), "sm90": _entry((9, 0), write_through_last_min_state_write_bytes=1000)}
+    configs = _load(_write(tmp_path, entries))
+    assert configs["sm75"].write_through_last_min_state_write_bytes is None
+    assert not configs["sm75"].write_through_last_on(10**12)  # no threshold: never
+    assert not configs["sm90"].write_through_last_on(999)
+    assert configs["sm90"].write_through_last_on(1000)
+
+
+@pytest.mark.parametrize("value", [-1, "48MiB", 1.5e7, True])
+def test_a_bad_write_through_threshold_is_one_clear_error(tmp_path, value):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    path = _write(tmp_path, {"sm90": _entry((9, 0), write_through_last_min_state_write_bytes=value)})
+    with pytest.raises(
+        ValueError,
+        match=r"launch_configs\.json: entry 'sm90': write_through_last_min_state_write_bytes: "
+        r"expected a byte count >= 0 or null",
+    ):
+        _load(path)
+
+
+def test_the_sm90_entry_writes_through_only_calls_writing_most_of_l2():
+    # Measured on an H200 (docs/bench/experiments/last-token-write-through): 27B at TP=2, 8 sequences, fp32 state,
+    # MTP 3 (4 tokens, 48 MiB of state) and MTP 4 (5 tokens, 60 MiB) faster; Qwen3-Next-80B with 8 sequences, MTP 4,
+    # fp32 (16 value heads, 40 MiB) and 27B with an fp16 state at MTP 4 (30 MiB) slower.
+    slab = 128 * 128
+    sm90 = LAUNCH_CONFIGS["sm90"]
+    assert sm90.write_through_last_on(8 * 4 * 24 * slab * 4)
+    assert sm90.write_through_last_on(8 * 5 * 24 * slab * 4)
+    assert not sm90.write_through_last_on(8 * 5 * 16 * slab * 4)
+    assert not sm90.write_through_last_on(8 * 5 * 24 * slab * 2)
+    assert LAUNCH_CONFIGS["sm75"].write_through_last_min_state_write_bytes is None  # not measured on a 2080 Ti

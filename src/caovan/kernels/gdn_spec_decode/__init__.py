@@ -120,6 +120,7 @@ class _Plan:
     # Programmatic dependent launches: the Q/K kernel of the kernel before it, the V/GDN kernel of the Q/K kernel
     pdl: bool
     stagger: bool  # half of the V/GDN programs start behind the Q/K kernel (large state writes, PDL only)
+    write_through_last: bool  # the last token's state stored write-through (calls writing most of L2 in state)
     # q/k scratch reused by eager calls, one per CUDA stream (see _qk_scratch)
     scratch_by_stream: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -597,7 +598,7 @@ def _validate_and_plan(
         use_pdl,
     )
 
-    def v_tail(BV: int, stagger: bool = False) -> tuple:
+    def v_tail(BV: int, stagger: bool = False, write_through_last: bool = False) -> tuple:
         return (
             s_x_token,
             a.stride(0),
@@ -630,6 +631,7 @@ def _validate_and_plan(
             has_token_index,
             use_pdl,
             stagger,
+            write_through_last,
         )
 
     if N > 0 and device.type == "cuda" and not _INTERPRETED:
@@ -640,7 +642,9 @@ def _validate_and_plan(
         BV = _fit_value_block(device, BV, BK, V, N * HV, v_config, use_pdl, lambda bv: (*v_args, *v_tail(bv)))
     num_v_blocks = triton.cdiv(V, BV)
     # Only a programmatic dependent launch has a wait to start half of the programs behind (see the kernel).
-    stagger = use_pdl and config.stagger_on(num_spec_tokens * HV * V * K * ssm_state.element_size())
+    state_write_bytes = num_spec_tokens * HV * V * K * ssm_state.element_size()
+    stagger = use_pdl and config.stagger_on(state_write_bytes)
+    write_through_last = config.write_through_last_on(state_write_bytes)
     return _Plan(
         N=N,
         num_spec_tokens=num_spec_tokens,
@@ -649,7 +653,7 @@ def _validate_and_plan(
         v_grid=(num_v_blocks, N * HV, 1),
         v_block=BV,
         qk_tail=qk_tail,
-        v_tail=v_tail(BV, stagger),
+        v_tail=v_tail(BV, stagger, write_through_last),
         qk_warps=config.qk.num_warps,
         qk_stages=config.qk.num_stages,
         v_warps=v_config.num_warps,
@@ -657,6 +661,7 @@ def _validate_and_plan(
         v_maxnreg=v_config.maxnreg,
         pdl=use_pdl,
         stagger=stagger,
+        write_through_last=write_through_last,
     )
 
 

@@ -148,7 +148,12 @@ def _page_elements(bytes_needed: int, element_bytes: int) -> int:
 
 
 def _launch_values(
-    shape: ModelShape, dtypes: DtypeCombo, layout: LayoutVariant, BV: int, use_pdl: bool = False
+    shape: ModelShape,
+    dtypes: DtypeCombo,
+    layout: LayoutVariant,
+    BV: int,
+    use_pdl: bool = False,
+    write_through_last: bool = False,
 ) -> tuple[dict[str, object], dict[str, object]]:
     """Argument values of both kernels as gdn_spec_decode would pass them for this layout."""
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
@@ -221,6 +226,7 @@ def _launch_values(
         BV=BV,
         BT=BT,
         STAGGER=use_pdl,  # a full batch's launch staggers wherever it is a programmatic dependent (the superset)
+        WRITE_THROUGH_LAST=write_through_last,
     )
     return qk, v_gdn
 
@@ -269,7 +275,9 @@ def compile_spec_decode_kernels(
     target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
     # As gdn_spec_decode does: programmatic dependent launch only where the target has it.
     use_pdl = config.pdl_on(capability)
-    qk_values, v_values = _launch_values(shape, dtypes, layout, config.v_gdn.BV, use_pdl)
+    # As for the stagger: the entry's write-through of the last token wherever it can turn it on (the superset).
+    write_through_last = config.write_through_last_min_state_write_bytes is not None
+    qk_values, v_values = _launch_values(shape, dtypes, layout, config.v_gdn.BV, use_pdl, write_through_last)
     launches = (
         (_caovan_sm75_prepare_qk_conv_spec_decode_kernel, qk_values, config.qk),
         (_caovan_sm75_fused_v_gdn_spec_decode_kernel, v_values, config.v_gdn),

@@ -65,6 +65,9 @@ class ArchLaunchConfig:
     #: Staggered V/GDN start (PDL launches only; see the V/GDN kernel): on for calls that write at least this many
     #: bytes of SSM state, where the programs compete for DRAM; None: never. Measured per GPU, like the rest.
     stagger_min_state_write_bytes: int | None = None
+    #: Last token's SSM state stored write-through instead of streaming (see the V/GDN kernel): on for calls that
+    #: write at least this many bytes of SSM state, most of the GPU's L2; None: never. Measured per GPU.
+    write_through_last_min_state_write_bytes: int | None = None
 
     def pdl_on(self, capability: tuple[int, int]) -> bool:
         """Whether launches on a GPU of this compute capability use programmatic dependent launch."""
@@ -73,6 +76,11 @@ class ArchLaunchConfig:
     def stagger_on(self, state_write_bytes: int) -> bool:
         """Whether a PDL launch writing this many bytes of SSM state starts half of its V/GDN programs late."""
         threshold = self.stagger_min_state_write_bytes
+        return threshold is not None and state_write_bytes >= threshold
+
+    def write_through_last_on(self, state_write_bytes: int) -> bool:
+        """Whether a launch writing this many bytes of SSM state stores its last token's state write-through."""
+        threshold = self.write_through_last_min_state_write_bytes
         return threshold is not None and state_write_bytes >= threshold
 
 
@@ -91,13 +99,16 @@ def _entry(arch: str, entry: dict) -> ArchLaunchConfig:
         note=str(entry["note"]),
         pdl=bool(entry.get("pdl", False)),
         stagger_min_state_write_bytes=entry.get("stagger_min_state_write_bytes"),
+        write_through_last_min_state_write_bytes=entry.get("write_through_last_min_state_write_bytes"),
     )
     maxnreg = config.v_gdn.maxnreg
     if maxnreg is not None and (type(maxnreg) is not int or not 16 <= maxnreg <= 255):
         raise ValueError(f"v_gdn.maxnreg: expected registers per thread from 16 to 255 or null, got {maxnreg!r}")
+    for key in ("stagger_min_state_write_bytes", "write_through_last_min_state_write_bytes"):
+        threshold = getattr(config, key)
+        if threshold is not None and (type(threshold) is not int or threshold < 0):
+            raise ValueError(f"{key}: expected a byte count >= 0 or null, got {threshold!r}")
     threshold = config.stagger_min_state_write_bytes
-    if threshold is not None and (type(threshold) is not int or threshold < 0):
-        raise ValueError(f"stagger_min_state_write_bytes: expected a byte count >= 0 or null, got {threshold!r}")
     if threshold is not None and not config.pdl:
         raise ValueError("stagger_min_state_write_bytes: the staggered start needs pdl (it waits for the Q/K kernel)")
     if config.pdl and not has_pdl(config.capability):
