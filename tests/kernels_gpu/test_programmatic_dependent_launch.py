@@ -13,6 +13,12 @@ the conv and SSM state the first one wrote.
 Where a call writes much SSM state, half of the V/GDN programs also wait before loading their state (the
 staggered start, from a launch-entry threshold); each case runs with it forced on and off, and both must
 match the plain launch bit for bit.
+
+Where a call writes most of L2 in state, the last token's state is stored write-through (another launch-entry
+threshold): each token's state then goes out through two predicated stores (streaming before the last token,
+write-through for it) instead of one store under a branch, and a wrong mask would drop a token's state or write a
+null slot. Forced on and off on the same inputs, with padded rows and null slots, the two must agree bit for bit
+(a cache policy changes no value).
 """
 
 from __future__ import annotations
@@ -95,3 +101,31 @@ def test_pdl_and_plain_launch_agree_bitwise(case, graph, chained, stagger_from):
     pdl_plans = [p for p in spec._plans.values() if p.pdl]
     assert pdl_plans
     assert all(p.stagger == (stagger_from is not None) for p in pdl_plans)
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "cuda-graph"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_write_through_and_streaming_stores_agree_bitwise(case, graph):
+    spec._plans.clear()  # the plan checks below look at this test's plans only
+    spec._direct.clear()
+    base = config_for(torch.cuda.get_device_capability())
+    written_through = _run(case, replace(base, write_through_last_min_state_write_bytes=0), graph)
+    through_plans = list(spec._plans.values())
+    spec._plans.clear()
+    streamed = _run(case, replace(base, write_through_last_min_state_write_bytes=None), graph)
+    for name in ("out", "conv_state", "ssm_state"):
+        assert torch.equal(getattr(written_through, name), getattr(streamed, name)), f"{case.id}: {name} differs"
+    assert through_plans and all(p.write_through_last for p in through_plans)
+    assert spec._plans and not any(p.write_through_last for p in spec._plans.values())
+
+
+def test_the_entry_writes_through_from_its_state_volume():
+    """Through gdn_spec_decode's own plan, no threshold forced: on at 60 MiB of state writes, off at one sequence."""
+    base = config_for(torch.cuda.get_device_capability())
+    if base.write_through_last_min_state_write_bytes is None:
+        pytest.skip(f"the {base.arch} launch entry never stores write-through (no threshold measured for it)")
+    big, small = CASES[0], CASES[2]  # 27B, fp32 state: 8 sequences x 5 tokens (60 MiB), 1 sequence x 4 tokens
+    for case, expected in ((big, True), (small, False)):
+        spec._plans.clear()
+        _run(case, base, graph=False)
+        assert [p.write_through_last for p in spec._plans.values()] == [expected], case.id
