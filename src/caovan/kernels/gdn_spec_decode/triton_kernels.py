@@ -434,7 +434,7 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
             # H200 (docs/bench/experiments/last-token-write-through): 27B TP=2, 8 sequences, fp32 state, MTP 4
             # 20.45 -> 20.07 us (warm L2), MTP 3 19.42 -> 18.23 us (cold L2); calls writing 40 MiB or less got
             # slower, so the launch entry turns it on from a state-write volume. Every write-through store is
-            # slower than a streaming one (all tokens write-through: +7 % at MTP 4).
+            # slower than a streaming one (all tokens write-through: +6 % at MTP 4).
             last = t == seq_len - 1
             tl.store(
                 head_base + block_t * stride_ssm_block + slab_offs,
