@@ -6,7 +6,7 @@ the median over passes, so that a drift of the host or the GPU during the run mo
 per variant: BVxW, ``s0`` (no staggered start), ``qN`` (Q/K kernel with N warps), ``mN`` (V/GDN maxnreg N).
 
 Usage (repository root, PYTHONPATH=src; no vLLM; variants made by make_variants.py):
-    python3 docs/bench/experiments/last-token-write-through/ab.py OUT REGEX 'current:8x1;rot:8x1,8x1s0' NAME.json [PASSES]
+    python3 docs/bench/experiments/last-token-write-through/ab.py OUT REGEX 'current:8x1;rot:8x1s0' NAME [PASSES]
 The cold-L2 time (``graph_layers_us`` of ``bench kernels``) is measured in the first pass only.
 """
 

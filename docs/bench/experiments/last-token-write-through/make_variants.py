@@ -1,4 +1,4 @@
-"""Writes .exp/variants2/k_{qkh,vpred,rot,rotqkh,vpick,rotall}.py: variants of main's kernels (repository root).
+"""Writes .exp/variants2/k_NAME.py: variants of the kernels of commit 168d9a5 (run from the repository root).
 
 Tokens (a variant is a set of them):
   qkh    Q/K kernel: the three metadata loads (query_start_loc, conv slot, accepted count) issued together before
@@ -11,16 +11,22 @@ Tokens (a variant is a set of them):
          + v k^T), so nothing overwrites the slab before its store has read it. Predicated, as vpred.
   vpick  V/GDN kernel: the state-slot row and the accepted count loaded before the early exits, the conv slot and the
          initial slot picked out of that row: the state load is one dependent load less behind the kernel's start.
+  wtlast, wtall, wtlast2, wtodd: state stores write-through (st.global.wt) for some tokens; see the end of this file.
 The module sets VARIANT_QK_KERNEL when its Q/K kernel differs from main's (qkh).
 """
 
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from source_edits import sub  # noqa: E402
 
-MAIN = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
+# The kernel the variants were made from and timed against (`current` in ab*-h200.json); main's has changed since.
+BASE_COMMIT = "168d9a5"
+MAIN = subprocess.check_output(
+    ["git", "show", f"{BASE_COMMIT}:src/caovan/kernels/gdn_spec_decode/triton_kernels.py"], text=True
+)
 
 QKH_OLD = """    bos = tl.load(query_start_loc_ptr + i_n).to(tl.int64)
     eos = tl.load(query_start_loc_ptr + i_n + 1).to(tl.int64)
