@@ -1,19 +1,19 @@
 """Writes .exp/variants2/k_qkgrid.py: one launch in which the first programs also do the Q/K kernel's work.
 
-Experiment (repository root). On main the Q/K kernel runs first and the V/GDN kernel is its programmatic
-dependent: a Q/K program still resident takes register banks, so 30 % of the V/GDN programs start ~1.8 us late
+Experiment (repository root). On main the Q/K kernel runs first and the V/GDN kernel is its programmatic dependent:
+a Q/K program still resident takes register banks, so 30 % of the V/GDN programs start ~1.8 us late
 (``../launch-chain/``), and the chain of two launches costs 0.3-0.4 us. Here there is one 1-D grid of the V/GDN
-kernel's programs; program p < N*H first does the Q/K work of sequence p // H, key head p % H (q, then k, as
-main's Q/K kernel with one warp), then raises that unit's ready flag (release). Every V/GDN item waits on its key
-head's flag where main waits for the Q/K kernel (acquire spin): the odd value heads before their state load (the
-staggered start), the others before reading q/k. Items are ordered odd value heads first, so the producers' own
-items are ones that wait anyway. [Changed before the first run: program u < N*H takes item 0 of its own unit, the
-rest of each unit's items follow in unit order, so no program waits on a producer with a higher program id; the
-Triton interpreter runs programs one after another and the first order deadlocked there.] The last consumer of a unit (a counter per unit, read when the item ends)
-resets the unit's flag and counter, so the call stays CUDA-graph safe. A program waits only on producers with
-lower program ids, which the block scheduler starts first. The module exposes the kernel under main's name as a
-launcher object for ``../cold-l2/variants_cold.py`` and ``../balanced-work/check_cpu.py`` (NO_DIRECT_LAUNCH,
-NO_QK_KERNEL: main's Q/K kernel is not launched).
+kernel's programs; program p < N*H first does the Q/K work of sequence p // H, key head p % H (q, then k, as main's
+Q/K kernel with one warp), then raises that unit's ready flag (release). Every V/GDN item waits on its key head's
+flag where main waits for the Q/K kernel (acquire spin): the odd value heads before their state load (the staggered
+start), the others before reading q/k. Items are ordered odd value heads first, so the producers' own items are ones
+that wait anyway. [Changed before the first run: program u < N*H takes item 0 of its own unit, the rest of each
+unit's items follow in unit order, so no program waits on a producer with a higher program id; the Triton
+interpreter runs programs one after another and the first order deadlocked there.] The last consumer of a unit (a
+counter per unit, read when the item ends) resets the unit's flag and counter, so the call stays CUDA-graph safe. A
+program waits only on producers with lower program ids, which the block scheduler starts first. The module exposes
+the kernel under main's name as a launcher object for ``../cold-l2/variants_cold.py`` and
+``../balanced-work/check_cpu.py`` (NO_DIRECT_LAUNCH, NO_QK_KERNEL: main's Q/K kernel is not launched).
 """
 
 import re
@@ -51,19 +51,24 @@ item = kernel.replace(
     "def _caovan_sm75_fused_v_gdn_spec_decode_kernel(\n", "def _v_gdn_item(\n    i_vb,\n    i_nhv,\n", 1
 )
 item = swap(item, "    i_vb = tl.program_id(0)\n    i_nhv = tl.program_id(1)\n", "")
-item = swap(item, "    STAGGER: tl.constexpr,\n):\n", "    STAGGER: tl.constexpr,\n    flags_ptr,\n    consumed_ptr,\n):\n")
+item = swap(
+    item, "    STAGGER: tl.constexpr,\n):\n", "    STAGGER: tl.constexpr,\n    flags_ptr,\n    consumed_ptr,\n):\n"
+)
 # Padding rows and sequences without a conv slot: their producer raises no flag, so nothing to wait for or count.
 item = swap(
     item,
-    "        if USE_PDL:\n            gdc_wait()  # every exit waits: work after this launch must find the Q/K kernel done too\n"
+    "        if USE_PDL:\n            gdc_wait()  # every exit waits: "
+    "work after this launch must find the Q/K kernel done too\n"
     "        return  # CUDA-graph padding row\n",
     "        return  # CUDA-graph padding row\n",
 )
 item = swap(
     item,
-    "        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, HAS_TOKEN_INDEX)\n"
+    "        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, "
+    "HAS_TOKEN_INDEX)\n"
     "        if USE_PDL:\n            gdc_wait()\n        return\n    v_conv",
-    "        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, HAS_TOKEN_INDEX)\n"
+    "        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, "
+    "HAS_TOKEN_INDEX)\n"
     "        return\n    v_conv",
 )
 pointers = "flags_ptr + i_n * H + i_h, consumed_ptr + i_n * H + i_h"
@@ -71,16 +76,23 @@ unit = f"{pointers}, (HV // H) * tl.cdiv(V, BV)"
 # No initial state: the producer raised the flag (the conv slot exists), so this consumer counts itself too.
 item = swap(
     item,
-    "        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, HAS_TOKEN_INDEX)\n"
+    "        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, "
+    "HAS_TOKEN_INDEX)\n"
     "        if USE_PDL:\n            gdc_wait()\n        return\n\n    slab_offs",
-    "        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, HAS_TOKEN_INDEX)\n"
+    "        _store_zero_rows(out_head_ptr, token_index_ptr, stride_out_token, v_mask, bos, seq_len, BV, "
+    "HAS_TOKEN_INDEX)\n"
     f"        _qk_consume({unit}, True)\n        return\n\n    slab_offs",
 )
 item = swap(item, "    if USE_PDL and STAGGER:\n", "    if STAGGER:\n")
-item = swap(item, "        if i_nhv % 2 == 1:\n            gdc_wait()\n", "        if i_nhv % 2 == 1:\n            _qk_wait(flags_ptr + i_n * H + i_h)\n")
 item = swap(
     item,
-    "    if USE_PDL:\n        # Launched as a programmatic dependent of the Q/K kernel: up to here nothing read what it writes\n"
+    "        if i_nhv % 2 == 1:\n            gdc_wait()\n",
+    "        if i_nhv % 2 == 1:\n            _qk_wait(flags_ptr + i_n * H + i_h)\n",
+)
+item = swap(
+    item,
+    "    if USE_PDL:\n        # Launched as a programmatic dependent of the Q/K kernel: "
+    "up to here nothing read what it writes\n"
     "        # (the state slab, the V conv and the gating are already loaded); its q/k scratch is read below.\n"
     "        gdc_wait()\n",
     f"    last = _qk_consume({unit}, False)\n",
@@ -98,15 +110,15 @@ qk = swap(qk, "    i_n = tl.program_id(0)\n    i_h = tl.program_id(1)\n", "")
 qk = re.sub(r"    half = tl\.program_id\(2\).*\n", "", qk)
 assert "program_id" not in qk and "gdc_" not in qk
 
-WAIT_ATOMIC = '''
+WAIT_ATOMIC = """
 @triton.jit
 def _qk_wait(flag_ptr):
     ready = tl.atomic_add(flag_ptr, 0, sem="acquire")
     while ready == 0:
         ready = tl.atomic_add(flag_ptr, 0, sem="acquire")
     tl.debug_barrier()  # one thread spun: the others read the scratch only after it saw the flag
-'''
-WAIT_POLL = '''
+"""
+WAIT_POLL = """
 @triton.jit
 def _qk_wait(flag_ptr):
     ready = tl.load(flag_ptr, volatile=True)
@@ -114,8 +126,8 @@ def _qk_wait(flag_ptr):
         ready = tl.load(flag_ptr, volatile=True)
     tl.atomic_add(flag_ptr, 0, sem="acquire")  # orders the scratch reads after the producer's release
     tl.debug_barrier()
-'''
-QK_BOTH = '''
+"""
+QK_BOTH = """
 @triton.jit
 def _qk_both(i_n, i_h, mixed_qkv_ptr, conv_weight_ptr, conv_bias_ptr, conv_state_ptr, query_start_loc_ptr,
              state_indices_ptr, num_accepted_tokens_ptr, token_index_ptr, qk_scratch_ptr, scale, stride_x_token,
@@ -151,9 +163,11 @@ def _qk_both(i_n, i_h, mixed_qkv_ptr, conv_weight_ptr, conv_bias_ptr, conv_state
         qk_scratch_ptr + ((bos + rows.to(tl.int64))[:, None] * 2 + half[None, :]) * (H * K) + (i_h * K + k_offs)[None, :]
     )
     tl.store(scratch_ptrs, y, mask=store_mask)
-'''
+"""  # noqa: E501 - kernel source as written into the variant
 
-helpers = (WAIT_POLL + QK_BOTH if VARIANT == "qkgrid2" else WAIT_ATOMIC) + '''
+helpers = (
+    (WAIT_POLL + QK_BOTH if VARIANT == "qkgrid2" else WAIT_ATOMIC)
+    + '''
 
 
 @triton.jit
@@ -174,6 +188,7 @@ def _qk_reset(flag_ptr, consumed_ptr):
     tl.atomic_xchg(consumed_ptr, 0, sem="relaxed")
 
 '''
+)
 
 v_args = ", ".join(v_names)
 qk_args = ", ".join(n for n in qk_names)
