@@ -432,7 +432,7 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
             # state ends with the last token steps' lines dirty in L2, and the next kernels' loads pay for their
             # write-back; written through, they go to DRAM while the call's last programs finish. Measured on an
             # H200 (docs/bench/experiments/last-token-write-through): 27B TP=2, 8 sequences, fp32 state, MTP 4
-            # 20.45 -> 20.07 us (warm L2), MTP 3 19.42 -> 18.23 us (cold L2); calls writing 40 MiB or less got
+            # 20.45 -> 20.07 us (warm L2), MTP 3 19.42 -> 18.23 us (cold L2); most calls writing 40 MiB or less got
             # slower, so the launch entry turns it on from a state-write volume. Every write-through store is
             # slower than a streaming one (all tokens write-through: +6 % at MTP 4).
             last = t == seq_len - 1
