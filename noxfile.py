@@ -31,7 +31,6 @@ Matrix options, as posargs after ``--`` or as environment variables (a posarg wi
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import shutil
@@ -49,10 +48,16 @@ from caovan.matrix import MatrixError  # noqa: E402
 from caovan.matrix.compat import older_source_note, regenerate  # noqa: E402
 from caovan.matrix.envinfo import PLUGIN_DISTRIBUTION  # noqa: E402
 from caovan.matrix.fingerprint import plugin_version, source_fingerprint  # noqa: E402
-from caovan.matrix.options import TRUE_WORDS, parse_matrix_options, parse_wheelhouse_options  # noqa: E402
+from caovan.matrix.options import (  # noqa: E402
+    TRUE_WORDS,
+    parse_matrix_options,
+    parse_wheelhouse_options,
+    pip_platform_tags,
+)
 from caovan.matrix.results import Provenance  # noqa: E402
 from caovan.matrix.row_run import Prepared, run_row  # noqa: E402
 from caovan.matrix.schema import MatrixRow, load_matrix, matrix_files  # noqa: E402
+from caovan.matrix.wheel_sets import matches_any, requirement_name, split_excluded  # noqa: E402
 
 # 2025.5.1: the first nox whose CommandFailed has return_code, which the tests session reads for pytest exit 5.
 nox.needs_version = ">=2025.5.1"
@@ -273,18 +278,13 @@ def compat(session: nox.Session) -> None:
         session.warn(f"compat: {note}")
 
 
-def _requirement_name(line: str) -> str:
-    name = line.split(";")[0].split("==")[0].split("@")[0].split("[")[0].strip()
-    return name.lower().replace("_", "-").replace(".", "-")
-
-
-def _compile(session: nox.Session, requirements: list[str], work: Path, name: str, index: list[str]):
-    """``uv pip compile`` for the session's interpreter: pinned lines, without the plugin itself."""
+def _compile(session: nox.Session, requirements: list[str], work: Path, name: str, index: list[str], target: list[str]):
+    """``uv pip compile`` for ``target`` (the session's interpreter, or ``--python-version``/``--python-platform``
+    of another host): pinned lines, without the plugin itself."""
     source, compiled = work / f"{name}.in", work / f"{name}.txt"
     source.write_text("\n".join(requirements) + "\n")
     session.run(
-        "uv", "pip", "compile", str(source), "-o", str(compiled),
-        "--python", str(Path(session.bin) / "python"),
+        "uv", "pip", "compile", str(source), "-o", str(compiled), *target,
         "--no-header", "--no-annotate", "--quiet", *index, external=True,
     )  # fmt: skip
     lines = [line.strip() for line in compiled.read_text().splitlines()]
@@ -293,7 +293,7 @@ def _compile(session: nox.Session, requirements: list[str], work: Path, name: st
         for line in lines
         if line
         and not line.startswith(("#", "-"))
-        and _requirement_name(line) != PLUGIN_DISTRIBUTION
+        and requirement_name(line) != PLUGIN_DISTRIBUTION
         and " @ file:" not in line
     ]
 
@@ -306,7 +306,11 @@ def wheelhouse(session: nox.Session, row_id: str) -> None:
     Posargs: ``--out DIR`` (default wheelhouse/); ``--without-host-provided`` leaves out torch and
     what torch brings (triton, nvidia-*) for hosts that have them; run the matrix there with
     CAOVAN_SYSTEM_SITE_PACKAGES=1. The wheels fit this machine's OS/architecture and the row's
-    Python; sdist-only packages are built into wheels here.
+    Python; sdist-only packages are built into wheels here. ``--python-version 3.12`` (with
+    ``--platform TAG``, default manylinux_2_28_x86_64) resolves and downloads for a GPU host whose
+    Python is not the row's, binary wheels only; ``--exclude PATTERN`` (repeatable) leaves out packages
+    that host cannot use. Such a set is for `python -m caovan.matrix.site_bundle` and
+    tools/run-gpu-row-offline.sh, not for a row venv.
     """
     row = ROWS[row_id]
     try:
@@ -316,8 +320,11 @@ def wheelhouse(session: nox.Session, row_id: str) -> None:
     if shutil.which("uv") is None:
         session.error("wheelhouse needs uv on PATH (uv pip compile)")
     out = args.out.resolve()
-    target = out / row.id
-    work = CACHE_DIR / "wheelhouse" / row.id
+    # A set for another Python has its own folder: `nox -s matrix` with CAOVAN_WHEELHOUSE reads <row>/ and
+    # must not find wheels for an interpreter its venv does not have.
+    set_name = f"{row.id}-py{args.python_version}" if args.python_version else row.id
+    target = out / set_name
+    work = CACHE_DIR / "wheelhouse" / set_name
     work.mkdir(parents=True, exist_ok=True)
     target.mkdir(parents=True, exist_ok=True)
     if not (out / ".gitignore").exists():
@@ -327,31 +334,56 @@ def wheelhouse(session: nox.Session, row_id: str) -> None:
     index = ["--extra-index-url", row.torch_index] if row.torch_index else []
     uv_index = [*index, "--index-strategy", "unsafe-best-match"] if index else []
 
-    session.log(f"wheelhouse: resolving {row.id} for Python {row.python}")
-    pins = _compile(session, [*row.install_pins(), _plugin_requirement(wheel)], work, "row", uv_index)
+    if args.python_version:
+        python = args.python_version
+        resolve_for = ["--python-version", python, "--python-platform", args.uv_python_platform]
+    else:
+        python = row.python
+        resolve_for = ["--python", str(Path(session.bin) / "python")]
+    session.log(f"wheelhouse: resolving {row.id} for Python {python}" + (f", {args.platform}" if args.platform else ""))
+    pins = _compile(session, [*row.install_pins(), _plugin_requirement(wheel)], work, "row", uv_index, resolve_for)
     left_out: list[str] = []
     if args.without_host_provided:
         # What a host with this torch already has: torch and those of its dependencies that
         # match HOST_PROVIDED (vLLM's own nvidia-* packages, e.g. nvidia-ml-py, stay in).
-        torch_closure = _compile(session, [f"torch=={row.torch}"], work, "torch", uv_index)
+        torch_closure = _compile(session, [f"torch=={row.torch}"], work, "torch", uv_index, resolve_for)
         provided = {
-            _requirement_name(line)
-            for line in torch_closure
-            if any(fnmatch.fnmatch(_requirement_name(line), p) for p in HOST_PROVIDED)
+            requirement_name(line) for line in torch_closure if matches_any(requirement_name(line), HOST_PROVIDED)
         }
-        left_out = [line for line in pins if _requirement_name(line) in provided]
-        pins = [line for line in pins if _requirement_name(line) not in provided]
+        left_out = [f"{line}  # host-provided" for line in pins if requirement_name(line) in provided]
+        pins = [line for line in pins if requirement_name(line) not in provided]
+    try:
+        pins, excluded = split_excluded(pins, args.exclude)
+    except MatrixError as exc:
+        session.error(str(exc))
+    left_out += [f"{line}  # --exclude" for line in excluded]
     wanted = work / "download.txt"
     wanted.write_text("\n".join(pins) + "\n")
     session.log(f"wheelhouse: {len(pins)} wheels to fetch into {target}")
-    session.log(f"wheelhouse: left out (host-provided): {', '.join(left_out) or 'nothing'}")
-    # pip wheel: downloads wheels, and builds one for any package published as sdist only.
-    session.run(
-        "python", "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(target),
-        "-r", str(wanted), *index,
-    )  # fmt: skip
+    session.log(f"wheelhouse: left out: {', '.join(left_out) or 'nothing'}")
+    if args.python_version:
+        # Another interpreter: nothing can be built for it here, so binary wheels only (pip names the
+        # package that has none), for the host's manylinux tag and every older one.
+        session.run(
+            "python", "-m", "pip", "download", "--no-deps", "--quiet", "--only-binary=:all:",
+            "--python-version", python, "--implementation", "cp",
+            *(arg for tag in pip_platform_tags(args.platform) for arg in ("--platform", tag)),
+            "-d", str(target), "-r", str(wanted), *index,
+        )  # fmt: skip
+    else:
+        # pip wheel: downloads wheels, and builds one for any package published as sdist only.
+        session.run(
+            "python", "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(target),
+            "-r", str(wanted), *index,
+        )  # fmt: skip
     shutil.copy2(wheel, target / wheel.name)
     (target / "left-out.txt").write_text("".join(f"{line}\n" for line in left_out))
+    if args.python_version:  # no row venv is made from it: no build backend needed
+        session.log(
+            f"wheelhouse: {target} ready; pack it for the GPU host with: python -m caovan.matrix.site_bundle "
+            f"{target} OUT --python-version {args.python_version} --platform {args.platform}"
+        )
+        return
     session.log(f"wheelhouse: plugin build backend and pip into {out / WHEELHOUSE_TOOLS_DIR}")
     tools = ["-d", str(out / WHEELHOUSE_TOOLS_DIR), "hatchling>=1.24", "pip"]
     session.run("python", "-m", "pip", "download", "--quiet", *tools)

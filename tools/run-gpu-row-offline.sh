@@ -5,8 +5,24 @@
 #   BUNDLE/wheels/*.whl   the row's remaining wheels: `nox -s "wheelhouse(ROW)" -- --without-host-provided` writes
 #                         them to wheelhouse/ROW/; copy that folder's *.whl here
 #   BUNDLE/dist/*.whl     the plugin wheel, one (`uv build --wheel -o BUNDLE/dist`), built from this checkout
-#   BUNDLE/vllm-py.tgz    optional: vLLM's Python files alone (no compiled .so), for hosts where only vLLM's
-#                         Triton kernels are exercised (discovery + kernel tiers; not the serve tier)
+#   BUNDLE/site.tgz.N     optional, instead of wheels/: the row's packages already installed for the host's
+#                         Python, in parts (`python -m caovan.matrix.site_bundle`, from a wheel set made with
+#                         `-- --without-host-provided --python-version X.Y`), with BUNDLE/site.tgz.sha256 from
+#                         its part-0/. The parts are joined, checked against the digest and unpacked as a fresh
+#                         CAOVAN_SITE. A host that takes a limited upload per call gets one part folder per call,
+#                         copied into one folder (e.g. /tmp/parts) that later serves as BUNDLE.
+#
+# For the lent H200 (Python 3.12, no FlashInfer; torch 2.11 and Triton 3.6 installed), from a connected machine:
+#   uvx nox -s "wheelhouse(vllm-0.21.0)" -- --without-host-provided --python-version 3.12 \
+#       --exclude 'flashinfer*' --exclude 'tokenspeed*' --exclude 'nvidia-cutlass-dsl*' --exclude tilelang \
+#       --exclude z3-solver --exclude cuda-tile --exclude quack-kernels --exclude fastsafetensors \
+#       --exclude sentry-sdk --exclude numba --exclude llvmlite --exclude opencv-python-headless \
+#       --exclude sympy --exclude mpmath --exclude networkx
+#   python -m caovan.matrix.site_bundle wheelhouse/vllm-0.21.0-py3.12 .bundle/site --python-version 3.12 \
+#       --drop vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so --part-mb 50
+# (numba and OpenCV serve vLLM's n-gram drafter and video inputs, which the tiers do not use; sympy, mpmath and
+# networkx come with the host's torch.) vLLM's Python files alone are not enough for any tier: importing
+# vllm.model_executor loads vllm._C (vLLM 0.21.0).
 #
 # Usage (from the repository root): tools/run-gpu-row-offline.sh BUNDLE ROW RUNNER OUT [run-here options]
 # (options: --tiers a,b --redo --strict; default: --tiers discovery,kernel --redo). Writes
@@ -91,15 +107,34 @@ if [ -d "$bundle/wheels" ]; then
     done
 fi
 shopt -u nullglob
-if [ -e "$bundle/vllm-py.tgz" ]; then
-    tar tzf "$bundle/vllm-py.tgz" >/dev/null 2>&1 || die "'$bundle/vllm-py.tgz' is not a readable .tgz"
+[ ! -e "$bundle/vllm-py.tgz" ] || die "'$bundle/vllm-py.tgz': vLLM's Python files alone cannot run the tiers (vllm.model_executor loads vllm._C); pack the row's packages with python -m caovan.matrix.site_bundle"
+site_parts=()
+if compgen -G "$bundle/site.tgz.[0-9]*" >/dev/null; then
+    [ -f "$bundle/site.tgz.sha256" ] || die "'$bundle/' has site.tgz parts but no site.tgz.sha256 (it is in the bundle's part-0/)"
+    read -r site_sha _ <"$bundle/site.tgz.sha256" || true
+    [[ ${site_sha:-} =~ ^[0-9a-f]{64}$ ]] || die "'$bundle/site.tgz.sha256' does not hold a sha256 digest"
+    n=$(compgen -G "$bundle/site.tgz.[0-9]*" | wc -l)
+    for ((i = 0; i < n; i++)); do
+        [ -f "$bundle/site.tgz.$i" ] || die "'$bundle/' has $n site.tgz parts but not site.tgz.$i: copy every part folder's file there"
+        site_parts+=("$bundle/site.tgz.$i")
+    done
+    actual=$(cat "${site_parts[@]}" | sha256sum | cut -d' ' -f1)
+    [ "$actual" = "$site_sha" ] || die "the $n site.tgz parts in '$bundle/' do not make the archive site.tgz.sha256 names (a part is missing, stale or cut short)"
 fi
 [ ! -e "$out" ] || [ -d "$out" ] || die "OUT '$out' is not a folder"
 python3 -m pip --version >/dev/null 2>&1 || die "python3 ($(command -v python3)) has no pip, which installs the bundle"
 
 site=${CAOVAN_SITE:-/tmp/caovan-site}
-mkdir -p "$site" "$out"
-if [ -f "$bundle/vllm-py.tgz" ]; then tar xzf "$bundle/vllm-py.tgz" -C "$site"; fi
+mkdir -p "$out"
+if [ ${#site_parts[@]} -gt 0 ]; then
+    # Unpacked beside the site folder and swapped in whole: an interrupted unpack leaves the old one as it was.
+    rm -rf "$site.unpacking"
+    mkdir -p "$site.unpacking"
+    cat "${site_parts[@]}" | tar xzf - -C "$site.unpacking"
+    rm -rf "$site"
+    mv "$site.unpacking" "$site"
+fi
+mkdir -p "$site"
 # A caovan left in a reused site folder by an earlier run must not stand in for this bundle's wheel.
 rm -rf "$site/caovan"
 python3 -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target "$site" "${wheels[@]}"

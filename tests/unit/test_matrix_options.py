@@ -12,6 +12,7 @@ from caovan.matrix.options import (
     detect_runner_name,
     parse_matrix_options,
     parse_wheelhouse_options,
+    pip_platform_tags,
     slugify,
 )
 
@@ -112,3 +113,45 @@ def test_wheelhouse_posargs_name_the_unknown_argument(tmp_path):
     assert str(caught.value).startswith("wheelhouse posargs: unrecognized arguments: --bogus (known: --out DIR,")
     with pytest.raises(MatrixError, match="wheelhouse posargs: argument --out: expected one argument"):
         parse_wheelhouse_options(["--out"], row_id="vllm-0.21.0", default_out=tmp_path)
+
+
+def test_wheelhouse_for_another_python_defaults_its_platform(tmp_path):
+    options = parse_wheelhouse_options(
+        ["--python-version", "3.12", "--exclude", "flashinfer*", "--exclude", "z3-solver"],
+        row_id="vllm-0.21.0",
+        default_out=tmp_path,
+    )
+    assert (options.python_version, options.platform) == ("3.12", "manylinux_2_28_x86_64")
+    assert options.exclude == ("flashinfer*", "z3-solver")
+    assert options.uv_python_platform == "x86_64-manylinux_2_28"
+    other = parse_wheelhouse_options(
+        ["--python-version", "3.13", "--platform", "manylinux_2_34_aarch64"], row_id="r", default_out=tmp_path
+    )
+    assert other.uv_python_platform == "aarch64-manylinux_2_34"
+    plain = parse_wheelhouse_options([], row_id="r", default_out=tmp_path)
+    assert (plain.python_version, plain.platform, plain.uv_python_platform, plain.exclude) == (None, None, None, ())
+
+
+@pytest.mark.parametrize(
+    ("posargs", "message"),
+    [
+        (["--python-version", "312"], "--python-version '312': expected 3.N (e.g. 3.12)"),
+        (["--platform", "manylinux_2_28_x86_64"], "--platform needs --python-version"),
+        (["--python-version", "3.12", "--platform", "win_amd64"], "--platform 'win_amd64': expected a manylinux tag"),
+        (["--exclude", "a b"], "--exclude 'a b': expected a package name pattern"),
+    ],
+)
+def test_bad_wheelhouse_posargs_are_one_error(tmp_path, posargs, message):
+    with pytest.raises(MatrixError) as caught:
+        parse_wheelhouse_options(posargs, row_id="vllm-0.21.0", default_out=tmp_path)
+    assert str(caught.value).startswith("wheelhouse posargs: ") and message in str(caught.value)
+
+
+def test_pip_gets_every_older_manylinux_tag_of_the_host():
+    tags = pip_platform_tags("manylinux_2_28_x86_64")
+    assert tags[:2] == ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64"]
+    assert tags[-2:] == ["manylinux_2_5_x86_64", "manylinux1_x86_64"]
+    assert {"manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux2010_x86_64"} <= set(tags)
+    assert len(tags) == 24 + 3
+    arm = pip_platform_tags("manylinux_2_17_aarch64")
+    assert arm == ["manylinux_2_17_aarch64", "manylinux2014_aarch64"]

@@ -179,3 +179,79 @@ def test_a_plugin_wheel_in_the_wheelhouse_does_not_stand_in_for_dist(tmp_path, b
     assert done.returncode == 2, done.stderr
     assert "was built from other source than this checkout's src/caovan" in done.stderr
     assert (tmp_path / "site" / "caovan" / "__init__.py").read_text() == '__version__ = "0.1.0"\n'
+
+
+def _site_parts(bundle: Path, files: dict[str, str], parts: int = 2) -> str:
+    """Write ``files`` as site.tgz.0 .. site.tgz.<parts-1> plus site.tgz.sha256 into ``bundle``; returns the digest."""
+    import hashlib
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    archive = buffer.getvalue()
+    step = -(-len(archive) // parts)
+    for i in range(parts):
+        (bundle / f"site.tgz.{i}").write_bytes(archive[i * step : (i + 1) * step])
+    digest = hashlib.sha256(archive).hexdigest()
+    (bundle / "site.tgz.sha256").write_text(f"{digest}  site.tgz\n")
+    return digest
+
+
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        ("sha", "do not make the archive site.tgz.sha256 names"),
+        ("gap", "has 2 site.tgz parts but not site.tgz.1"),
+        ("no-sha", "has site.tgz parts but no site.tgz.sha256"),
+        ("bad-sha", "does not hold a sha256 digest"),
+        ("python-files", "vLLM's Python files alone cannot run the tiers"),
+    ],
+)
+def test_bad_site_parts_are_one_error_and_nothing_is_created(tmp_path, bundle, spoil, message):
+    _site_parts(bundle, {"pkg/__init__.py": "x = 1\n"}, parts=3)
+    if spoil == "sha":
+        (bundle / "site.tgz.sha256").write_text("0" * 64 + "  site.tgz\n")
+    elif spoil == "gap":
+        (bundle / "site.tgz.1").unlink()
+    elif spoil == "no-sha":
+        (bundle / "site.tgz.sha256").unlink()
+    elif spoil == "bad-sha":
+        (bundle / "site.tgz.sha256").write_text("not a digest\n")
+    else:
+        (bundle / "vllm-py.tgz").write_bytes(b"")
+    done = run(tmp_path, str(bundle), ROW, "cpu", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("run-gpu-row-offline: error: ") and message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "site").exists() and not (tmp_path / "out").exists()
+
+
+def test_site_parts_are_joined_and_replace_the_site_folder(tmp_path, bundle, monkeypatch):
+    runner = "pytest-offline-site"
+    _site_parts(bundle, {"pkg/__init__.py": "x = 1\n", "pkg/data.txt": "y" * 5000}, parts=3)
+    (tmp_path / "site" / "stale").mkdir(parents=True)  # what an earlier bundle left
+    body = f"""
+case "$1 $2 $3" in
+"-m pip --version") exit 0 ;;
+"-m pip install") cp -r src/caovan "$CAOVAN_SITE/"; exit 0 ;;
+"-m caovan.matrix run-here") mkdir -p matrix/results/{runner} && echo '{{}}' > matrix/results/{runner}/{ROW}.json ;;
+esac
+exit 0"""
+    for name, value in _shim_python(tmp_path, body).items():
+        monkeypatch.setenv(name, value)
+    try:
+        done = run(tmp_path, str(bundle), ROW, runner, str(tmp_path / "out"), "--tiers", "discovery")
+        assert done.returncode == 0, done.stderr
+    finally:
+        shutil.rmtree(REPO / "matrix" / "results" / runner, ignore_errors=True)
+    site = tmp_path / "site"
+    assert (site / "pkg" / "__init__.py").read_text() == "x = 1\n"
+    assert (site / "pkg" / "data.txt").read_text() == "y" * 5000
+    assert (site / "caovan" / "__init__.py").is_file() and not (site / "stale").exists()
+    assert not (tmp_path / "site.unpacking").exists()

@@ -157,16 +157,83 @@ def matrix_options(
     return MatrixOptions(runner=runner, tiers=tiers, redo=redo, wheelhouse=wheelhouse, strict=strict)
 
 
+#: A glibc-based Linux wheel platform tag, as pip's ``--platform`` takes it (older glibc tags are implied).
+MANYLINUX_TAG_PATTERN = re.compile(r"manylinux_(\d+)_(\d+)_(x86_64|aarch64)")
+#: The platform of ``--python-version`` wheel sets when no ``--platform`` is given: glibc 2.28+ on x86_64.
+DEFAULT_HOST_PLATFORM = "manylinux_2_28_x86_64"
+#: PEP 600 aliases of the older manylinux tags, by glibc minor version (x86_64 and i686 for 2010 and 1).
+_LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+
+
+def pip_platform_tags(platform: str) -> list[str]:
+    """Every platform tag a host of this manylinux tag runs, newest first, one ``pip --platform`` each.
+
+    pip takes ``--platform manylinux_2_28_x86_64`` literally (it widens only the legacy ``manylinux2014`` and
+    ``manylinux2010`` tags), so a wheel tagged ``manylinux_2_17`` alone would not be found for it.
+    """
+    major, minor, arch = MANYLINUX_TAG_PATTERN.fullmatch(platform).groups()
+    oldest = 17 if arch == "aarch64" else 5  # the first manylinux of each architecture
+    tags = []
+    for glibc_minor in range(int(minor), oldest - 1, -1):
+        tags.append(f"manylinux_{major}_{glibc_minor}_{arch}")
+        legacy = _LEGACY_MANYLINUX.get(glibc_minor) if major == "2" else None
+        if legacy and (glibc_minor == 17 or arch == "x86_64"):
+            tags.append(f"{legacy}_{arch}")
+    return tags
+
+
 @dataclass(frozen=True)
 class WheelhouseOptions:
     out: Path
     without_host_provided: bool
+    #: The GPU host's Python (``3.12``) when it is not the row's: wheels are then resolved and downloaded for
+    #: that Python and :attr:`platform`, binary wheels only (nothing can be built for another interpreter).
+    python_version: str | None = None
+    platform: str | None = None
+    #: Package name patterns (fnmatch, e.g. ``flashinfer*``) left out of the set: what the host cannot use.
+    exclude: tuple[str, ...] = ()
+
+    @property
+    def uv_python_platform(self) -> str | None:
+        """:attr:`platform` the way ``uv pip compile --python-platform`` spells it (``x86_64-manylinux_2_28``)."""
+        if self.platform is None:
+            return None
+        major, minor, arch = MANYLINUX_TAG_PATTERN.fullmatch(self.platform).groups()
+        return f"{arch}-manylinux_{major}_{minor}"
 
 
 def parse_wheelhouse_options(posargs: Sequence[str], *, row_id: str, default_out: Path) -> WheelhouseOptions:
-    """Posargs of ``nox -s "wheelhouse(<row>)"``: ``--out DIR``, ``--without-host-provided``."""
+    """Posargs of ``nox -s "wheelhouse(<row>)"``: ``--out DIR``, ``--without-host-provided``,
+    ``--python-version X.Y``, ``--platform TAG``, ``--exclude PATTERN`` (repeatable)."""
     parser = argparse.ArgumentParser(prog=f"nox -s 'wheelhouse({row_id})' --", add_help=False, exit_on_error=False)
     parser.add_argument("--out", type=Path, default=default_out)
     parser.add_argument("--without-host-provided", action="store_true")
-    args = _parse_posargs(parser, posargs, what="wheelhouse posargs", known="--out DIR, --without-host-provided")
-    return WheelhouseOptions(out=args.out, without_host_provided=args.without_host_provided)
+    parser.add_argument("--python-version")
+    parser.add_argument("--platform")
+    parser.add_argument("--exclude", action="append", default=[])
+    known = "--out DIR, --without-host-provided, --python-version X.Y, --platform TAG, --exclude PATTERN"
+    args = _parse_posargs(parser, posargs, what="wheelhouse posargs", known=known)
+    python_version, platform = args.python_version, args.platform
+    if python_version is not None and not re.fullmatch(r"3\.\d{1,2}", python_version):
+        raise MatrixError(f"wheelhouse posargs: --python-version {python_version!r}: expected 3.N (e.g. 3.12)")
+    if platform is not None:
+        if python_version is None:
+            raise MatrixError("wheelhouse posargs: --platform needs --python-version (the host's Python, e.g. 3.12)")
+        if not MANYLINUX_TAG_PATTERN.fullmatch(platform):
+            raise MatrixError(
+                f"wheelhouse posargs: --platform {platform!r}: expected a manylinux tag such as {DEFAULT_HOST_PLATFORM}"
+            )
+    elif python_version is not None:
+        platform = DEFAULT_HOST_PLATFORM
+    for pattern in args.exclude:
+        if not re.fullmatch(r"[A-Za-z0-9._*?\[\]-]+", pattern):
+            raise MatrixError(
+                f"wheelhouse posargs: --exclude {pattern!r}: expected a package name pattern (e.g. flashinfer*)"
+            )
+    return WheelhouseOptions(
+        out=args.out,
+        without_host_provided=args.without_host_provided,
+        python_version=python_version,
+        platform=platform,
+        exclude=tuple(args.exclude),
+    )
