@@ -165,6 +165,21 @@ DEFAULT_HOST_PLATFORM = "manylinux_2_28_x86_64"
 _LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 
 
+def check_host_target(python_version: str | None, platform: str | None, *, what: str) -> None:
+    """MatrixError (``what: --option ...``) for a host Python that is not ``3.N`` or a platform that is not a
+    manylinux tag; None passes (the caller decides whether the option is needed)."""
+    if python_version is not None and not re.fullmatch(r"3\.\d{1,2}", python_version):
+        raise MatrixError(f"{what}: --python-version {python_version!r}: expected 3.N (e.g. 3.12)")
+    if platform is not None and not MANYLINUX_TAG_PATTERN.fullmatch(platform):
+        raise MatrixError(f"{what}: --platform {platform!r}: expected a manylinux tag such as {DEFAULT_HOST_PLATFORM}")
+
+
+def uv_python_platform(platform: str) -> str:
+    """A manylinux tag the way uv's ``--python-platform`` spells it (``x86_64-manylinux_2_28``)."""
+    major, minor, arch = MANYLINUX_TAG_PATTERN.fullmatch(platform).groups()
+    return f"{arch}-manylinux_{major}_{minor}"
+
+
 def pip_platform_tags(platform: str) -> list[str]:
     """Every platform tag a host of this manylinux tag runs, newest first, one ``pip --platform`` each.
 
@@ -196,10 +211,7 @@ class WheelhouseOptions:
     @property
     def uv_python_platform(self) -> str | None:
         """:attr:`platform` the way ``uv pip compile --python-platform`` spells it (``x86_64-manylinux_2_28``)."""
-        if self.platform is None:
-            return None
-        major, minor, arch = MANYLINUX_TAG_PATTERN.fullmatch(self.platform).groups()
-        return f"{arch}-manylinux_{major}_{minor}"
+        return None if self.platform is None else uv_python_platform(self.platform)
 
 
 def parse_wheelhouse_options(posargs: Sequence[str], *, row_id: str, default_out: Path) -> WheelhouseOptions:
@@ -214,16 +226,10 @@ def parse_wheelhouse_options(posargs: Sequence[str], *, row_id: str, default_out
     known = "--out DIR, --without-host-provided, --python-version X.Y, --platform TAG, --exclude PATTERN"
     args = _parse_posargs(parser, posargs, what="wheelhouse posargs", known=known)
     python_version, platform = args.python_version, args.platform
-    if python_version is not None and not re.fullmatch(r"3\.\d{1,2}", python_version):
-        raise MatrixError(f"wheelhouse posargs: --python-version {python_version!r}: expected 3.N (e.g. 3.12)")
-    if platform is not None:
-        if python_version is None:
-            raise MatrixError("wheelhouse posargs: --platform needs --python-version (the host's Python, e.g. 3.12)")
-        if not MANYLINUX_TAG_PATTERN.fullmatch(platform):
-            raise MatrixError(
-                f"wheelhouse posargs: --platform {platform!r}: expected a manylinux tag such as {DEFAULT_HOST_PLATFORM}"
-            )
-    elif python_version is not None:
+    if platform is not None and python_version is None:
+        raise MatrixError("wheelhouse posargs: --platform needs --python-version (the host's Python, e.g. 3.12)")
+    check_host_target(python_version, platform, what="wheelhouse posargs")
+    if python_version is not None and platform is None:
         platform = DEFAULT_HOST_PLATFORM
     for pattern in args.exclude:
         if not re.fullmatch(r"[A-Za-z0-9._*?\[\]-]+", pattern):

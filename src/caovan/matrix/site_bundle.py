@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path, PurePosixPath
 
 from . import MatrixError
 from .envinfo import PLUGIN_DISTRIBUTION
-from .options import DEFAULT_HOST_PLATFORM, MANYLINUX_TAG_PATTERN
+from .options import DEFAULT_HOST_PLATFORM, check_host_target, uv_python_platform
 
 SCHEMA = "caovan-site-bundle/1"
 ARCHIVE = "site.tgz"
@@ -61,10 +60,9 @@ def _install(wheels: list[Path], site: Path, python_version: str, platform: str)
     uv = shutil.which("uv")
     if uv is None:
         raise MatrixError("site bundle: needs uv on PATH (pip install uv), which installs for the host's Python")
-    major, minor, arch = MANYLINUX_TAG_PATTERN.fullmatch(platform).groups()
     command = [
         uv, "pip", "install", "--quiet", "--no-index", "--no-deps", "--target", str(site),
-        "--python-version", python_version, "--python-platform", f"{arch}-manylinux_{major}_{minor}",
+        "--python-version", python_version, "--python-platform", uv_python_platform(platform),
         *map(str, wheels),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -78,28 +76,25 @@ def _install(wheels: list[Path], site: Path, python_version: str, platform: str)
         raise MatrixError(f"site bundle: installing the wheels for Python {python_version} ({platform}) failed: {why}")
 
 
-def _pack(site: Path, archive: Path) -> str:
-    """Gzipped tar of the folder's contents (paths relative to it); returns its sha256."""
+def _pack(site: Path, archive: Path) -> None:
+    """Gzipped tar of the folder's contents (paths relative to it)."""
     with tarfile.open(archive, "w:gz", compresslevel=6) as tar:
         for child in sorted(site.iterdir()):
             tar.add(child, arcname=child.name)
-    digest = hashlib.sha256()
-    with archive.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
-def _split(archive: Path, out: Path, part_bytes: int) -> int:
-    """Cut the archive into ``out/part-<i>/site.tgz.<i>``; returns the number of parts."""
-    count = 0
+def _split(archive: Path, out: Path, part_bytes: int) -> tuple[int, str]:
+    """Cut the archive into ``out/part-<i>/site.tgz.<i>``; returns the number of parts and the archive's sha256
+    (hashed on the way, so the archive is read once)."""
+    count, digest = 0, hashlib.sha256()
     with archive.open("rb") as handle:
         while chunk := handle.read(part_bytes):
+            digest.update(chunk)
             folder = out / f"part-{count}"
             folder.mkdir(parents=True)
             (folder / f"{ARCHIVE}.{count}").write_bytes(chunk)
             count += 1
-    return count
+    return count, digest.hexdigest()
 
 
 def build(
@@ -112,12 +107,7 @@ def build(
     part_mb: int = 50,
 ) -> dict:
     """Install, drop, pack and split; returns the manifest written to ``out/part-0/site-bundle.json``."""
-    if not re.fullmatch(r"3\.\d{1,2}", python_version):
-        raise MatrixError(f"site bundle: --python-version {python_version!r}: expected 3.N (e.g. 3.12)")
-    if not MANYLINUX_TAG_PATTERN.fullmatch(platform):
-        raise MatrixError(
-            f"site bundle: --platform {platform!r}: expected a manylinux tag such as {DEFAULT_HOST_PLATFORM}"
-        )
+    check_host_target(python_version, platform, what="site bundle")
     if not 1 <= part_mb <= 4096:
         raise MatrixError(f"site bundle: --part-mb {part_mb}: expected 1 to 4096 (MiB per part)")
     drops = [_check_drop(entry) for entry in drop]
@@ -148,9 +138,9 @@ def build(
             shutil.rmtree(target) if target.is_dir() else target.unlink()
             dropped.append({"path": str(entry), "bytes": size})
         archive = work / ARCHIVE
-        sha256 = _pack(site, archive)
+        _pack(site, archive)
         staged = work / "out"
-        parts = _split(archive, staged, part_mb << 20)
+        parts, sha256 = _split(archive, staged, part_mb << 20)
         manifest = {
             "schema": SCHEMA,
             "python_version": python_version,

@@ -34,12 +34,13 @@ def split_excluded(pins: Sequence[str], patterns: Sequence[str]) -> tuple[list[s
     silently), naming the pattern.
     """
     names = [requirement_name(line) for line in pins]
-    unused = [p for p in patterns if not any(fnmatch.fnmatchcase(n, _normalised(p)) for n in names)]
+    unused = [p for p in patterns if not any(matches_any(n, [p]) for n in names)]
     if unused:
         raise MatrixError(
             f"wheelhouse: --exclude {', '.join(repr(p) for p in unused)} matches no package of the row's "
             f"resolution ({len(pins)} pins)"
         )
-    kept = [line for line, name in zip(pins, names, strict=True) if not matches_any(name, patterns)]
-    left_out = [line for line, name in zip(pins, names, strict=True) if matches_any(name, patterns)]
+    hits = [matches_any(name, patterns) for name in names]
+    kept = [line for line, hit in zip(pins, hits, strict=True) if not hit]
+    left_out = [line for line, hit in zip(pins, hits, strict=True) if hit]
     return kept, left_out
