@@ -74,8 +74,15 @@ class Scenario:
     vllm_rule: bool = False  # also run vLLM 0.21.0's kernels and apply the error rule
     repeat_call: bool = False  # call twice: the second call goes through the cached plan
     write_through_last: bool = False  # the last token's state stored write-through (forced on, threshold 0)
+    constant_slab_offsets: bool = False  # the slab's strides compiled in (the sm90 entry's option at its BV)
     seed: int = 0
     notes: str = field(default="", compare=False)
+
+
+def _switched_on(scenarios: list[Scenario], switch: str, *sources: str) -> list[Scenario]:
+    """Copies of the named scenarios with one boolean field of Scenario set, ids prefixed with its name."""
+    by_id = {c.id: c for c in scenarios}
+    return [replace(by_id[source], id=f"{switch}_{source}", **{switch: True}) for source in sources]
 
 
 def _scenarios() -> list[Scenario]:
@@ -207,8 +214,9 @@ def _scenarios() -> list[Scenario]:
     ]
     # The last token's state stored write-through (the sm90 entry's large-write path): two predicated stores per
     # token instead of one branch, so every token's state must still land once, in its own slot, null slots skipped.
-    by_id = {c.id: c for c in s}
-    for source in (
+    s += _switched_on(
+        s,
+        "write_through_last",
         "base",
         "accepted_sweep_T4",
         "varlen_N3",
@@ -217,8 +225,21 @@ def _scenarios() -> list[Scenario]:
         "nullm1_middle_column_null",
         "mixed_batch_token_index",
         "layout_kv_convdimfirst1_paged1",
-    ):
-        s.append(replace(by_id[source], id=f"write_through_last_{source}", write_through_last=True))
+    )
+    # The slab's strides as compile-time constants (the sm90 entry at its own BV): both storage orders, paged and
+    # not, fp16 and fp32 state, null slots and a mixed batch; the offsets must address exactly the runtime strides'.
+    s += _switched_on(
+        s,
+        "constant_slab_offsets",
+        "base",
+        "layout_vk_convdimfirst0_paged0",
+        "layout_kv_convdimfirst0_paged1",
+        "layout_kv_convdimfirst1_paged0",
+        "dtypes_float16_conv_float16_ssm_float16",
+        "null0_initial_slot_null",
+        "mixed_batch_token_index",
+        "write_through_last_accepted_sweep_T4",
+    )
     ids = [c.id for c in s]
     assert len(ids) == len(set(ids)), "duplicate scenario id"
     return s
@@ -488,7 +509,12 @@ def run_scenario(sc: Scenario) -> dict:
     sm75 = LAUNCH_CONFIGS["sm75"]
     config = replace(
         sm75,
-        v_gdn=VGdnLaunchConfig(sm75.v_gdn.num_warps, sm75.v_gdn.num_stages, sc.bv),
+        v_gdn=VGdnLaunchConfig(
+            sm75.v_gdn.num_warps,
+            sm75.v_gdn.num_stages,
+            sc.bv,
+            preferred_block_constant_slab_offsets=sc.constant_slab_offsets,
+        ),
         write_through_last_min_state_write_bytes=0 if sc.write_through_last else None,
     )
     inp = make_inputs(sc)
@@ -498,11 +524,17 @@ def run_scenario(sc: Scenario) -> dict:
         warnings.simplefilter("error", RuntimeWarning)
         _call(gdn_spec_decode, ours, launch_config=config)
     _call(gdn_spec_decode_reference, ref)
-    if sc.write_through_last:
-        import caovan.kernels.gdn_spec_decode as spec
+    import caovan.kernels.gdn_spec_decode as spec
 
-        if not any(p.write_through_last and p.v_tail[-1] is True for p in spec._plans.values()):
-            return {"id": sc.id, "errors": {}, "ok": False, "detail": "no plan asked for the write-through store"}
+    # This scenario's plans (the launch configuration is the last item of a plan's key). The V/GDN kernel's last
+    # four arguments: WRITE_THROUGH_LAST, CONST_SLAB_OFFSETS, SLAB_STRIDE_V, SLAB_STRIDE_K.
+    plans = [p for key, p in spec._plans.items() if key[-1] == config]
+    if sc.write_through_last and not any(p.write_through_last and p.v_tail[-4] is True for p in plans):
+        return {"id": sc.id, "errors": {}, "ok": False, "detail": "no plan asked for the write-through store"}
+    if not plans or any(p.v_tail[-3] is not sc.constant_slab_offsets for p in plans):
+        got = [p.v_tail[-3:] for p in plans]
+        detail = f"expected every plan with CONST_SLAB_OFFSETS={sc.constant_slab_offsets}, got {got}"
+        return {"id": sc.id, "errors": {}, "ok": False, "detail": detail}
 
     out_dtype = inp["tensors"]["out"].dtype
     ssm_dtype = inp["buffers"]["ssm"].dtype

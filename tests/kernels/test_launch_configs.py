@@ -231,3 +231,50 @@ def test_the_sm90_entry_writes_through_only_calls_writing_most_of_l2():
     assert not sm90.write_through_last_on(8 * 5 * 16 * slab * 4)
     assert not sm90.write_through_last_on(8 * 5 * 24 * slab * 2)
     assert LAUNCH_CONFIGS["sm75"].write_through_last_min_state_write_bytes is None  # not measured on a 2080 Ti
+
+
+def test_preferred_block_options_apply_at_the_entrys_bv_only(tmp_path):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    entry = _entry((9, 0))
+    entry["v_gdn"] = dict(
+        entry["v_gdn"], BV=8, maxnreg=200, preferred_block_constant_slab_offsets=True, preferred_block_maxnreg=88
+    )
+    v = _load(_write(tmp_path, {"sm90": entry}))["sm90"].v_gdn
+    assert v.options_for(8) == (88, True)
+    assert v.options_for(16) == (200, False)  # a block the one-wave rule took: the entry's own cap, runtime strides
+    assert v.at_block(16).options_for(16) == (200, False)
+    assert v.at_block(8).options_for(8) == (88, True)
+    plain = _load(_write(tmp_path, {"sm90": _entry((9, 0))}))["sm90"].v_gdn
+    assert plain.options_for(plain.BV) == (None, False)  # off unless the entry asks
+
+
+def test_the_sm90_entry_compiles_the_slab_strides_in_at_bv8_with_an_88_register_cap():
+    # docs/bench/experiments/slab-offsets-bv8/cs-all-h200.json; at BV 16 (8-sequence 27B batches) neither applies.
+    v = LAUNCH_CONFIGS["sm90"].v_gdn
+    assert (v.BV, v.options_for(8), v.options_for(16)) == (8, (88, True), (None, False))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("preferred_block_maxnreg", 300, r"v_gdn\.preferred_block_maxnreg: expected registers per thread from 16"),
+        ("preferred_block_maxnreg", "88", r"v_gdn\.preferred_block_maxnreg: expected registers per thread from 16"),
+        ("preferred_block_constant_slab_offsets", 1, r"v_gdn\.preferred_block_constant_slab_offsets: expected true"),
+        ("preferred_block_constant_slab_offsets", "yes", r"v_gdn\.preferred_block_constant_slab_offsets: expected"),
+    ],
+)
+def test_bad_preferred_block_options_are_one_clear_error(tmp_path, field, value, message):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    entry = _entry((9, 0))
+    entry["v_gdn"] = dict(entry["v_gdn"], **{field: value})
+    with pytest.raises(ValueError, match=r"launch_configs\.json: entry 'sm90': " + message):
+        _load(_write(tmp_path, {"sm90": entry}))
+
+
+def test_larger_blocks_of_the_one_wave_rule_compile_without_the_preferred_block_options():
+    from caovan.kernels.gdn_spec_decode.aot import runtime_launch_configs
+
+    sm90 = [c for c in runtime_launch_configs() if c.arch == "sm90"]
+    assert [c.v_gdn.options_for(c.v_gdn.BV) for c in sm90] == [(88, True)] + [(None, False)] * (len(sm90) - 1)

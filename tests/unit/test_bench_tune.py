@@ -12,7 +12,10 @@ def test_candidates_vary_one_aspect_at_a_time_and_start_with_the_base():
     base = LAUNCH_CONFIGS["sm90"]
     configs = candidate_configs(base)
     assert configs[0] == base
-    expected = 1 + (len(QK_WARPS) - 1) + (len(V_BV) * len(V_WARPS) - 1) + 1  # + the PDL toggle on sm90
+    # The V/GDN grid is swept plain (no preferred-block options): the entry's own point, which has them (register
+    # cap and constant slab offsets at its BV), is a candidate of its own, timed without them.
+    assert base.v_gdn.options_for(base.v_gdn.BV) != (None, False)
+    expected = 1 + (len(QK_WARPS) - 1) + len(V_BV) * len(V_WARPS) + 1  # + the PDL toggle on sm90
     assert len(configs) == len(set(configs)) == expected
     for cfg in configs[1:]:
         assert len(_aspects_changed(cfg, base)) == 1, cfg

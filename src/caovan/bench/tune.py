@@ -79,7 +79,12 @@ def _same_launch(a: Any, b: Any) -> bool:
 
 
 def _label(cfg: Any) -> str:
-    cap = f",r{cfg.v_gdn.maxnreg}" if cfg.v_gdn.maxnreg is not None else ""
+    v = cfg.v_gdn
+    cap = f",r{v.maxnreg}" if v.maxnreg is not None else ""
+    if v.preferred_block_constant_slab_offsets or v.preferred_block_maxnreg is not None:
+        own = v.preferred_block_maxnreg
+        cap += f",at BV{v.BV}:" + ("const-offsets" if v.preferred_block_constant_slab_offsets else "")
+        cap += f"r{own}" if own is not None else ""
     return f"qk(w{cfg.qk.num_warps}) v(BV{cfg.v_gdn.BV},w{cfg.v_gdn.num_warps}{cap})" + (" pdl" if cfg.pdl else "")
 
 

@@ -60,8 +60,10 @@ def variant(maxnreg) -> str:
     # the stagger: odd value heads issue their slab load after the q/k prologue instead of behind a wait
     src, n = re.subn(
         r"    if USE_PDL and STAGGER:\n.*?            gdc_wait\(\)\n(    state = tl\.load\(head_base.*?\n)",
-        lambda m: "    if STAGGER:\n        late = i_nhv % 2 == 1\n    else:\n        late = i_nhv < 0\n"
-        + m[1].replace("mask=slab_mask,", "mask=slab_mask & (late == 0),"),
+        lambda m: (
+            "    if STAGGER:\n        late = i_nhv % 2 == 1\n    else:\n        late = i_nhv < 0\n"
+            + m[1].replace("mask=slab_mask,", "mask=slab_mask & (late == 0),")
+        ),
         src,
         flags=re.S,
     )

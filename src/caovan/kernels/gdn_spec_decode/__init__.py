@@ -116,7 +116,7 @@ class _Plan:
     qk_stages: int
     v_warps: int
     v_stages: int
-    v_maxnreg: int | None  # register cap of the entry (None: ptxas chooses)
+    v_maxnreg: int | None  # register cap at the plan's BV (None: ptxas chooses)
     # Programmatic dependent launches: the Q/K kernel of the kernel before it, the V/GDN kernel of the Q/K kernel
     pdl: bool
     stagger: bool  # half of the V/GDN programs start behind the Q/K kernel (large state writes, PDL only)
@@ -598,6 +598,14 @@ def _validate_and_plan(
         use_pdl,
     )
 
+    def slab_constants(BV: int) -> tuple[bool, int, int]:
+        # (CONST_SLAB_OFFSETS, SLAB_STRIDE_V, SLAB_STRIDE_K): the strides compiled in where the entry asks for it
+        # at this block and every offset the kernel forms (padded rows and columns too) fits int32.
+        largest = (triton.cdiv(V, BV) * BV - 1) * s_ssm_v + (BK - 1) * s_ssm_k
+        if v_config.options_for(BV)[1] and largest < 2**31:
+            return True, s_ssm_v, s_ssm_k
+        return False, 0, 0
+
     def v_tail(BV: int, stagger: bool = False, write_through_last: bool = False) -> tuple:
         return (
             s_x_token,
@@ -632,6 +640,7 @@ def _validate_and_plan(
             use_pdl,
             stagger,
             write_through_last,
+            *slab_constants(BV),
         )
 
     if N > 0 and device.type == "cuda" and not _INTERPRETED:
@@ -658,7 +667,7 @@ def _validate_and_plan(
         qk_stages=config.qk.num_stages,
         v_warps=v_config.num_warps,
         v_stages=v_config.num_stages,
-        v_maxnreg=v_config.maxnreg,
+        v_maxnreg=v_config.options_for(BV)[0],
         pdl=use_pdl,
         stagger=stagger,
         write_through_last=write_through_last,
@@ -694,7 +703,7 @@ def _fit_value_block(
                 num_warps=v_config.num_warps,
                 num_stages=v_config.num_stages,
                 launch_pdl=use_pdl,
-                maxnreg=v_config.maxnreg,
+                maxnreg=v_config.options_for(bv)[0],
             )
             kernel.run  # noqa: B018 - loads the module: n_regs is read from the loaded function
         per_sm = resident_programs_per_sm(kernel.n_regs, v_config.num_warps, kernel.metadata.shared, limits)

@@ -154,6 +154,7 @@ def _launch_values(
     BV: int,
     use_pdl: bool = False,
     write_through_last: bool = False,
+    constant_slab_offsets: bool = False,
 ) -> tuple[dict[str, object], dict[str, object]]:
     """Argument values of both kernels as gdn_spec_decode would pass them for this layout."""
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
@@ -227,6 +228,9 @@ def _launch_values(
         BT=BT,
         STAGGER=use_pdl,  # a full batch's launch staggers wherever it is a programmatic dependent (the superset)
         WRITE_THROUGH_LAST=write_through_last,
+        CONST_SLAB_OFFSETS=constant_slab_offsets,
+        SLAB_STRIDE_V=s_ssm[2] if constant_slab_offsets else 0,
+        SLAB_STRIDE_K=s_ssm[3] if constant_slab_offsets else 0,
     )
     return qk, v_gdn
 
@@ -277,10 +281,14 @@ def compile_spec_decode_kernels(
     use_pdl = config.pdl_on(capability)
     # As for the stagger: the entry's write-through of the last token wherever it can turn it on (the superset).
     write_through_last = config.write_through_last_min_state_write_bytes is not None
-    qk_values, v_values = _launch_values(shape, dtypes, layout, config.v_gdn.BV, use_pdl, write_through_last)
+    # The V/GDN launch at the entry's BV, with the options the entry gives that block (see launch_configs.py).
+    v_launch = config.v_gdn.at_block(config.v_gdn.BV)
+    qk_values, v_values = _launch_values(
+        shape, dtypes, layout, v_launch.BV, use_pdl, write_through_last, v_launch.preferred_block_constant_slab_offsets
+    )
     launches = (
         (_caovan_sm75_prepare_qk_conv_spec_decode_kernel, qk_values, config.qk),
-        (_caovan_sm75_fused_v_gdn_spec_decode_kernel, v_values, config.v_gdn),
+        (_caovan_sm75_fused_v_gdn_spec_decode_kernel, v_values, v_launch),
     )
     infos = []
     for fn, values, launch in launches:
@@ -365,7 +373,7 @@ def runtime_launch_configs(shape: ModelShape = QWEN36_27B_TP2_MTP3) -> list[Arch
     for cfg in ALL_LAUNCH_CONFIGS:
         v = cfg.v_gdn
         for bv in value_block_candidates(v.BV, block_k, v.num_warps, block_v_max)[1:]:
-            configs.append(replace(cfg, v_gdn=replace(v, BV=bv), note=f"{cfg.arch} entry with BV={bv} (one-wave rule)"))
+            configs.append(replace(cfg, v_gdn=v.at_block(bv), note=f"{cfg.arch} entry with BV={bv} (one-wave rule)"))
     return configs
 
 

@@ -38,6 +38,24 @@ class VGdnLaunchConfig:
     #: The register count decides how many programs an SM holds at once, and ptxas' choice moves with the
     #: specialisation (on sm_75 the sm75 entry takes 162-168 registers up to MTP 3 and 197-204 at MTP 4).
     maxnreg: int | None = None
+    #: At the entry's own BV only: the state slab's strides compiled in as constants (fewer registers: the
+    #: offsets fold into the store instructions), and ``preferred_block_maxnreg`` in place of ``maxnreg``. A
+    #: larger block taken by the one-wave rule runs without them: at BV 16 on an H200 the constant offsets made
+    #: the kernel slower (docs/bench/experiments/issue-profile), and a cap sized for BV 8 spills there.
+    preferred_block_constant_slab_offsets: bool = False
+    preferred_block_maxnreg: int | None = None
+
+    def options_for(self, bv: int) -> tuple[int | None, bool]:
+        """``(maxnreg, constant slab offsets)`` of a launch at value block ``bv``."""
+        if bv != self.BV:
+            return self.maxnreg, False
+        cap = self.preferred_block_maxnreg
+        return (self.maxnreg if cap is None else cap), self.preferred_block_constant_slab_offsets
+
+    def at_block(self, bv: int) -> VGdnLaunchConfig:
+        """The launch options at ``bv`` as a configuration of its own (the preferred-block options folded in)."""
+        maxnreg, constant_offsets = self.options_for(bv)
+        return VGdnLaunchConfig(self.num_warps, self.num_stages, bv, maxnreg, constant_offsets)
 
 
 #: Programmatic dependent launch (``griddepcontrol``) exists from sm_90 (Hopper) on.
@@ -101,9 +119,15 @@ def _entry(arch: str, entry: dict) -> ArchLaunchConfig:
         stagger_min_state_write_bytes=entry.get("stagger_min_state_write_bytes"),
         write_through_last_min_state_write_bytes=entry.get("write_through_last_min_state_write_bytes"),
     )
-    maxnreg = config.v_gdn.maxnreg
-    if maxnreg is not None and (type(maxnreg) is not int or not 16 <= maxnreg <= 255):
-        raise ValueError(f"v_gdn.maxnreg: expected registers per thread from 16 to 255 or null, got {maxnreg!r}")
+    for key in ("maxnreg", "preferred_block_maxnreg"):
+        maxnreg = getattr(config.v_gdn, key)
+        if maxnreg is not None and (type(maxnreg) is not int or not 16 <= maxnreg <= 255):
+            raise ValueError(f"v_gdn.{key}: expected registers per thread from 16 to 255 or null, got {maxnreg!r}")
+    if type(config.v_gdn.preferred_block_constant_slab_offsets) is not bool:
+        raise ValueError(
+            "v_gdn.preferred_block_constant_slab_offsets: expected true or false, "
+            f"got {config.v_gdn.preferred_block_constant_slab_offsets!r}"
+        )
     for key in ("stagger_min_state_write_bytes", "write_through_last_min_state_write_bytes"):
         threshold = getattr(config, key)
         if threshold is not None and (type(threshold) is not int or threshold < 0):

@@ -305,6 +305,9 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     USE_PDL: tl.constexpr,
     STAGGER: tl.constexpr,
     WRITE_THROUGH_LAST: tl.constexpr,
+    CONST_SLAB_OFFSETS: tl.constexpr = False,
+    SLAB_STRIDE_V: tl.constexpr = 0,
+    SLAB_STRIDE_K: tl.constexpr = 0,
 ):
     i_vb = tl.program_id(0)
     i_nhv = tl.program_id(1)
@@ -364,7 +367,16 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
             gdc_wait()
         return
 
-    slab_offs = v_offs.to(tl.int64)[:, None] * stride_ssm_v + k_offs.to(tl.int64)[None, :] * stride_ssm_k
+    if CONST_SLAB_OFFSETS:
+        # The slab's strides compiled in (equal to stride_ssm_v/k; the entry checks the offsets fit int32): its
+        # offsets fold into the store instructions instead of living in 64-bit registers, 118 -> 94 registers at
+        # BV 8 on sm_90 (27B TP=2, MTP 4, fp32 state), which lets the entry's register cap fit without spills.
+        # Measured on an H200 with the cap (docs/bench/experiments/slab-offsets-bv8): up to 12 % less at 2-4
+        # sequences; at BV 16 the same offsets made the kernel slower (../issue-profile), so only the entry's BV
+        # uses them.
+        slab_offs = v_offs[:, None] * SLAB_STRIDE_V + k_offs[None, :] * SLAB_STRIDE_K
+    else:
+        slab_offs = v_offs.to(tl.int64)[:, None] * stride_ssm_v + k_offs.to(tl.int64)[None, :] * stride_ssm_k
     slab_mask = v_mask[:, None] & k_mask[None, :]
     head_base = ssm_state_ptr + i_hv.to(tl.int64) * stride_ssm_head
     if USE_PDL and STAGGER:
