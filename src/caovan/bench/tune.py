@@ -81,10 +81,11 @@ def _same_launch(a: Any, b: Any) -> bool:
 def _label(cfg: Any) -> str:
     v = cfg.v_gdn
     cap = f",r{v.maxnreg}" if v.maxnreg is not None else ""
-    if v.preferred_block_constant_slab_offsets or v.preferred_block_maxnreg is not None:
-        own = v.preferred_block_maxnreg
-        cap += f",at BV{v.BV}:" + ("const-offsets" if v.preferred_block_constant_slab_offsets else "")
-        cap += f"r{own}" if own is not None else ""
+    own = [f"r{v.preferred_block_maxnreg}"] if v.preferred_block_maxnreg is not None else []
+    if v.preferred_block_constant_slab_offsets:
+        own.insert(0, "const-offsets")
+    if own:  # options of the entry's own BV only (launch_configs.py)
+        cap += f",BV{v.BV}:" + "+".join(own)
     return f"qk(w{cfg.qk.num_warps}) v(BV{cfg.v_gdn.BV},w{cfg.v_gdn.num_warps}{cap})" + (" pdl" if cfg.pdl else "")
 
 
