@@ -7,9 +7,9 @@ got, and the timeline of ``../launch-chain/`` shows SMs done at 12-14 us while o
 is one-dimensional: first every full block (BV rows, main's order), then the small items. They are dispatched
 last, so they go to the SMs that free a slot first: the block scheduler balances the tail by itself, with no
 counter and no persistent loop (``../balanced-work/``, which put every item's start-up on a program's critical
-path). A small item is a BV-row program with the rows past ITEM masked off (a full block that would
-cross V - TAIL is cut there, so that the small BV 32 shapes of the CPU check split too): same registers and code as main, a
-quarter or an eighth of its memory traffic. The staggered start stays on the value head, as in main.
+path). A small item is a BV-row program with the rows past ITEM masked off: same registers and code as main, a
+quarter or an eighth of its memory traffic (a full block that would cross V - TAIL is cut there, so that the
+small BV 32 shapes of the CPU check split too). The staggered start stays on the value head, as in main.
 
 Each module sets NO_DIRECT_LAUNCH (the entry's direct launch would replay main's grid) and wraps the kernel so
 that ``kernel[grid]`` launches the split grid; ``warmup`` (the one-wave rule's register count) is main's.
@@ -66,7 +66,8 @@ class _SplitGrid:
             assert TAIL < V and TAIL % ITEM == 0 and ITEM <= BV, (V, BV, TAIL, ITEM)
             split = (grid[1] * ((V - TAIL + BV - 1) // BV + TAIL // ITEM), 1, 1)
             compiled = _KERNEL[split](*args, **kw)
-            if compiled is not None and split not in _reported:  # None: the interpreter  # the run's log: registers and grid of each compiled launch, once
+            # The run's log: registers and grid of each compiled launch, once (None: the interpreter).
+            if compiled is not None and split not in _reported:
                 _reported.add(split)
                 print(f"[ts] BV {BV} tail {TAIL} item {ITEM}: grid {tuple(grid)} -> {split},"
                       f" {compiled.n_regs} registers, {compiled.n_spills} spills", flush=True)
