@@ -2,16 +2,9 @@
 # Nsight Compute profile of the V/GDN kernel at the one shape under 2x vLLM (Qwen3.6-27B TP=2, 8 sequences, MTP 4,
 # fp32 state), at the GPU's own clocks (--clock-control none), with per-SASS-instruction stall samples.
 # Run from the repository root with PYTHONPATH=src and OUT set; writes OUT/details.txt and OUT/sass.csv.
-NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
-echo "ncu: $NCU"; [ -n "$NCU" ] || exit 3
-"$NCU" --version | tail -1
-CASE=qwen3.6-27b-tp2,8,4,float32 timeout 300 "$NCU" -k regex:fused_v_gdn --launch-skip 4 --launch-count 1 \
-  --clock-control none --set full --import-source yes -f -o "$OUT/v-gdn" \
-  python3 docs/bench/experiments/qk-in-loop/profile_case.py > "$OUT/ncu-run.log" 2>&1
-echo "profile rc=$?"; tail -3 "$OUT/ncu-run.log"
-"$NCU" -i "$OUT/v-gdn.ncu-rep" --page details > "$OUT/details.txt" 2>&1; echo "details rc=$?"
-"$NCU" -i "$OUT/v-gdn.ncu-rep" --page source --csv --print-source sass > "$OUT/sass.csv" 2>&1; echo "sass rc=$?"
-rm -f "$OUT/v-gdn.ncu-rep"
+source docs/bench/experiments/ncu_profile.sh
+find_ncu
+ncu_full fused_v_gdn v-gdn qwen3.6-27b-tp2,8,4,float32
 # Per-SM balance (one pass, metrics only) at MTP 4 and MTP 3: writes OUT/sm-balance.txt
 M=gpu__time_duration.sum,sm__cycles_elapsed.max,sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg
 M=$M,sm__ctas_launched.max,sm__ctas_launched.min,sm__warps_active.avg.pct_of_peak_sustained_active

@@ -3,16 +3,9 @@
 # MTP 4, fp32 state), at the GPU's own clocks, with per-SASS-instruction stall samples; as ../issue-profile/
 # profile.sh does for the V/GDN kernel. Run from the repository root with PYTHONPATH=src and OUT set; writes
 # OUT/details.txt, OUT/sass.csv and OUT/qk-metrics.txt (MTP 4 and MTP 1, one metrics pass each).
-NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
-echo "ncu: $NCU"; [ -n "$NCU" ] || exit 3
-"$NCU" --version | tail -1
-CASE=qwen3.6-27b-tp2,8,4,float32 timeout 200 "$NCU" -k regex:prepare_qk --launch-skip 4 --launch-count 1 \
-  --clock-control none --set full --import-source yes -f -o "$OUT/qk" \
-  python3 docs/bench/experiments/qk-in-loop/profile_case.py > "$OUT/ncu-run.log" 2>&1
-echo "profile rc=$?"; tail -3 "$OUT/ncu-run.log"
-"$NCU" -i "$OUT/qk.ncu-rep" --page details > "$OUT/details.txt" 2>&1; echo "details rc=$?"
-"$NCU" -i "$OUT/qk.ncu-rep" --page source --csv --print-source sass > "$OUT/sass.csv" 2>&1; echo "sass rc=$?"
-rm -f "$OUT/qk.ncu-rep"
+source docs/bench/experiments/ncu_profile.sh
+find_ncu
+ncu_full prepare_qk qk qwen3.6-27b-tp2,8,4,float32
 M=gpu__time_duration.sum,sm__cycles_elapsed.max,sm__cycles_active.max,sm__cycles_active.avg
 M=$M,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,launch__registers_per_thread
 M=$M,smsp__average_warp_latency_per_inst_issued.ratio,smsp__inst_executed.sum
