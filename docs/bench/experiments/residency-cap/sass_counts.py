@@ -23,17 +23,15 @@ CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia",
 SHAPE = replace(aot.QWEN36_27B_TP2_MTP3, t_max=5)
 DTYPES = aot.DtypeCombo("bfloat16", "bfloat16", "float32")
 
-for name, bv, constant_offsets, maxnreg in (
-    ("main BV16", 16, False, None),
-    ("constant offsets BV16", 16, True, None),
-    ("main BV8", 8, False, None),
-    ("constant offsets BV8, cap 88", 8, True, 88),
-):
+
+def sass_counts(kernel, bv: int, constant_offsets: bool = False, maxnreg: int | None = None) -> str:
+    """Registers, spills and SASS instruction counts of one V/GDN kernel (main's or a variant with its
+    signature) compiled for sm_90 at the shape and launch values above."""
     _, values = aot._launch_values(SHAPE, DTYPES, aot.DEFAULT_LAYOUT, bv, True, True, constant_offsets)
     options = {"num_warps": 1, "num_stages": 1, "launch_pdl": True}
     if maxnreg is not None:
         options["maxnreg"] = maxnreg
-    source = aot._ast_source(aot._caovan_sm75_fused_v_gdn_spec_decode_kernel, values)
+    source = aot._ast_source(kernel, values)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     ptx = compiled.asm["ptx"]
     registers, spills = aot.ptxas_resource_usage(ptx if isinstance(ptx, str) else ptx.decode(), (9, 0))
@@ -48,4 +46,15 @@ for name, bv, constant_offsets, maxnreg in (
         if m:
             ops[m[1]] += 1
     top = ", ".join(f"{op} {n}" for op, n in ops.most_common(12))
-    print(f"{name}: {registers} registers, {spills} B spills, {sum(ops.values())} instructions ({top})", flush=True)
+    return f"{registers} registers, {spills} B spills, {sum(ops.values())} instructions ({top})"
+
+
+if __name__ == "__main__":
+    for name, bv, constant_offsets, maxnreg in (
+        ("main BV16", 16, False, None),
+        ("constant offsets BV16", 16, True, None),
+        ("main BV8", 8, False, None),
+        ("constant offsets BV8, cap 88", 8, True, 88),
+    ):
+        counts = sass_counts(aot._caovan_sm75_fused_v_gdn_spec_decode_kernel, bv, constant_offsets, maxnreg)
+        print(f"{name}: {counts}", flush=True)
