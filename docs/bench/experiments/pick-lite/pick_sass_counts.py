@@ -2,7 +2,9 @@
 (ahead of time, no GPU; the shape and launch values of ../residency-cap/sass_counts.py: 27B TP=2, MTP 4, fp32
 state, no token_index).
 
-Usage (repository root, after make_variants.py): PYTHONPATH=src python3 docs/bench/experiments/pick-lite/sass_counts.py
+Usage (repository root, after make_variants.py):
+    PYTHONPATH=src python3 docs/bench/experiments/pick-lite/pick_sass_counts.py
+(named apart from ../residency-cap/sass_counts.py, whose module it imports: the script's own folder is on sys.path too).
 The run quoted in README.md: sass-counts.txt.
 """
 
