@@ -4,7 +4,9 @@ Like ``../cold-l2/variants_cold.py`` (same variant modules, same launch of main'
 accuracy check against the float64 reference), but the variants take turns within each pass and the result is
 the median over passes, so that a drift of the host or the GPU during the run moves all variants alike. Options
 per variant: BVxW, ``s0`` (no staggered start), ``qN`` (Q/K kernel with N warps), ``mN`` (V/GDN maxnreg N). A
-variant module that sets ``NO_DIRECT_LAUNCH`` (its launch is not main's grid) runs with the direct launch off.
+variant module that sets ``NO_DIRECT_LAUNCH`` (its launch is not main's grid) runs with the direct launch off; one
+that defines ``extend_plan(plan, args)`` gets main's launch plan (``args``: those of ``_validate_and_plan``) to
+change, e.g. to append arguments to its Q/K kernel's launch.
 
 Usage (repository root, PYTHONPATH=src; no vLLM; variants made by make_variants.py):
     python3 docs/bench/experiments/last-token-write-through/ab.py OUT REGEX 'current:8x1;rot:8x1s0' NAME [PASSES]
@@ -39,7 +41,9 @@ V_MAIN = spec._caovan_sm75_fused_v_gdn_spec_decode_kernel
 QK_MAIN = spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel
 FIT = spec._fit_value_block
 HOOKS_SET = spec._launch_hooks_set
+PLAN = spec._validate_and_plan
 NO_DIRECT = set()  # kernels of variant modules that set NO_DIRECT_LAUNCH (they launch another grid than main's)
+PLAN_HOOKS = {}  # kernel -> _validate_and_plan with the variant module's extend_plan applied
 
 
 def load(name):
@@ -51,6 +55,9 @@ def load(name):
     qk = m._caovan_sm75_prepare_qk_conv_spec_decode_kernel if getattr(m, "VARIANT_QK_KERNEL", False) else QK_MAIN
     if getattr(m, "NO_DIRECT_LAUNCH", False):
         NO_DIRECT.add(id(m._caovan_sm75_fused_v_gdn_spec_decode_kernel))
+    extend = getattr(m, "extend_plan", None)
+    if extend is not None:
+        PLAN_HOOKS[id(m._caovan_sm75_fused_v_gdn_spec_decode_kernel)] = lambda *a, **k: extend(PLAN(*a, **k), a)
     return m._caovan_sm75_fused_v_gdn_spec_decode_kernel, qk
 
 
@@ -96,6 +103,7 @@ for case in bench_cases("all"):
             spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel = qk_kernel
             spec._fit_value_block = FIT
             spec._launch_hooks_set = (lambda: True) if id(v_kernel) in NO_DIRECT else HOOKS_SET
+            spec._validate_and_plan = PLAN_HOOKS.get(id(v_kernel), PLAN)
             spec._plans.clear()
             spec._direct.clear()
 
@@ -126,4 +134,5 @@ for case in bench_cases("all"):
     json.dump(res, open(os.path.join(out_dir, file_name), "w"), indent=1)
 spec._caovan_sm75_fused_v_gdn_spec_decode_kernel, spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel = V_MAIN, QK_MAIN
 spec._launch_hooks_set = HOOKS_SET
+spec._validate_and_plan = PLAN
 print("problems:", len(res["problems"]), list(res["problems"].items())[:3])
