@@ -6,7 +6,8 @@ the median over passes, so that a drift of the host or the GPU during the run mo
 per variant: BVxW, ``s0`` (no staggered start), ``qN`` (Q/K kernel with N warps), ``mN`` (V/GDN maxnreg N). A
 variant module that sets ``NO_DIRECT_LAUNCH`` (its launch is not main's grid) runs with the direct launch off; one
 that defines ``extend_plan(plan, args)`` gets main's launch plan (``args``: those of ``_validate_and_plan``) to
-change, e.g. to append arguments to its Q/K kernel's launch.
+change, e.g. to append arguments to its Q/K kernel's launch; one that sets ``NO_QK_KERNEL`` (a bound: its V/GDN
+kernel runs alone) gets no Q/K kernel launched at all.
 
 Usage (repository root, PYTHONPATH=src; no vLLM; variants made by make_variants.py):
     python3 docs/bench/experiments/last-token-write-through/ab.py OUT REGEX 'current:8x1;rot:8x1s0' NAME [PASSES]
@@ -46,6 +47,13 @@ NO_DIRECT = set()  # kernels of variant modules that set NO_DIRECT_LAUNCH (they 
 PLAN_HOOKS = {}  # kernel -> _validate_and_plan with the variant module's extend_plan applied
 
 
+class _NotLaunched:
+    """Stands in for the Q/K kernel of a NO_QK_KERNEL variant: ``kernel[grid](...)`` launches nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
 def load(name):
     if name == "current":
         return V_MAIN, QK_MAIN
@@ -53,6 +61,9 @@ def load(name):
     m = importlib.util.module_from_spec(s)
     s.loader.exec_module(m)
     qk = m._caovan_sm75_prepare_qk_conv_spec_decode_kernel if getattr(m, "VARIANT_QK_KERNEL", False) else QK_MAIN
+    if getattr(m, "NO_QK_KERNEL", False):
+        assert getattr(m, "NO_DIRECT_LAUNCH", False), "a NO_QK_KERNEL variant must set NO_DIRECT_LAUNCH too"
+        qk = _NotLaunched()
     if getattr(m, "NO_DIRECT_LAUNCH", False):
         NO_DIRECT.add(id(m._caovan_sm75_fused_v_gdn_spec_decode_kernel))
     extend = getattr(m, "extend_plan", None)
