@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from caovan.adapters import base as adapters_base
 from caovan.adapters import registry
 from caovan.adapters.base import GdnAdapter, Prober, has_argument, version_in
 
@@ -64,6 +65,16 @@ def test_selection_prefers_passing_family(monkeypatch):
     sel = registry.select_adapter((_Failing, _Passing))
     assert sel.family_id == "fam-pass"
     assert sel.reason == "family=fam-pass"
+
+
+def test_selection_hint_uses_the_version_it_ordered_by(monkeypatch):
+    # The probes read the installed version on their own; the reason must not depend on that second reading
+    # (here: none, as in a venv without vLLM while the selection is given 0.21.0).
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.21.0")
+    monkeypatch.setattr(adapters_base, "installed_vllm_version", lambda: None)
+    assert registry.select_adapter((_Passing,)).reason == "family=fam-pass"
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.19.0")
+    assert registry.select_adapter((_Passing,)).reason.endswith("(outside its version hint; chosen by probing)")
 
 
 def test_unlisted_release_lands_by_probe(monkeypatch):

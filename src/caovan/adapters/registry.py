@@ -60,7 +60,8 @@ def select_adapter(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> Selecti
             chosen = adapter
             break
     if chosen is not None:
-        hint = "" if reports[-1].hint_matches else " (outside its version hint; chosen by probing)"
+        # The version this selection ordered the families by (the reports read it again, at probe time).
+        hint = "" if version_in(vllm_version, chosen.version_hint) else " (outside its version hint; chosen by probing)"
         return Selection(vllm_version, chosen, f"family={chosen.family_id}{hint}", tuple(reports))
     looks_like = [label for module, label in UNSERVED_FAMILY_MARKERS if _module_exists(module)]
     why = "; ".join(f"{r.family_id}: {r.reason}" for r in reports)
