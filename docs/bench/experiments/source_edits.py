@@ -10,3 +10,23 @@ of writing an unchanged or half-edited variant. Generators import it with their 
 def sub(text: str, old: str, new: str, count: int = 1) -> str:
     assert text.count(old) == count, (text.count(old), old[:80])
     return text.replace(old, new)
+
+
+V_GDN_KERNEL = "def _caovan_sm75_fused_v_gdn_spec_decode_kernel("
+
+
+def sub_in_v_kernel(text: str, old: str, new: str) -> str:
+    """``sub`` restricted to the V/GDN kernel: the Q/K kernel and the helpers above it stay as they are."""
+    i = text.index(V_GDN_KERNEL)
+    return text[:i] + sub(text[i:], old, new)
+
+
+def write_variants(variants: dict[str, str]) -> None:
+    """Writes each variant's source to ``.exp/variants2/k_NAME.py`` (what the timing harnesses load) and names it."""
+    import os
+
+    os.makedirs(".exp/variants2", exist_ok=True)
+    for name, text in variants.items():
+        with open(f".exp/variants2/k_{name}.py", "w") as f:
+            f.write(text)
+        print(f".exp/variants2/k_{name}.py")
