@@ -14,6 +14,10 @@ def sub(text: str, old: str, new: str, count: int = 1) -> str:
 
 V_GDN_KERNEL = "def _caovan_sm75_fused_v_gdn_spec_decode_kernel("
 
+#: Appended to a variant that is a bound with its V/GDN kernel alone: the timing harnesses
+#: (``last-token-write-through/ab.py``) launch no Q/K kernel for it and do not take the direct launch path.
+NO_QK_KERNEL_FLAGS = "\n\nNO_QK_KERNEL = True\nNO_DIRECT_LAUNCH = True\n"
+
 
 def sub_in_v_kernel(text: str, old: str, new: str) -> str:
     """``sub`` restricted to the V/GDN kernel: the Q/K kernel and the helpers above it stay as they are."""

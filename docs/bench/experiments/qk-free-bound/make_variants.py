@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from source_edits import sub  # noqa: E402
+from source_edits import NO_QK_KERNEL_FLAGS, sub  # noqa: E402
 
 BASE_COMMIT = "436ed67"
 MAIN = subprocess.check_output(
@@ -31,11 +31,10 @@ STAGGER_OLD = """        if i_nhv % 2 == 1:
 STAGGER_SLEEP = """        if i_nhv % 2 == 1:
             tl.inline_asm_elementwise("nanosleep.u32 NS; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 """
-FLAGS = "\n\nNO_QK_KERNEL = True\nNO_DIRECT_LAUNCH = True\n"
 
-VARIANTS = {"alone": MAIN + FLAGS}
+VARIANTS = {"alone": MAIN + NO_QK_KERNEL_FLAGS}
 for ns in (500, 1000, 2000):
-    VARIANTS[f"alones{ns}"] = sub(MAIN, STAGGER_OLD, STAGGER_SLEEP.replace("NS", str(ns))) + FLAGS
+    VARIANTS[f"alones{ns}"] = sub(MAIN, STAGGER_OLD, STAGGER_SLEEP.replace("NS", str(ns))) + NO_QK_KERNEL_FLAGS
 
 if __name__ == "__main__":
     os.makedirs(".exp/variants2", exist_ok=True)

@@ -29,11 +29,21 @@ The tile is [RL, KT, 1, RH, KR, KS] (one warp: no warp axis): value row rl * RH 
 Usage (repository root): python3 docs/bench/experiments/row-split-tile/make_variants.py
 """
 
+import importlib.util
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from source_edits import V_GDN_KERNEL, sub_in_v_kernel, write_variants  # noqa: E402
+from source_edits import NO_QK_KERNEL_FLAGS, V_GDN_KERNEL, sub_in_v_kernel, write_variants  # noqa: E402
+
+# rows16q takes token-step-placement's int32 picks as they are (the folder is no package: loaded by path).
+_placement = importlib.util.spec_from_file_location(
+    "token_step_placement_variants",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "token-step-placement", "make_variants.py"),
+)
+_placement_module = importlib.util.module_from_spec(_placement)
+_placement.loader.exec_module(_placement_module)
+idx32 = _placement_module.idx32
 
 MAIN = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
 
@@ -146,22 +156,6 @@ def rows16q():
     return idx32(text)
 
 
-def idx32(text):
-    for old, new in (
-        ("rows_all = tl.load(token_index_ptr + spec_tokens, mask=row_mask, other=0).to(tl.int64)",
-         "rows_all = tl.load(token_index_ptr + spec_tokens, mask=row_mask, other=0).to(tl.int32)"),
-        ("        rows_all = spec_tokens\n", "        rows_all = spec_tokens.to(tl.int32)\n"),
-        ("a_ptr + rows_all * stride_a_token", "a_ptr + rows_all.to(tl.int64) * stride_a_token"),
-        ("b_ptr + rows_all * stride_b_token", "b_ptr + rows_all.to(tl.int64) * stride_b_token"),
-        ("mask=row_mask, other=NULL_SLOT_MAX).to(tl.int64)", "mask=row_mask, other=NULL_SLOT_MAX).to(tl.int32)"),
-        ("row = tl.sum(tl.where(pick, rows_all, 0))\n", "row = tl.sum(tl.where(pick, rows_all, 0)).to(tl.int64)\n"),
-        ("block_t = tl.sum(tl.where(pick, blocks_all, 0))\n",
-         "block_t = tl.sum(tl.where(pick, blocks_all, 0)).to(tl.int64)\n"),
-    ):  # fmt: skip
-        text = sub_in_v_kernel(text, old, new)
-    return text
-
-
 def rows16skel():
     return sub_in_v_kernel(
         rows(16),
@@ -175,7 +169,7 @@ VARIANTS["rows16q"] = rows16q()
 VARIANTS["rows16skel"] = rows16skel()
 VARIANTS["rows16qs3"] = sub_in_v_kernel(rows16q(), "        if i_nhv % 2 == 1:\n", "        if i_nhv % 3 == 1:\n")
 VARIANTS["rows16qs34"] = sub_in_v_kernel(rows16q(), "        if i_nhv % 2 == 1:\n", "        if i_nhv % 4 != 0:\n")
-VARIANTS["arows16"] = rows(16) + "\n\nNO_QK_KERNEL = True\nNO_DIRECT_LAUNCH = True\n"
+VARIANTS["arows16"] = rows(16) + NO_QK_KERNEL_FLAGS
 
 if __name__ == "__main__":
     write_variants(VARIANTS)

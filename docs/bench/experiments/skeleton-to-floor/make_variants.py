@@ -33,10 +33,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from source_edits import V_GDN_KERNEL, sub_in_v_kernel, write_variants  # noqa: E402
+from source_edits import NO_QK_KERNEL_FLAGS, V_GDN_KERNEL, sub_in_v_kernel, write_variants  # noqa: E402
 
 MAIN = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
-FLAGS = "\n\nNO_QK_KERNEL = True\nNO_DIRECT_LAUNCH = True\n"
 
 
 MATH = """        state *= decay
@@ -110,10 +109,10 @@ def variants():
     i = text.index(V_GDN_KERNEL)
     start = text.index("    if CONST_SLAB_OFFSETS:\n", i)
     out["afloor"] = text[:start] + FLOOR_TAIL
-    out = {name: body + FLAGS for name, body in out.items()}
+    out = {name: body + NO_QK_KERNEL_FLAGS for name, body in out.items()}
     for name, (old, new) in ARITHMETIC_PIECES.items():
         out[name] = sub_in_v_kernel(MAIN, old, new)
-        out["a" + name] = out[name] + FLAGS
+        out["a" + name] = out[name] + NO_QK_KERNEL_FLAGS
     return out
 
 

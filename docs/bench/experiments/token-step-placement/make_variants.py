@@ -27,10 +27,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from source_edits import sub_in_v_kernel, write_variants  # noqa: E402
+from source_edits import NO_QK_KERNEL_FLAGS, sub_in_v_kernel, write_variants  # noqa: E402
 
 MAIN = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
-ALONE = "\n\nNO_QK_KERNEL = True\nNO_DIRECT_LAUNCH = True\n"
 
 
 QK_LOADS = """        next_mask = k_mask & (t + 1 < seq_len)
@@ -122,7 +121,7 @@ VARIANTS = {
     "qkafter": qkafter(MAIN),
     "idx32": idx32(MAIN),
     "qkafter32": idx32(qkafter(MAIN)),
-    "aqkafter": qkafter(MAIN) + ALONE,
+    "aqkafter": qkafter(MAIN) + NO_QK_KERNEL_FLAGS,
 }
 
 if __name__ == "__main__":
