@@ -75,6 +75,7 @@ class Scenario:
     repeat_call: bool = False  # call twice: the second call goes through the cached plan
     write_through_last: bool = False  # the last token's state stored write-through (forced on, threshold 0)
     constant_slab_offsets: bool = False  # the slab's strides compiled in (the sm90 entry's option at its BV)
+    row_lanes: int = 32  # < 32: the slab's rows split over this many lanes (the sm90 entry's large fp32 calls)
     seed: int = 0
     notes: str = field(default="", compare=False)
 
@@ -240,6 +241,36 @@ def _scenarios() -> list[Scenario]:
         "mixed_batch_token_index",
         "write_through_last_accepted_sweep_T4",
     )
+    # The slab's rows over 16 (or 8) lanes, a 6-D tile (the sm90 entry's large fp32-state calls). K >= 4 lanes
+    # per row: K 64, 48 (masked key columns) and 128 (the model shapes' two column groups per lane). Edge cases,
+    # layouts, head ratios, a mixed batch, the write-through, 2-row value blocks (BV * lanes = 32, the smallest)
+    # and the rule against vLLM's kernels.
+    by_id = {c.id: c for c in s}
+    s += [
+        replace(by_id[source], id=f"rows16_{source}", row_lanes=16, head_k_dim=64)
+        for source in (
+            "base",
+            "accepted_sweep_T4",
+            "varlen_N3",
+            "padded_rows_trailing",
+            "null0_initial_slot_null",
+            "nullm1_middle_column_null",
+            "mixed_batch_token_index",
+            "layout_kv_convdimfirst1_paged1",
+            "heads_H2_G3",
+            "dtypes_bfloat16_conv_bfloat16_ssm_float32",
+            "write_through_last_accepted_sweep_T4",
+            "vllm_rule_fp16_fp32state",
+        )
+    ]
+    s += [
+        replace(base, id="rows16_K48", row_lanes=16, head_k_dim=48, seed=801),
+        replace(base, id="rows16_BV2", row_lanes=16, head_k_dim=64, bv=2, seed=802),
+        replace(base, id="rows8_K32", row_lanes=8, head_k_dim=32, seed=803),
+        # Two key column groups per lane (KR = 2), as at the model shapes (K 128, rows of 16 lanes).
+        replace(base, id="rows16_K128", row_lanes=16, head_k_dim=128, seed=804),
+        replace(base, id="rows8_K64_varlen", row_lanes=8, head_k_dim=64, seq_lens=(2, 4, 1), seed=805),
+    ]
     ids = [c.id for c in s]
     assert len(ids) == len(set(ids)), "duplicate scenario id"
     return s
@@ -499,6 +530,8 @@ def _view_mask(buf: torch.Tensor, view: torch.Tensor, written_blocks: list[int])
 
 
 def run_scenario(sc: Scenario) -> dict:
+    import triton
+
     from caovan.kernels.gdn_spec_decode import gdn_spec_decode
     from caovan.kernels.gdn_spec_decode.launch_configs import (
         LAUNCH_CONFIGS,
@@ -507,15 +540,20 @@ def run_scenario(sc: Scenario) -> dict:
     from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
 
     sm75 = LAUNCH_CONFIGS["sm75"]
+    split = sc.row_lanes < 32
+    block = min(triton.next_power_of_2(sc.bv), triton.next_power_of_2(sc.head_v_dim))  # the block the plan runs
     config = replace(
         sm75,
         v_gdn=VGdnLaunchConfig(
-            sm75.v_gdn.num_warps,
+            1 if split else sm75.v_gdn.num_warps,  # the split tile is laid out for one warp
             sm75.v_gdn.num_stages,
             sc.bv,
             preferred_block_constant_slab_offsets=sc.constant_slab_offsets,
+            row_split_block=block if split else None,
+            row_split_lanes=sc.row_lanes if split else None,
         ),
         write_through_last_min_state_write_bytes=0 if sc.write_through_last else None,
+        row_split_min_state_write_bytes=0 if split else None,
     )
     inp = make_inputs(sc)
     ours, ref = clone_inputs(inp), clone_inputs(inp)
@@ -527,13 +565,17 @@ def run_scenario(sc: Scenario) -> dict:
     import caovan.kernels.gdn_spec_decode as spec
 
     # This scenario's plans (the launch configuration is the last item of a plan's key). The V/GDN kernel's last
-    # four arguments: WRITE_THROUGH_LAST, CONST_SLAB_OFFSETS, SLAB_STRIDE_V, SLAB_STRIDE_K.
+    # five arguments: WRITE_THROUGH_LAST, CONST_SLAB_OFFSETS, SLAB_STRIDE_V, SLAB_STRIDE_K, ROW_LANES.
     plans = [p for key, p in spec._plans.items() if key[-1] == config]
-    if sc.write_through_last and not any(p.write_through_last and p.v_tail[-4] is True for p in plans):
+    if sc.write_through_last and not any(p.write_through_last and p.v_tail[-5] is True for p in plans):
         return {"id": sc.id, "errors": {}, "ok": False, "detail": "no plan asked for the write-through store"}
-    if not plans or any(p.v_tail[-3] is not sc.constant_slab_offsets for p in plans):
-        got = [p.v_tail[-3:] for p in plans]
+    if not plans or any(p.v_tail[-4] is not sc.constant_slab_offsets for p in plans):
+        got = [p.v_tail[-4:-1] for p in plans]
         detail = f"expected every plan with CONST_SLAB_OFFSETS={sc.constant_slab_offsets}, got {got}"
+        return {"id": sc.id, "errors": {}, "ok": False, "detail": detail}
+    if any(p.row_lanes != sc.row_lanes or p.v_tail[-1] != sc.row_lanes for p in plans):
+        got = [(p.row_lanes, p.v_tail[-1]) for p in plans]
+        detail = f"expected every plan with rows of {sc.row_lanes} lanes, got {got}"
         return {"id": sc.id, "errors": {}, "ok": False, "detail": detail}
 
     out_dtype = inp["tensors"]["out"].dtype

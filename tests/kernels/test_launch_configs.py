@@ -276,5 +276,73 @@ def test_bad_preferred_block_options_are_one_clear_error(tmp_path, field, value,
 def test_larger_blocks_of_the_one_wave_rule_compile_without_the_preferred_block_options():
     from caovan.kernels.gdn_spec_decode.aot import runtime_launch_configs
 
-    sm90 = [c for c in runtime_launch_configs() if c.arch == "sm90"]
+    sm90 = [c for c in runtime_launch_configs() if c.arch == "sm90" and not c.v_gdn.splits_rows(c.v_gdn.BV, True)]
+    assert [c.v_gdn.BV for c in sm90] == [8, 16]  # the entry, then the one-wave rule's larger block
     assert [c.v_gdn.options_for(c.v_gdn.BV) for c in sm90] == [(88, True)] + [(None, False)] * (len(sm90) - 1)
+
+
+def _split(**v_gdn):
+    v = {"row_split_block": 16, "row_split_lanes": 16, "row_split_maxnreg": 152, **v_gdn}
+    entry = _entry((9, 0), row_split_min_state_write_bytes=1000)
+    entry["v_gdn"] = dict(entry["v_gdn"], **{key: value for key, value in v.items() if value is not None})
+    return entry
+
+
+def test_row_split_options_apply_at_the_split_block_of_split_calls_only(tmp_path):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    config = _load(_write(tmp_path, {"sm90": _split()}))["sm90"]
+    v = config.v_gdn
+    assert (v.options_for(16, True), v.row_lanes_for(16, True)) == ((152, False), 16)
+    assert (v.options_for(16, False), v.row_lanes_for(16, False)) == ((None, False), 32)  # a call below threshold
+    assert (v.options_for(8, True), v.row_lanes_for(8, True)) == ((None, False), 32)  # the entry's BV: no split
+    folded = v.at_block(16, True)  # a configuration of its own keeps the split
+    assert (folded.BV, folded.options_for(16, True), folded.row_lanes_for(16, True)) == (16, (152, False), 16)
+    assert v.at_block(16).row_split_block is None
+    assert config.row_split_on(1000, 4) and not config.row_split_on(999, 4)
+    assert not config.row_split_on(10**9, 2)  # 16-bit states never split: they were slower (and spill at the cap)
+    plain = _load(_write(tmp_path, {"sm90": _entry((9, 0))}))["sm90"]
+    assert not plain.row_split_on(10**12, 4) and plain.v_gdn.row_lanes_for(16, True) == 32
+
+
+def test_the_sm90_entry_splits_rows_at_bv16_for_large_fp32_state_writes():
+    # docs/bench/experiments/row-split-tile/rows16-27b-b8-h200.json: 27B TP=2, 8 sequences, fp32 state, MTP 2-4
+    # (36, 48, 60 MiB) faster with rows of 16 lanes and a 152-register cap; MTP 1 (24 MiB) about even.
+    slab = 128 * 128
+    sm90 = LAUNCH_CONFIGS["sm90"]
+    assert [sm90.row_split_on(8 * tokens * 24 * slab * 4, 4) for tokens in (2, 3, 4, 5)] == [False, True, True, True]
+    assert not sm90.row_split_on(8 * 5 * 24 * slab * 2, 2)
+    v = sm90.v_gdn
+    assert (v.row_split_block, v.row_split_lanes, v.row_split_maxnreg) == (16, 16, 152)
+    assert LAUNCH_CONFIGS["sm75"].row_split_min_state_write_bytes is None  # not measured on a 2080 Ti
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (_split(row_split_maxnreg=None), r"row split: expected v_gdn\.row_split_block, .* all set or all null"),
+        (dict(_entry((9, 0)), row_split_min_state_write_bytes=0), r"row split: expected .* all set or all null"),
+        (_split(row_split_block=12), r"v_gdn\.row_split_block: expected a power of two, got 12"),
+        (_split(row_split_block=True), r"v_gdn\.row_split_block: expected a power of two, got True"),
+        (_split(row_split_lanes=32), r"v_gdn\.row_split_lanes: expected 2, 4, 8 or 16 lanes per row .*got 32"),
+        (_split(row_split_lanes=16.0), r"v_gdn\.row_split_lanes: expected 2, 4, 8 or 16 lanes per row .*got 16\.0"),
+        (_split(row_split_block=1), r"v_gdn\.row_split_block: 1 rows of 16 lanes do not fill a warp \(need >= 2\)"),
+        (_split(row_split_maxnreg=300), r"v_gdn\.row_split_maxnreg: expected registers per thread from 16 to 255"),
+        (_split(num_warps=2), r"v_gdn\.row_split_\*: the split tile is laid out for one warp, not num_warps=2"),
+        (dict(_split(), row_split_min_state_write_bytes=-1), r"row_split_min_state_write_bytes: expected a byte count"),
+    ],
+)
+def test_a_bad_row_split_is_one_clear_error(tmp_path, entry, message):
+    from caovan.kernels.gdn_spec_decode.launch_configs import _load
+
+    with pytest.raises(ValueError, match=r"launch_configs\.json: entry 'sm90': " + message):
+        _load(_write(tmp_path, {"sm90": entry}))
+
+
+def test_the_split_block_is_a_runtime_configuration_of_its_own():
+    from caovan.kernels.gdn_spec_decode.aot import runtime_launch_configs
+
+    split = [c for c in runtime_launch_configs() if c.v_gdn.splits_rows(c.v_gdn.BV, True)]
+    assert [c.arch for c in split] == ["sm90"]
+    v = split[0].v_gdn
+    assert (v.options_for(16, True), v.row_lanes_for(16, True)) == ((152, False), 16)

@@ -20,7 +20,9 @@ _MATRIX = aot.sm75_gate_matrix()
 
 def _case_id(case) -> str:
     config, combo, layout = case
-    return f"{config.arch}-BV{config.v_gdn.BV}-{combo.name}-{layout.name}"
+    v = config.v_gdn
+    rows = f"-rows{v.row_split_lanes}" if v.splits_rows(v.BV, True) else ""
+    return f"{config.arch}-BV{v.BV}{rows}-{combo.name}-{layout.name}"
 
 
 @pytest.mark.parametrize("case", _MATRIX, ids=[_case_id(c) for c in _MATRIX])
@@ -61,6 +63,16 @@ def test_gate_covers_the_value_blocks_the_one_wave_rule_can_switch_to():
             for combo in aot.SUPPORTED_DTYPE_COMBOS:
                 assert (entry.arch, bv, v.num_warps, combo) in covered, (entry.arch, bv, combo.name)
     assert switchable >= 1
+
+
+def test_gate_covers_the_row_split_block_with_the_states_it_splits():
+    # The sm90 entry splits the slab's rows at BV 16 for large fp32-state calls: that kernel must pass the gate
+    # too, with every fp32-state combination. A 16-bit state never splits (its kernel would spill at the cap).
+    from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS
+
+    split = {combo for c, combo, _ in _MATRIX if c.v_gdn.splits_rows(c.v_gdn.BV, True)}
+    assert LAUNCH_CONFIGS["sm90"].v_gdn.row_split_block == 16
+    assert split == {combo for combo in aot.SUPPORTED_DTYPE_COMBOS if combo.ssm_state == "float32"}
 
 
 # Turing has no bf16: an SM75 deployment runs --dtype half (fp16 or fp32 caches).

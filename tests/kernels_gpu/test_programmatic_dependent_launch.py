@@ -129,3 +129,30 @@ def test_the_entry_writes_through_from_its_state_volume():
         spec._plans.clear()
         _run(case, base, graph=False)
         assert [p.write_through_last for p in spec._plans.values()] == [expected], case.id
+
+
+def test_the_entry_splits_rows_from_its_state_volume():
+    """Through gdn_spec_decode's own plan: the slab's rows over fewer lanes at the entry's split block for a call
+    writing much fp32 state (27B, 8 sequences x 5 tokens: BV 16 by the one-wave rule), not for one sequence; the
+    split kernel's result within the stand-alone tolerance of the float64 reference (and, in
+    test_spec_decode_vs_vllm, within vLLM's error: that grid has the same case)."""
+    from caovan.bench import accuracy
+    from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
+
+    base = config_for(torch.cuda.get_device_capability())
+    if base.row_split_min_state_write_bytes is None:
+        pytest.skip(f"the {base.arch} launch entry never splits the slab's rows (no threshold measured for it)")
+    v = base.v_gdn
+    big, small = CASES[0], CASES[2]
+    spec._plans.clear()
+    inputs = build_inputs(big, "cuda")
+    ref = accuracy.run_reference(gdn_spec_decode_reference, inputs)
+    report = accuracy.measure(spec.gdn_spec_decode, inputs, ref)
+    plans = list(spec._plans.values())
+    assert [(p.v_block, p.row_lanes, p.v_maxnreg) for p in plans] == [
+        (v.row_split_block, v.row_split_lanes, v.row_split_maxnreg)
+    ]
+    assert not accuracy.check_standalone(big, report), report
+    spec._plans.clear()
+    _run(small, base, graph=False)
+    assert [p.row_lanes for p in spec._plans.values()] == [32]

@@ -68,11 +68,18 @@ def test_selection_prefers_passing_family(monkeypatch):
 
 
 def test_selection_hint_uses_the_version_it_ordered_by(monkeypatch):
-    # The probes read the installed version on their own; the reason must not depend on that second reading
-    # (here: none, as in a venv without vLLM while the selection is given 0.21.0).
+    # The reason and the reports carry the version the selection read once, never a second reading (here: none,
+    # as in a venv without vLLM while the selection is given 0.21.0).
     monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.21.0")
     monkeypatch.setattr(adapters_base, "installed_vllm_version", lambda: None)
     assert registry.select_adapter((_Passing,)).reason == "family=fam-pass"
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.23.1")
+    selection = registry.select_adapter((_Passing, _Failing))  # the hinted (failing) family is probed first
+    assert [(r.family_id, r.vllm_version) for r in selection.reports] == [
+        ("fam-fail", "0.23.1"),
+        ("fam-pass", "0.23.1"),
+    ]
+    assert _Passing().probe().vllm_version is None  # a probe on its own reads the installed version
     monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.19.0")
     assert registry.select_adapter((_Passing,)).reason.endswith("(outside its version hint; chosen by probing)")
 

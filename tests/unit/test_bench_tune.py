@@ -54,7 +54,9 @@ def test_labels_name_the_options_of_the_entrys_own_block():
     from caovan.bench.tune import _label
 
     base = LAUNCH_CONFIGS["sm90"]
-    assert _label(base) == "qk(w4) v(BV8,w1,BV8:const-offsets+r88) pdl"
+    assert _label(base) == "qk(w4) v(BV8,w1,BV8:const-offsets+r88,BV16:rows16+r152) pdl"
+    unsplit = replace(base, v_gdn=replace(base.v_gdn, row_split_block=None, row_split_lanes=None))
+    assert _label(unsplit) == "qk(w4) v(BV8,w1,BV8:const-offsets+r88) pdl"
     plain = replace(base, v_gdn=VGdnLaunchConfig(1, 1, 8), pdl=False)
     assert _label(plain) == "qk(w4) v(BV8,w1)"
     assert _label(replace(plain, v_gdn=VGdnLaunchConfig(2, 1, 32, maxnreg=168))) == "qk(w4) v(BV32,w2,r168)"

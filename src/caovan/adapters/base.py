@@ -194,7 +194,9 @@ class GdnAdapter(ABC):
     version_hint: ClassVar[str]
     description: ClassVar[str]
 
-    def probe(self) -> ProbeReport:
+    def probe(self, vllm_version: str | None = None) -> ProbeReport:
+        """Every hook point's finding; ``vllm_version``: the version to report (the one a selection ordered the
+        families by), else the installed one, read now."""
         prober = Prober()
         try:
             self._probe(prober)
@@ -203,7 +205,7 @@ class GdnAdapter(ABC):
         return ProbeReport(
             family_id=self.family_id,
             version_hint=self.version_hint,
-            vllm_version=installed_vllm_version(),
+            vllm_version=vllm_version if vllm_version is not None else installed_vllm_version(),
             hook_points=tuple(prober.points),
         )
 

@@ -54,13 +54,13 @@ def select_adapter(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> Selecti
     reports: list[ProbeReport] = []
     chosen: GdnAdapter | None = None
     for adapter in sorted(instances, key=lambda a: not version_in(vllm_version, a.version_hint)):
-        report = adapter.probe()
+        report = adapter.probe(vllm_version)
         reports.append(report)
         if report.ok and chosen is None:
             chosen = adapter
             break
     if chosen is not None:
-        # The version this selection ordered the families by (the reports read it again, at probe time).
+        # The version this selection ordered the families by, which its reports carry too.
         hint = "" if version_in(vllm_version, chosen.version_hint) else " (outside its version hint; chosen by probing)"
         return Selection(vllm_version, chosen, f"family={chosen.family_id}{hint}", tuple(reports))
     looks_like = [label for module, label in UNSERVED_FAMILY_MARKERS if _module_exists(module)]

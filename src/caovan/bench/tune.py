@@ -86,6 +86,8 @@ def _label(cfg: Any) -> str:
         own.insert(0, "const-offsets")
     if own:  # options of the entry's own BV only (launch_configs.py)
         cap += f",BV{v.BV}:" + "+".join(own)
+    if v.row_split_block is not None:  # where the entry's state-write threshold holds (launch_configs.py)
+        cap += f",BV{v.row_split_block}:rows{v.row_split_lanes}+r{v.row_split_maxnreg}"
     return f"qk(w{cfg.qk.num_warps}) v(BV{cfg.v_gdn.BV},w{cfg.v_gdn.num_warps}{cap})" + (" pdl" if cfg.pdl else "")
 
 

@@ -117,6 +117,7 @@ class _Plan:
     v_warps: int
     v_stages: int
     v_maxnreg: int | None  # register cap at the plan's BV (None: ptxas chooses)
+    row_lanes: int  # lanes per row of the V/GDN kernel's state slab (32: a row spans the warp; see the kernel)
     # Programmatic dependent launches: the Q/K kernel of the kernel before it, the V/GDN kernel of the Q/K kernel
     pdl: bool
     stagger: bool  # half of the V/GDN programs start behind the Q/K kernel (large state writes, PDL only)
@@ -598,11 +599,24 @@ def _validate_and_plan(
         use_pdl,
     )
 
+    # Only a programmatic dependent launch has a wait to start half of the programs behind (see the kernel).
+    state_write_bytes = num_spec_tokens * HV * V * K * ssm_state.element_size()
+    stagger = use_pdl and config.stagger_on(state_write_bytes)
+    write_through_last = config.write_through_last_on(state_write_bytes)
+    # The split tile needs 4 key columns per lane, and it picks token rows and state slots as int32: every value
+    # indexes a tensor dimension, which must then be shorter than 2**31.
+    split_rows = (
+        config.row_split_on(state_write_bytes, ssm_state.element_size())
+        and v_config.row_split_lanes is not None
+        and BK >= 4 * v_config.row_split_lanes
+        and max(num_rows, ssm_state.shape[0]) < 2**31
+    )
+
     def slab_constants(BV: int) -> tuple[bool, int, int]:
         # (CONST_SLAB_OFFSETS, SLAB_STRIDE_V, SLAB_STRIDE_K): the strides compiled in where the entry asks for it
         # at this block and every offset the kernel forms (padded rows and columns too) fits int32.
         largest = (triton.cdiv(V, BV) * BV - 1) * s_ssm_v + (BK - 1) * s_ssm_k
-        if v_config.options_for(BV)[1] and largest < 2**31:
+        if v_config.options_for(BV, split_rows)[1] and largest < 2**31:
             return True, s_ssm_v, s_ssm_k
         return False, 0, 0
 
@@ -641,6 +655,7 @@ def _validate_and_plan(
             stagger,
             write_through_last,
             *slab_constants(BV),
+            v_config.row_lanes_for(BV, split_rows),
         )
 
     if N > 0 and device.type == "cuda" and not _INTERPRETED:
@@ -648,12 +663,18 @@ def _validate_and_plan(
             mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
             query_start_loc, state_indices, num_accepted_tokens, token_index, torch.float32, out,
         )  # fmt: skip
-        BV = _fit_value_block(device, BV, BK, V, N * HV, v_config, use_pdl, lambda bv: (*v_args, *v_tail(bv)))
+        BV = _fit_value_block(
+            device,
+            BV,
+            BK,
+            V,
+            N * HV,
+            v_config,
+            use_pdl,
+            lambda bv: (*v_args, *v_tail(bv)),
+            lambda bv: v_config.options_for(bv, split_rows)[0],
+        )
     num_v_blocks = triton.cdiv(V, BV)
-    # Only a programmatic dependent launch has a wait to start half of the programs behind (see the kernel).
-    state_write_bytes = num_spec_tokens * HV * V * K * ssm_state.element_size()
-    stagger = use_pdl and config.stagger_on(state_write_bytes)
-    write_through_last = config.write_through_last_on(state_write_bytes)
     return _Plan(
         N=N,
         num_spec_tokens=num_spec_tokens,
@@ -667,7 +688,8 @@ def _validate_and_plan(
         qk_stages=config.qk.num_stages,
         v_warps=v_config.num_warps,
         v_stages=v_config.num_stages,
-        v_maxnreg=v_config.options_for(BV)[0],
+        v_maxnreg=v_config.options_for(BV, split_rows)[0],
+        row_lanes=v_config.row_lanes_for(BV, split_rows),
         pdl=use_pdl,
         stagger=stagger,
         write_through_last=write_through_last,
@@ -683,6 +705,7 @@ def _fit_value_block(
     v_config,
     use_pdl: bool,
     v_args_for: Callable[[int], tuple],
+    maxnreg_for: Callable[[int], int | None],
 ) -> int:
     """The launch configuration's BV, or a larger one when its grid would need more than one wave here.
 
@@ -703,7 +726,7 @@ def _fit_value_block(
                 num_warps=v_config.num_warps,
                 num_stages=v_config.num_stages,
                 launch_pdl=use_pdl,
-                maxnreg=v_config.options_for(bv)[0],
+                maxnreg=maxnreg_for(bv),
             )
             kernel.run  # noqa: B018 - loads the module: n_regs is read from the loaded function
         per_sm = resident_programs_per_sm(kernel.n_regs, v_config.num_warps, kernel.metadata.shared, limits)

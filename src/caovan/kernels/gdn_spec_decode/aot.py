@@ -155,6 +155,7 @@ def _launch_values(
     use_pdl: bool = False,
     write_through_last: bool = False,
     constant_slab_offsets: bool = False,
+    row_lanes: int = 32,
 ) -> tuple[dict[str, object], dict[str, object]]:
     """Argument values of both kernels as gdn_spec_decode would pass them for this layout."""
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
@@ -231,6 +232,7 @@ def _launch_values(
         CONST_SLAB_OFFSETS=constant_slab_offsets,
         SLAB_STRIDE_V=s_ssm[2] if constant_slab_offsets else 0,
         SLAB_STRIDE_K=s_ssm[3] if constant_slab_offsets else 0,
+        ROW_LANES=row_lanes,
     )
     return qk, v_gdn
 
@@ -281,10 +283,19 @@ def compile_spec_decode_kernels(
     use_pdl = config.pdl_on(capability)
     # As for the stagger: the entry's write-through of the last token wherever it can turn it on (the superset).
     write_through_last = config.write_through_last_min_state_write_bytes is not None
+    # And the slab's rows split wherever the entry can turn that on: at its split block, with an fp32 state.
+    split_rows = splits_rows(config, dtypes)
     # The V/GDN launch at the entry's BV, with the options the entry gives that block (see launch_configs.py).
-    v_launch = config.v_gdn.at_block(config.v_gdn.BV)
+    v_launch = config.v_gdn.at_block(config.v_gdn.BV, split_rows)
     qk_values, v_values = _launch_values(
-        shape, dtypes, layout, v_launch.BV, use_pdl, write_through_last, v_launch.preferred_block_constant_slab_offsets
+        shape,
+        dtypes,
+        layout,
+        v_launch.BV,
+        use_pdl,
+        write_through_last,
+        v_launch.preferred_block_constant_slab_offsets,
+        v_launch.row_lanes_for(v_launch.BV, split_rows),
     )
     launches = (
         (_caovan_sm75_prepare_qk_conv_spec_decode_kernel, qk_values, config.qk),
@@ -365,22 +376,44 @@ def ptxas_resource_usage(ptx: str, capability: tuple[int, int]) -> tuple[int | N
     )
 
 
+def splits_rows(config: ArchLaunchConfig, dtypes: DtypeCombo) -> bool:
+    """Whether a launch of this configuration at its own BV splits the slab's rows for some call with these dtypes
+    (the entry's split block and an fp32 state: ``ArchLaunchConfig.row_split_on``)."""
+    return (
+        config.row_split_min_state_write_bytes is not None
+        and config.v_gdn.splits_rows(config.v_gdn.BV, True)
+        and _ELEMENT_BYTES[dtypes.ssm_state] == 4
+    )
+
+
 def runtime_launch_configs(shape: ModelShape = QWEN36_27B_TP2_MTP3) -> list[ArchLaunchConfig]:
     """Every configuration a launch can run with: each entry as written, then each entry with a larger value
-    block that the one-wave rule (``occupancy.py``) may switch to at this shape."""
+    block that the one-wave rule (``occupancy.py``) may switch to at this shape, then the entry at its row-split
+    block with the split (for fp32 states only: ``splits_rows``)."""
     configs = list(ALL_LAUNCH_CONFIGS)
     block_k, block_v_max = triton.next_power_of_2(shape.head_k_dim), triton.next_power_of_2(shape.head_v_dim)
     for cfg in ALL_LAUNCH_CONFIGS:
         v = cfg.v_gdn
         for bv in value_block_candidates(v.BV, block_k, v.num_warps, block_v_max)[1:]:
             configs.append(replace(cfg, v_gdn=v.at_block(bv), note=f"{cfg.arch} entry with BV={bv} (one-wave rule)"))
+        if cfg.row_split_min_state_write_bytes is not None:
+            bv = v.row_split_block
+            note = f"{cfg.arch} entry with BV={bv}, rows of {v.row_split_lanes} lanes (large fp32-state calls)"
+            configs.append(replace(cfg, v_gdn=v.at_block(bv, True), note=note))
     return configs
 
 
 def sm75_gate_matrix() -> list[tuple[ArchLaunchConfig, DtypeCombo, LayoutVariant]]:
     """What the sm_75 gate compiles: every configuration a launch can run with x every supported dtype
-    combination (default layout), plus the other layouts once for the SM75 config in fp16."""
-    matrix = [(cfg, combo, DEFAULT_LAYOUT) for cfg in runtime_launch_configs() for combo in SUPPORTED_DTYPE_COMBOS]
+    combination it runs with (default layout), plus the other layouts once for the SM75 config in fp16. A split
+    configuration runs with fp32 states only (the entry never splits rows of a 16-bit state, which would spill
+    under the split's register cap)."""
+    matrix = [
+        (cfg, combo, DEFAULT_LAYOUT)
+        for cfg in runtime_launch_configs()
+        for combo in SUPPORTED_DTYPE_COMBOS
+        if not cfg.v_gdn.splits_rows(cfg.v_gdn.BV, True) or splits_rows(cfg, combo)
+    ]
     sm75 = next(c for c in ALL_LAUNCH_CONFIGS if c.arch == "sm75")
     matrix += [(sm75, SUPPORTED_DTYPE_COMBOS[0], layout) for layout in EXTRA_LAYOUTS]
     return matrix

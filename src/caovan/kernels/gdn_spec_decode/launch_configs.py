@@ -44,17 +44,39 @@ class VGdnLaunchConfig:
     #: the kernel slower (docs/bench/experiments/issue-profile), and a cap sized for BV 8 spills there.
     preferred_block_constant_slab_offsets: bool = False
     preferred_block_maxnreg: int | None = None
+    #: At this block only, where the architecture entry's ``row_split_on`` holds: the state slab's rows over
+    #: ``row_split_lanes`` lanes instead of 32 (the kernel's ``ROW_LANES``; fewer shuffles per row reduction),
+    #: with ``row_split_maxnreg`` in place of the other caps. Measured per GPU (docs/bench/experiments/
+    #: row-split-tile): faster only at some blocks and state dtypes. All three set, or none.
+    row_split_block: int | None = None
+    row_split_lanes: int | None = None
+    row_split_maxnreg: int | None = None
 
-    def options_for(self, bv: int) -> tuple[int | None, bool]:
+    def splits_rows(self, bv: int, split_rows: bool) -> bool:
+        """Whether a launch at ``bv`` splits the slab's rows, ``split_rows`` being the entry's ``row_split_on``."""
+        return split_rows and bv == self.row_split_block
+
+    def options_for(self, bv: int, split_rows: bool = False) -> tuple[int | None, bool]:
         """``(maxnreg, constant slab offsets)`` of a launch at value block ``bv``."""
+        if self.splits_rows(bv, split_rows):
+            return self.row_split_maxnreg, False
         if bv != self.BV:
             return self.maxnreg, False
         cap = self.preferred_block_maxnreg
         return (self.maxnreg if cap is None else cap), self.preferred_block_constant_slab_offsets
 
-    def at_block(self, bv: int) -> VGdnLaunchConfig:
-        """The launch options at ``bv`` as a configuration of its own (the preferred-block options folded in)."""
-        maxnreg, constant_offsets = self.options_for(bv)
+    def row_lanes_for(self, bv: int, split_rows: bool = False) -> int:
+        """Lanes per row of the state slab (the kernel's ``ROW_LANES``) of a launch at value block ``bv``."""
+        return self.row_split_lanes if self.splits_rows(bv, split_rows) else 32
+
+    def at_block(self, bv: int, split_rows: bool = False) -> VGdnLaunchConfig:
+        """The launch options at ``bv`` as a configuration of its own (the preferred-block or split options
+        folded in; a split block keeps its split)."""
+        maxnreg, constant_offsets = self.options_for(bv, split_rows)
+        if self.splits_rows(bv, split_rows):
+            return VGdnLaunchConfig(
+                self.num_warps, self.num_stages, bv, maxnreg, False, None, bv, self.row_split_lanes, maxnreg
+            )
         return VGdnLaunchConfig(self.num_warps, self.num_stages, bv, maxnreg, constant_offsets)
 
 
@@ -86,6 +108,9 @@ class ArchLaunchConfig:
     #: Last token's SSM state stored write-through instead of streaming (see the V/GDN kernel): on for calls that
     #: write at least this many bytes of SSM state, most of the GPU's L2; None: never. Measured per GPU.
     write_through_last_min_state_write_bytes: int | None = None
+    #: The V/GDN slab's rows split over fewer lanes (``v_gdn.row_split_*``) for calls that write at least this
+    #: many bytes of fp32 SSM state; None: never. Measured per GPU; a 16-bit state was slower with the split.
+    row_split_min_state_write_bytes: int | None = None
 
     def pdl_on(self, capability: tuple[int, int]) -> bool:
         """Whether launches on a GPU of this compute capability use programmatic dependent launch."""
@@ -93,13 +118,21 @@ class ArchLaunchConfig:
 
     def stagger_on(self, state_write_bytes: int) -> bool:
         """Whether a PDL launch writing this many bytes of SSM state starts half of its V/GDN programs late."""
-        threshold = self.stagger_min_state_write_bytes
-        return threshold is not None and state_write_bytes >= threshold
+        return _reaches(state_write_bytes, self.stagger_min_state_write_bytes)
 
     def write_through_last_on(self, state_write_bytes: int) -> bool:
         """Whether a launch writing this many bytes of SSM state stores its last token's state write-through."""
-        threshold = self.write_through_last_min_state_write_bytes
-        return threshold is not None and state_write_bytes >= threshold
+        return _reaches(state_write_bytes, self.write_through_last_min_state_write_bytes)
+
+    def row_split_on(self, state_write_bytes: int, state_element_bytes: int) -> bool:
+        """Whether a launch writing this many bytes of SSM state, of this element size, may split the slab's rows
+        (at ``v_gdn.row_split_block`` only: ``VGdnLaunchConfig.splits_rows``)."""
+        return state_element_bytes == 4 and _reaches(state_write_bytes, self.row_split_min_state_write_bytes)
+
+
+def _reaches(state_write_bytes: int, threshold: int | None) -> bool:
+    """Whether a call's state-write volume reaches an entry's threshold (None: never)."""
+    return threshold is not None and state_write_bytes >= threshold
 
 
 #: The data file: one entry per architecture. ``caovan bench tune --json`` measures candidates on a GPU and
@@ -118,8 +151,9 @@ def _entry(arch: str, entry: dict) -> ArchLaunchConfig:
         pdl=bool(entry.get("pdl", False)),
         stagger_min_state_write_bytes=entry.get("stagger_min_state_write_bytes"),
         write_through_last_min_state_write_bytes=entry.get("write_through_last_min_state_write_bytes"),
+        row_split_min_state_write_bytes=entry.get("row_split_min_state_write_bytes"),
     )
-    for key in ("maxnreg", "preferred_block_maxnreg"):
+    for key in ("maxnreg", "preferred_block_maxnreg", "row_split_maxnreg"):
         maxnreg = getattr(config.v_gdn, key)
         if maxnreg is not None and (type(maxnreg) is not int or not 16 <= maxnreg <= 255):
             raise ValueError(f"v_gdn.{key}: expected registers per thread from 16 to 255 or null, got {maxnreg!r}")
@@ -128,7 +162,12 @@ def _entry(arch: str, entry: dict) -> ArchLaunchConfig:
             "v_gdn.preferred_block_constant_slab_offsets: expected true or false, "
             f"got {config.v_gdn.preferred_block_constant_slab_offsets!r}"
         )
-    for key in ("stagger_min_state_write_bytes", "write_through_last_min_state_write_bytes"):
+    _check_row_split(config)
+    for key in (
+        "stagger_min_state_write_bytes",
+        "write_through_last_min_state_write_bytes",
+        "row_split_min_state_write_bytes",
+    ):
         threshold = getattr(config, key)
         if threshold is not None and (type(threshold) is not int or threshold < 0):
             raise ValueError(f"{key}: expected a byte count >= 0 or null, got {threshold!r}")
@@ -138,6 +177,29 @@ def _entry(arch: str, entry: dict) -> ArchLaunchConfig:
     if config.pdl and not has_pdl(config.capability):
         raise ValueError(f"pdl: programmatic dependent launch needs sm90 or newer, not {arch}")
     return config
+
+
+def _check_row_split(config: ArchLaunchConfig) -> None:
+    v = config.v_gdn
+    split = (v.row_split_block, v.row_split_lanes, v.row_split_maxnreg)
+    if all(value is None for value in split) and config.row_split_min_state_write_bytes is None:
+        return
+    if any(value is None for value in split) or config.row_split_min_state_write_bytes is None:
+        raise ValueError(
+            "row split: expected v_gdn.row_split_block, v_gdn.row_split_lanes, v_gdn.row_split_maxnreg and "
+            "row_split_min_state_write_bytes all set or all null"
+        )
+    block, lanes = v.row_split_block, v.row_split_lanes
+    if type(block) is not int or block < 1 or block & (block - 1):
+        raise ValueError(f"v_gdn.row_split_block: expected a power of two, got {block!r}")
+    if type(lanes) is not int or lanes not in (2, 4, 8, 16):
+        raise ValueError(f"v_gdn.row_split_lanes: expected 2, 4, 8 or 16 lanes per row (32 is no split), got {lanes!r}")
+    if block * lanes < 32:
+        raise ValueError(
+            f"v_gdn.row_split_block: {block} rows of {lanes} lanes do not fill a warp (need >= {32 // lanes})"
+        )
+    if v.num_warps != 1:
+        raise ValueError(f"v_gdn.row_split_*: the split tile is laid out for one warp, not num_warps={v.num_warps}")
 
 
 def _load(path: Path) -> dict[str, ArchLaunchConfig]:

@@ -171,6 +171,13 @@ def _store_zero_rows(
 
 
 @triton.jit
+def _row_dot(slab, x):
+    """Per value row of a [RL, KT, 1, RH, KR, KS] state slab: the dot product with x over the key axes (KT, KR, KS)."""
+    partial = tl.sum(tl.sum(slab * x, axis=5, keep_dims=True), axis=4, keep_dims=True)
+    return tl.sum(partial, axis=1, keep_dims=True)
+
+
+@triton.jit
 def _caovan_sm75_prepare_qk_conv_spec_decode_kernel(
     mixed_qkv_ptr,
     conv_weight_ptr,
@@ -308,6 +315,7 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     CONST_SLAB_OFFSETS: tl.constexpr = False,
     SLAB_STRIDE_V: tl.constexpr = 0,
     SLAB_STRIDE_K: tl.constexpr = 0,
+    ROW_LANES: tl.constexpr = 32,
 ):
     i_vb = tl.program_id(0)
     i_nhv = tl.program_id(1)
@@ -367,7 +375,37 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
             gdc_wait()
         return
 
-    if CONST_SLAB_OFFSETS:
+    if ROW_LANES < 32:
+        # Rows of the slab over ROW_LANES lanes instead of the warp's 32 (one warp; the entry checks
+        # BK >= 4 * ROW_LANES and BV * ROW_LANES >= 32): the slab as a 6-D tile [RL, KT, 1, RH, KR, KS], value row
+        # rl * RH + rh, key column (kr * KT + kt) * KS + ks; Triton gives the lanes to KS's 4-value vectors first,
+        # then KT, then RL. A row reduction is then (BV * ROW_LANES / 32) rows x log2(ROW_LANES) shuffles per thread
+        # instead of BV x 5 (the two reductions are what a token step costs at the largest calls), while each
+        # thread holds BK / ROW_LANES key columns of q and k instead of BK / 32. Measured on an H200 at 27B TP=2,
+        # 8 sequences, MTP 4, fp32 state, BV 16, rows of 16 lanes and a 152-register cap: 20.08-20.28 ->
+        # 19.47-19.74 us; slower with a 16-bit state and at BV 8, so the launch entry takes it only there
+        # (docs/bench/experiments/row-split-tile). The int32 token rows and slots below go with it, as timed.
+        tl.static_assert(BK >= 4 * ROW_LANES, "rows of ROW_LANES lanes need BK >= 4 * ROW_LANES")
+        tl.static_assert(BV * ROW_LANES >= 32, "rows of ROW_LANES lanes need BV * ROW_LANES >= 32")
+        KS: tl.constexpr = 4
+        KT: tl.constexpr = ROW_LANES
+        RL: tl.constexpr = 32 // ROW_LANES
+        RH: tl.constexpr = BV // RL
+        KR: tl.constexpr = BK // (ROW_LANES * KS)
+        v6 = (
+            i_vb * BV
+            + tl.arange(0, RL)[:, None, None, None, None, None] * RH
+            + tl.arange(0, RH)[None, None, None, :, None, None]
+        )
+        k6 = (
+            tl.arange(0, KT)[None, :, None, None, None, None] * KS
+            + tl.arange(0, KR)[None, None, None, None, :, None] * (KT * KS)
+            + tl.arange(0, KS)[None, None, None, None, None, :]
+        )
+        v6_mask = v6 < V
+        slab_offs = v6.to(tl.int64) * stride_ssm_v + k6.to(tl.int64) * stride_ssm_k
+        slab_mask = v6_mask & (k6 < K)
+    elif CONST_SLAB_OFFSETS:
         # The slab's strides compiled in (equal to stride_ssm_v/k; the entry checks the offsets fit int32): its
         # offsets fold into the store instructions instead of living in 64-bit registers, 118 -> 94 registers at
         # BV 8 on sm_90 (27B TP=2, MTP 4, fp32 state), which lets the entry's register cap fit without spills.
@@ -377,7 +415,8 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
         slab_offs = v_offs[:, None] * SLAB_STRIDE_V + k_offs[None, :] * SLAB_STRIDE_K
     else:
         slab_offs = v_offs.to(tl.int64)[:, None] * stride_ssm_v + k_offs.to(tl.int64)[None, :] * stride_ssm_k
-    slab_mask = v_mask[:, None] & k_mask[None, :]
+    if ROW_LANES == 32:
+        slab_mask = v_mask[:, None] & k_mask[None, :]
     head_base = ssm_state_ptr + i_hv.to(tl.int64) * stride_ssm_head
     if USE_PDL and STAGGER:
         # Half of the value heads load their state only once the Q/K kernel is done. The grid is one wave of
@@ -399,15 +438,18 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     row_mask = token_rows < seq_len
     spec_tokens = bos + token_rows
     if HAS_TOKEN_INDEX:
-        rows_all = tl.load(token_index_ptr + spec_tokens, mask=row_mask, other=0).to(tl.int64)
+        rows_all = tl.load(token_index_ptr + spec_tokens, mask=row_mask, other=0)
     else:
         rows_all = spec_tokens
-    x_all = tl.load(a_ptr + rows_all * stride_a_token + i_hv * stride_a_head, mask=row_mask, other=0.0)
+    # Picked per token and widened where used (the values fit: the entry checks the tensors' sizes).
+    rows_all = rows_all.to(tl.int32 if ROW_LANES < 32 else tl.int64)
+    x_all = tl.load(a_ptr + rows_all.to(tl.int64) * stride_a_token + i_hv * stride_a_head, mask=row_mask, other=0.0)
     x_all = x_all.to(tl.float32) + dt_bias
     decay_all = tl.exp(neg_A * tl.where(x_all <= 20.0, tl.log(1.0 + tl.exp(x_all)), x_all))
-    b_all = tl.load(b_ptr + rows_all * stride_b_token + i_hv * stride_b_head, mask=row_mask, other=0.0)
+    b_all = tl.load(b_ptr + rows_all.to(tl.int64) * stride_b_token + i_hv * stride_b_head, mask=row_mask, other=0.0)
     beta_all = tl.sigmoid(b_all.to(tl.float32))
-    blocks_all = tl.load(si_row_ptr + token_rows, mask=row_mask, other=NULL_SLOT_MAX).to(tl.int64)
+    blocks_all = tl.load(si_row_ptr + token_rows, mask=row_mask, other=NULL_SLOT_MAX)
+    blocks_all = blocks_all.to(tl.int32 if ROW_LANES < 32 else tl.int64)
     if USE_PDL:
         # Launched as a programmatic dependent of the Q/K kernel: up to here nothing read what it writes
         # (the state slab, the V conv and the gating are already loaded); its q/k scratch is read below.
@@ -415,30 +457,54 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     # q and k are read one token ahead instead: picking a row out of [BT, K] tiles costs ~BT selects and adds
     # per element and token, and the kernel is instruction-bound at large batches (profiled on an H200), while
     # a load issued one step early has the whole step to arrive.
-    qk_row = qk_scratch_ptr + i_h * K + k_offs
-    q_next = tl.load(qk_row + bos * (2 * H * K), mask=k_mask, other=0.0)
-    k_next = tl.load(qk_row + bos * (2 * H * K) + H * K, mask=k_mask, other=0.0)
+    if ROW_LANES < 32:
+        qk_cols = tl.zeros([RL, 1, 1, 1, 1, 1], dtype=tl.int32) + k6  # each lane's key columns, as the slab's
+        qk_mask = qk_cols < K
+    else:
+        qk_cols = k_offs
+        qk_mask = k_mask
+    qk_row = qk_scratch_ptr + i_h * K + qk_cols
+    q_next = tl.load(qk_row + bos * (2 * H * K), mask=qk_mask, other=0.0)
+    k_next = tl.load(qk_row + bos * (2 * H * K) + H * K, mask=qk_mask, other=0.0)
+    if ROW_LANES < 32:
+        out_row_ptr = out_ptr + i_hv * stride_out_head + v6
     conv_rows = tl.arange(0, BU)
     for t in range(0, seq_len):
         pick = token_rows == t
-        row = tl.sum(tl.where(pick, rows_all, 0))
+        row = tl.sum(tl.where(pick, rows_all, 0)).to(tl.int64)
         q = q_next
         k = k_next
-        next_mask = k_mask & (t + 1 < seq_len)
-        q_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K), mask=next_mask, other=0.0)
-        k_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K) + H * K, mask=next_mask, other=0.0)
-        v = tl.sum(tl.where((conv_rows == t)[:, None], v_conv, 0.0), axis=0)
+        if ROW_LANES == 32:
+            next_mask = qk_mask & (t + 1 < seq_len)
+            q_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K), mask=next_mask, other=0.0)
+            k_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K) + H * K, mask=next_mask, other=0.0)
+            v = tl.sum(tl.where((conv_rows == t)[:, None], v_conv, 0.0), axis=0)
+        else:
+            v = tl.reshape(tl.sum(tl.where((conv_rows == t)[:, None], v_conv, 0.0), axis=0), [RL, 1, 1, RH, 1, 1])
         decay = tl.sum(tl.where(pick, decay_all, 0.0))
         beta = tl.sum(tl.where(pick, beta_all, 0.0))
 
         state *= decay
-        v -= tl.sum(state * k[None, :], axis=1)
-        v *= beta
-        state += v[:, None] * k[None, :]
-        o = tl.sum(state * q[None, :], axis=1)
-        tl.store(out_head_ptr + row * stride_out_token, o.to(out_ptr.dtype.element_ty), mask=v_mask)
+        if ROW_LANES < 32:
+            v -= _row_dot(state, k)
+            v *= beta
+            state += v * k
+            o = _row_dot(state, q)
+            # The next token's q/k are read here, after the arithmetic (not at the top of the step as with rows
+            # of 32 lanes): with the tile's extra q/k registers that was the faster order (row-split-tile's
+            # rows16q against rows16).
+            next_mask = qk_mask & (t + 1 < seq_len)
+            q_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K), mask=next_mask, other=0.0)
+            k_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K) + H * K, mask=next_mask, other=0.0)
+            tl.store(out_row_ptr + row * stride_out_token, o.to(out_ptr.dtype.element_ty), mask=v6_mask)
+        else:
+            v -= tl.sum(state * k[None, :], axis=1)
+            v *= beta
+            state += v[:, None] * k[None, :]
+            o = tl.sum(state * q[None, :], axis=1)
+            tl.store(out_head_ptr + row * stride_out_token, o.to(out_ptr.dtype.element_ty), mask=v_mask)
 
-        block_t = tl.sum(tl.where(pick, blocks_all, 0))
+        block_t = tl.sum(tl.where(pick, blocks_all, 0)).to(tl.int64)
         if WRITE_THROUGH_LAST:
             # The last token's state is stored write-through instead: a call that writes most of L2's capacity in
             # state ends with the last token steps' lines dirty in L2, and the next kernels' loads pay for their
