@@ -3,7 +3,9 @@
 Like ``../cold-l2/variants_cold.py`` (same variant modules, same launch of main's ``gdn_spec_decode``, same
 accuracy check against the float64 reference), but the variants take turns within each pass and the result is
 the median over passes, so that a drift of the host or the GPU during the run moves all variants alike. Options
-per variant: BVxW, ``s0`` (no staggered start), ``qN`` (Q/K kernel with N warps), ``mN`` (V/GDN maxnreg N). A
+per variant: BVxW or ``e`` (the sm90 entry's own V/GDN options: its BV, caps, constant offsets and row split),
+``s0`` (no staggered start), ``qN`` (Q/K kernel with N warps), ``mN`` (V/GDN maxnreg N; with ``e``: the row
+split's cap). A
 variant module that sets ``NO_DIRECT_LAUNCH`` (its launch is not main's grid) runs with the direct launch off; one
 that defines ``extend_plan(plan, args)`` gets main's launch plan (``args``: those of ``_validate_and_plan``) to
 change, e.g. to append arguments to its Q/K kernel's launch; one that sets ``NO_QK_KERNEL`` (a bound: its V/GDN
@@ -72,10 +74,15 @@ def load(name):
     return m._caovan_sm75_fused_v_gdn_spec_decode_kernel, qk
 
 
-def parse(option):  # "8x1s0q16m168"
-    m = re.fullmatch(r"(\d+)x(\d+)(s0)?(?:q(\d+))?(?:m(\d+))?", option)
+def parse(option):  # "8x1s0q16m168", "e", "es0m144"
+    m = re.fullmatch(r"(?:(e)|(\d+)x(\d+))(s0)?(?:q(\d+))?(?:m(\d+))?", option)
     assert m, option
-    return int(m[1]), int(m[2]), m[3] is None, int(m[4]) if m[4] else None, int(m[5]) if m[5] else None
+    maxnreg = int(m[6]) if m[6] else None
+    if m[1]:
+        v_gdn = base.v_gdn if maxnreg is None else replace(base.v_gdn, row_split_maxnreg=maxnreg)
+    else:
+        v_gdn = VGdnLaunchConfig(num_warps=int(m[3]), num_stages=1, BV=int(m[2]), maxnreg=maxnreg)
+    return v_gdn, m[4] is None, int(m[5]) if m[5] else None
 
 
 out_dir, pattern, spec_text, file_name = sys.argv[1:5]
@@ -86,11 +93,11 @@ for part in spec_text.split(";"):
     name, options = part.split(":")
     v_kernel, qk_kernel = load(name)
     for option in options.split(","):
-        bv, w, stagger, qk_warps, maxnreg = parse(option)
+        v_gdn, stagger, qk_warps = parse(option)
         config = replace(
             base,
             qk=base.qk if qk_warps is None else replace(base.qk, num_warps=qk_warps),
-            v_gdn=VGdnLaunchConfig(num_warps=w, num_stages=1, BV=bv, maxnreg=maxnreg),
+            v_gdn=v_gdn,
             stagger_min_state_write_bytes=base.stagger_min_state_write_bytes if stagger else None,
         )
         runs.append((f"{name}|{option}", v_kernel, qk_kernel, config))
@@ -126,7 +133,7 @@ for case in bench_cases("all"):
                 if problems:
                     res["problems"][f"{case.id}|{label}"] = problems
                 cold[label] = _layers_graph_us(fn, copies, settings, time_cuda_graph_us)
-                bvs[label] = [pl.v_block for pl in spec._plans.values()]
+                bvs[label] = [[pl.v_block, pl.row_lanes] for pl in spec._plans.values()]
             warm[label].append(
                 statistics.median(time_cuda_graph_us(_bound_call(fn, inp.clone()), settings) for _ in range(3))
             )
