@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from source_edits import sub  # noqa: E402
+from source_edits import QK_METADATA_LOADS, QK_METADATA_LOADS_TOGETHER, sub  # noqa: E402
 
 # The kernel the variants were made from and timed against (`current` in ab*-h200.json); main's has changed since.
 BASE_COMMIT = "168d9a5"
@@ -28,24 +28,13 @@ MAIN = subprocess.check_output(
     ["git", "show", f"{BASE_COMMIT}:src/caovan/kernels/gdn_spec_decode/triton_kernels.py"], text=True
 )
 
-QKH_OLD = """    bos = tl.load(query_start_loc_ptr + i_n).to(tl.int64)
-    eos = tl.load(query_start_loc_ptr + i_n + 1).to(tl.int64)
-    seq_len = eos - bos
-    if seq_len <= 0:
-        return  # CUDA-graph padding row
-    conv_block = tl.load(state_indices_ptr + i_n.to(tl.int64) * stride_si_seq).to(tl.int64)
-    if conv_block <= NULL_SLOT_MAX:
-        return  # no conv slot: the V kernel writes zeros for this sequence
-    window_offset = tl.load(num_accepted_tokens_ptr + i_n).to(tl.int64) - 1
-"""
-QKH_NEW = """    bos = tl.load(query_start_loc_ptr + i_n).to(tl.int64)
-    eos = tl.load(query_start_loc_ptr + i_n + 1).to(tl.int64)
-    conv_block = tl.load(state_indices_ptr + i_n.to(tl.int64) * stride_si_seq).to(tl.int64)
-    window_offset = tl.load(num_accepted_tokens_ptr + i_n).to(tl.int64) - 1
-    seq_len = eos - bos
-    if (seq_len <= 0) | (conv_block <= NULL_SLOT_MAX):
+QKH_OLD = QK_METADATA_LOADS
+QKH_NEW = (
+    QK_METADATA_LOADS_TOGETHER
+    + """    if (seq_len <= 0) | (conv_block <= NULL_SLOT_MAX):
         return  # CUDA-graph padding row, or no conv slot (the V kernel writes zeros for this sequence)
 """
+)
 
 STORE_OLD = """        block_t = tl.sum(tl.where(pick, blocks_all, 0))
         if block_t > NULL_SLOT_MAX:

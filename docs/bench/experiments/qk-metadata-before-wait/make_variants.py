@@ -21,13 +21,14 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from source_edits import sub, write_variants  # noqa: E402
+from source_edits import QK_METADATA_LOADS, QK_METADATA_LOADS_TOGETHER, sub, write_variants  # noqa: E402
 
 MAIN = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
 QK_KERNEL = "def _caovan_sm75_prepare_qk_conv_spec_decode_kernel("
 V_KERNEL = "def _caovan_sm75_fused_v_gdn_spec_decode_kernel("
 
-MAIN_HEAD = """    if USE_PDL:
+MAIN_HEAD = (
+    """    if USE_PDL:
         # This launch is itself a programmatic dependent of whatever kernel ran before it (its launch overlaps
         # that kernel's tail): wait for that kernel to finish before touching memory, and only then let the V/GDN
         # kernel start, whose early SSM-state loads must see that kernel's (or the previous call's) writes.
@@ -38,25 +39,16 @@ MAIN_HEAD = """    if USE_PDL:
     i_n = tl.program_id(0)
     i_h = tl.program_id(1)
     half = tl.program_id(2)  # 0: q, 1: k (separate programs: two short dependency chains in parallel)
-    bos = tl.load(query_start_loc_ptr + i_n).to(tl.int64)
-    eos = tl.load(query_start_loc_ptr + i_n + 1).to(tl.int64)
-    seq_len = eos - bos
-    if seq_len <= 0:
-        return  # CUDA-graph padding row
-    conv_block = tl.load(state_indices_ptr + i_n.to(tl.int64) * stride_si_seq).to(tl.int64)
-    if conv_block <= NULL_SLOT_MAX:
-        return  # no conv slot: the V kernel writes zeros for this sequence
-    window_offset = tl.load(num_accepted_tokens_ptr + i_n).to(tl.int64) - 1
 """
-METADATA_FIRST = """    i_n = tl.program_id(0)
+    + QK_METADATA_LOADS
+)
+METADATA_FIRST = (
+    """    i_n = tl.program_id(0)
     i_h = tl.program_id(1)
     half = tl.program_id(2)
-    bos = tl.load(query_start_loc_ptr + i_n).to(tl.int64)
-    eos = tl.load(query_start_loc_ptr + i_n + 1).to(tl.int64)
-    conv_block = tl.load(state_indices_ptr + i_n.to(tl.int64) * stride_si_seq).to(tl.int64)
-    window_offset = tl.load(num_accepted_tokens_ptr + i_n).to(tl.int64) - 1
-    seq_len = eos - bos
 """
+    + QK_METADATA_LOADS_TOGETHER
+)
 WAIT = """    if USE_PDL:
         gdc_wait()
         gdc_launch_dependents()

@@ -25,6 +25,9 @@ from caovan.bench.kernels import BenchSettings, _bound_call, time_cuda_graph_us
 from caovan.kernels.gdn_spec_decode import gdn_spec_decode
 from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from source_edits import QK_METADATA_LOADS, QK_METADATA_LOADS_TOGETHER  # noqa: E402
+
 SRC = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
 START = """    if USE_PDL:
         # Let the V/GDN kernel start now: everything it does before its gdc_wait() is independent of
@@ -32,26 +35,15 @@ START = """    if USE_PDL:
         gdc_launch_dependents()
 """
 assert START in SRC
-META_OLD = """    bos = tl.load(query_start_loc_ptr + i_n).to(tl.int64)
-    eos = tl.load(query_start_loc_ptr + i_n + 1).to(tl.int64)
-    seq_len = eos - bos
-    if seq_len <= 0:
-        return  # CUDA-graph padding row
-    conv_block = tl.load(state_indices_ptr + i_n.to(tl.int64) * stride_si_seq).to(tl.int64)
-    if conv_block <= NULL_SLOT_MAX:
-        return  # no conv slot: the V kernel writes zeros for this sequence
-    window_offset = tl.load(num_accepted_tokens_ptr + i_n).to(tl.int64) - 1
-"""
-META_NEW = """    bos = tl.load(query_start_loc_ptr + i_n).to(tl.int64)
-    eos = tl.load(query_start_loc_ptr + i_n + 1).to(tl.int64)
-    conv_block = tl.load(state_indices_ptr + i_n.to(tl.int64) * stride_si_seq).to(tl.int64)
-    window_offset = tl.load(num_accepted_tokens_ptr + i_n).to(tl.int64) - 1
-    seq_len = eos - bos
-    if seq_len <= 0:
+META_OLD = QK_METADATA_LOADS
+META_NEW = (
+    QK_METADATA_LOADS_TOGETHER
+    + """    if seq_len <= 0:
         return  # CUDA-graph padding row
     if conv_block <= NULL_SLOT_MAX:
         return  # no conv slot: the V kernel writes zeros for this sequence
 """
+)
 assert META_OLD in SRC
 AFTER_CONV = "    # Per token L2 norm (as FLA"
 assert AFTER_CONV in SRC
