@@ -21,11 +21,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from source_edits import QK_METADATA_LOADS, QK_METADATA_LOADS_TOGETHER, sub, write_variants  # noqa: E402
+from source_edits import QK_METADATA_LOADS, QK_METADATA_LOADS_TOGETHER, V_GDN_KERNEL, sub, write_variants  # noqa: E402
 
 MAIN = open("src/caovan/kernels/gdn_spec_decode/triton_kernels.py").read()
 QK_KERNEL = "def _caovan_sm75_prepare_qk_conv_spec_decode_kernel("
-V_KERNEL = "def _caovan_sm75_fused_v_gdn_spec_decode_kernel("
 
 MAIN_HEAD = (
     """    if USE_PDL:
@@ -176,7 +175,7 @@ PRESTATE = """    tl.static_assert(WIDTH == 4, "mdspre is written for conv width
 
 def qk_variant(edit) -> str:
     """main with its Q/K kernel (only) edited by ``edit``; the harness launches this module's Q/K kernel."""
-    i, j = MAIN.index(QK_KERNEL), MAIN.index(V_KERNEL)
+    i, j = MAIN.index(QK_KERNEL), MAIN.index(V_GDN_KERNEL)
     return MAIN[:i] + edit(MAIN[i:j]) + MAIN[j:] + "\n\nVARIANT_QK_KERNEL = True\n"
 
 

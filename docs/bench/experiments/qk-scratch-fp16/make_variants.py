@@ -60,7 +60,8 @@ def extend_plan(plan, args):
     return plan
 '''
 
-VARIANTS = {"qk16": fp16_scratch(MAIN), "qk16r8": fp16_scratch(MAIN) + ROWS8}
+QK16 = fp16_scratch(MAIN)
+VARIANTS = {"qk16": QK16, "qk16r8": QK16 + ROWS8}
 
 if __name__ == "__main__":
     write_variants(VARIANTS)
