@@ -551,6 +551,8 @@ def run_scenario(sc: Scenario) -> dict:
             preferred_block_constant_slab_offsets=sc.constant_slab_offsets,
             row_split_block=block if split else None,
             row_split_lanes=sc.row_lanes if split else None,
+            # Asked for wherever the configuration allows it: the interpreted entry must still refuse it.
+            row_split_butterfly=split and (block, sc.row_lanes) == (16, 16),
         ),
         write_through_last_min_state_write_bytes=0 if sc.write_through_last else None,
         row_split_min_state_write_bytes=0 if split else None,
@@ -565,18 +567,23 @@ def run_scenario(sc: Scenario) -> dict:
     import caovan.kernels.gdn_spec_decode as spec
 
     # This scenario's plans (the launch configuration is the last item of a plan's key). The V/GDN kernel's last
-    # five arguments: WRITE_THROUGH_LAST, CONST_SLAB_OFFSETS, SLAB_STRIDE_V, SLAB_STRIDE_K, ROW_LANES.
+    # six arguments: WRITE_THROUGH_LAST, CONST_SLAB_OFFSETS, SLAB_STRIDE_V, SLAB_STRIDE_K, ROW_LANES, ROW_BUTTERFLY.
     plans = [p for key, p in spec._plans.items() if key[-1] == config]
-    if sc.write_through_last and not any(p.write_through_last and p.v_tail[-5] is True for p in plans):
+    if sc.write_through_last and not any(p.write_through_last and p.v_tail[-6] is True for p in plans):
         return {"id": sc.id, "errors": {}, "ok": False, "detail": "no plan asked for the write-through store"}
-    if not plans or any(p.v_tail[-4] is not sc.constant_slab_offsets for p in plans):
-        got = [p.v_tail[-4:-1] for p in plans]
+    if not plans or any(p.v_tail[-5] is not sc.constant_slab_offsets for p in plans):
+        got = [p.v_tail[-5:-2] for p in plans]
         detail = f"expected every plan with CONST_SLAB_OFFSETS={sc.constant_slab_offsets}, got {got}"
         return {"id": sc.id, "errors": {}, "ok": False, "detail": detail}
-    if any(p.row_lanes != sc.row_lanes or p.v_tail[-1] != sc.row_lanes for p in plans):
-        got = [(p.row_lanes, p.v_tail[-1]) for p in plans]
+    if any(p.row_lanes != sc.row_lanes or p.v_tail[-2] != sc.row_lanes for p in plans):
+        got = [(p.row_lanes, p.v_tail[-2]) for p in plans]
         detail = f"expected every plan with rows of {sc.row_lanes} lanes, got {got}"
         return {"id": sc.id, "errors": {}, "ok": False, "detail": detail}
+    # The row butterfly is inline PTX, which the interpreter cannot run: interpreted plans never take it
+    # (tests/kernels/test_row_butterfly.py checks the PTX on simulated lanes instead).
+    if any(p.row_butterfly or p.v_tail[-1] is not False for p in plans):
+        got = [(p.row_butterfly, p.v_tail[-1]) for p in plans]
+        return {"id": sc.id, "errors": {}, "ok": False, "detail": f"an interpreted plan took the row butterfly: {got}"}
 
     out_dtype = inp["tensors"]["out"].dtype
     ssm_dtype = inp["buffers"]["ssm"].dtype

@@ -317,6 +317,15 @@ def test_the_sm90_entry_splits_rows_at_bv16_for_large_fp32_state_writes():
     assert LAUNCH_CONFIGS["sm75"].row_split_min_state_write_bytes is None  # not measured on a 2080 Ti
 
 
+def test_the_sm90_entry_reduces_its_split_rows_with_the_butterfly_there_only():
+    # docs/bench/experiments/row16-butterfly: 27B TP=2 B8 fp32 MTP 2-4 faster with the butterfly.
+    v = LAUNCH_CONFIGS["sm90"].v_gdn
+    assert v.row_split_butterfly
+    assert v.row_butterfly_for(16, True) and v.at_block(16, True).row_butterfly_for(16, True)
+    assert not v.row_butterfly_for(16, False) and not v.row_butterfly_for(8, True)  # no split, no butterfly
+    assert not LAUNCH_CONFIGS["sm75"].v_gdn.row_split_butterfly
+
+
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
@@ -330,6 +339,15 @@ def test_the_sm90_entry_splits_rows_at_bv16_for_large_fp32_state_writes():
         (_split(row_split_maxnreg=300), r"v_gdn\.row_split_maxnreg: expected registers per thread from 16 to 255"),
         (_split(num_warps=2), r"v_gdn\.row_split_\*: the split tile is laid out for one warp, not num_warps=2"),
         (dict(_split(), row_split_min_state_write_bytes=-1), r"row_split_min_state_write_bytes: expected a byte count"),
+        (_split(row_split_butterfly=1), r"v_gdn\.row_split_butterfly: expected true or false, got 1"),
+        (
+            _split(row_split_butterfly=True, row_split_lanes=8),
+            r"v_gdn\.row_split_butterfly: its PTX is written for rows of 16 lanes, 8 per thread .*row_split_lanes 8",
+        ),
+        (
+            dict(_entry((9, 0)), v_gdn=dict(_entry((9, 0))["v_gdn"], row_split_butterfly=True)),
+            r"v_gdn\.row_split_butterfly: needs the row split",
+        ),
     ],
 )
 def test_a_bad_row_split_is_one_clear_error(tmp_path, entry, message):

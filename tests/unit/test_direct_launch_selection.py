@@ -112,8 +112,8 @@ def test_interpreted_calls_take_a_fresh_scratch():
     torch = pytest.importorskip("torch")
     plan = spec._Plan(
         N=1, num_spec_tokens=2, scratch_shape=(2, 2, 1, 4), qk_grid=(1, 1, 2), v_grid=(1, 1, 1), v_block=4,
-        qk_tail=(), v_tail=(), qk_warps=1, qk_stages=1, v_warps=1, v_stages=1, v_maxnreg=None, row_lanes=32, pdl=False,
-        stagger=False, write_through_last=False,
+        qk_tail=(), v_tail=(), qk_warps=1, qk_stages=1, v_warps=1, v_stages=1, v_maxnreg=None, row_lanes=32,
+        row_butterfly=False, pdl=False, stagger=False, write_through_last=False,
     )  # fmt: skip
     a = spec._qk_scratch(plan, torch.device("cpu"), None)
     b = spec._qk_scratch(plan, torch.device("cpu"), None)

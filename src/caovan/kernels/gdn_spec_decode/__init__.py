@@ -22,6 +22,8 @@ import triton
 from triton import knobs
 from triton.runtime.jit import JITFunction
 
+from ...log import logger
+from . import row_butterfly
 from .launch_configs import ArchLaunchConfig, config_for
 from .occupancy import SMLimits, choose_value_block, resident_programs_per_sm, value_block_candidates
 from .triton_kernels import (
@@ -118,6 +120,7 @@ class _Plan:
     v_stages: int
     v_maxnreg: int | None  # register cap at the plan's BV (None: ptxas chooses)
     row_lanes: int  # lanes per row of the V/GDN kernel's state slab (32: a row spans the warp; see the kernel)
+    row_butterfly: bool  # the split rows reduced by row_butterfly's PTX (its layout checked on this Triton)
     # Programmatic dependent launches: the Q/K kernel of the kernel before it, the V/GDN kernel of the Q/K kernel
     pdl: bool
     stagger: bool  # half of the V/GDN programs start behind the Q/K kernel (large state writes, PDL only)
@@ -620,7 +623,7 @@ def _validate_and_plan(
             return True, s_ssm_v, s_ssm_k
         return False, 0, 0
 
-    def v_tail(BV: int, stagger: bool = False, write_through_last: bool = False) -> tuple:
+    def v_tail(BV: int, stagger: bool = False, write_through_last: bool = False, butterfly: bool = False) -> tuple:
         return (
             s_x_token,
             a.stride(0),
@@ -656,8 +659,10 @@ def _validate_and_plan(
             write_through_last,
             *slab_constants(BV),
             v_config.row_lanes_for(BV, split_rows),
+            butterfly,
         )
 
+    butterfly = False
     if N > 0 and device.type == "cuda" and not _INTERPRETED:
         v_args = (
             mixed_qkv, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state,
@@ -674,6 +679,15 @@ def _validate_and_plan(
             lambda bv: (*v_args, *v_tail(bv)),
             lambda bv: v_config.options_for(bv, split_rows)[0],
         )
+        if v_config.row_butterfly_for(BV, split_rows):
+            butterfly = _row_butterfly_layout_holds(
+                device,
+                (*v_args, *v_tail(BV, stagger, write_through_last, True)),
+                (triton.cdiv(V, BV), N * HV, 1),
+                v_config,
+                use_pdl,
+                v_config.options_for(BV, split_rows)[0],
+            )
     num_v_blocks = triton.cdiv(V, BV)
     return _Plan(
         N=N,
@@ -683,13 +697,14 @@ def _validate_and_plan(
         v_grid=(num_v_blocks, N * HV, 1),
         v_block=BV,
         qk_tail=qk_tail,
-        v_tail=v_tail(BV, stagger, write_through_last),
+        v_tail=v_tail(BV, stagger, write_through_last, butterfly),
         qk_warps=config.qk.num_warps,
         qk_stages=config.qk.num_stages,
         v_warps=v_config.num_warps,
         v_stages=v_config.num_stages,
         v_maxnreg=v_config.options_for(BV, split_rows)[0],
         row_lanes=v_config.row_lanes_for(BV, split_rows),
+        row_butterfly=butterfly,
         pdl=use_pdl,
         stagger=stagger,
         write_through_last=write_through_last,
@@ -733,6 +748,38 @@ def _fit_value_block(
         return per_sm * limits.multiprocessors
 
     return choose_value_block(candidates, lambda bv: triton.cdiv(V, bv) * programs_per_block_column, resident)
+
+
+_row_butterfly_refused: set[str] = set()  # the reasons logged so far (one line each)
+
+
+def _row_butterfly_layout_holds(
+    device: torch.device, v_args: tuple, grid: tuple, v_config, use_pdl: bool, maxnreg: int | None
+) -> bool:
+    """Whether the V/GDN kernel compiled with the row butterfly lays its partial sums out as the PTX assumes.
+
+    The kernel is compiled as the launch will run it (Triton's ``warmup``: no launch, cached for the launch) and
+    its TTGIR read; where the layout differs (another Triton), the call runs Triton's own reductions instead
+    and one line says why."""
+    with _device_guard(device):
+        kernel = _caovan_sm75_fused_v_gdn_spec_decode_kernel.warmup(
+            *v_args,
+            grid=grid,
+            num_warps=v_config.num_warps,
+            num_stages=v_config.num_stages,
+            launch_pdl=use_pdl,
+            maxnreg=maxnreg,
+        )
+    problem = row_butterfly.layout_problem(kernel.asm["ttgir"])
+    if problem is not None and problem not in _row_butterfly_refused:
+        _row_butterfly_refused.add(problem)
+        logger.warning(
+            "caovan: row butterfly off (Triton %s lays the V/GDN slab out otherwise: %s); "
+            "its rows are reduced by Triton instead",
+            triton.__version__,
+            problem,
+        )
+    return problem is None
 
 
 _sm_limits_by_device: dict[int, SMLimits] = {}

@@ -27,6 +27,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from . import row_butterfly
 from .launch_configs import ALL_LAUNCH_CONFIGS, ArchLaunchConfig
 from .occupancy import value_block_candidates
 from .triton_kernels import (
@@ -133,6 +134,9 @@ class CompiledKernelInfo:
     seconds: float
     registers: int | None = None  # from `ptxas -v` when Triton's ptxas can be found
     spill_bytes: int | None = None
+    #: Where the kernel reduces rows with ``row_butterfly``: what of its TTGIR differs from the layout the PTX
+    #: assumes (None: as assumed, or no butterfly).
+    butterfly_layout_problem: str | None = None
 
 
 class _Ptr:
@@ -156,6 +160,7 @@ def _launch_values(
     write_through_last: bool = False,
     constant_slab_offsets: bool = False,
     row_lanes: int = 32,
+    row_butterfly: bool = False,
 ) -> tuple[dict[str, object], dict[str, object]]:
     """Argument values of both kernels as gdn_spec_decode would pass them for this layout."""
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
@@ -233,6 +238,7 @@ def _launch_values(
         SLAB_STRIDE_V=s_ssm[2] if constant_slab_offsets else 0,
         SLAB_STRIDE_K=s_ssm[3] if constant_slab_offsets else 0,
         ROW_LANES=row_lanes,
+        ROW_BUTTERFLY=row_butterfly,
     )
     return qk, v_gdn
 
@@ -296,6 +302,7 @@ def compile_spec_decode_kernels(
         write_through_last,
         v_launch.preferred_block_constant_slab_offsets,
         v_launch.row_lanes_for(v_launch.BV, split_rows),
+        v_launch.row_butterfly_for(v_launch.BV, split_rows),
     )
     launches = (
         (_caovan_sm75_prepare_qk_conv_spec_decode_kernel, qk_values, config.qk),
@@ -312,6 +319,9 @@ def compile_spec_decode_kernels(
         if isinstance(ptx, bytes):
             ptx = ptx.decode()
         registers, spill_bytes = ptxas_resource_usage(ptx, capability)
+        butterfly_problem = None
+        if values.get("ROW_BUTTERFLY"):
+            butterfly_problem = row_butterfly.layout_problem(compiled.asm["ttgir"])
         infos.append(
             CompiledKernelInfo(
                 kernel=fn.__name__,
@@ -327,6 +337,7 @@ def compile_spec_decode_kernels(
                 seconds=round(time.perf_counter() - t0, 3),
                 registers=registers,
                 spill_bytes=spill_bytes,
+                butterfly_layout_problem=butterfly_problem,
             )
         )
     return infos
@@ -428,6 +439,10 @@ def gate_problems(infos: Iterable[CompiledKernelInfo]) -> list[str]:
             problems.append(f"{where}: shared memory {info.shared_bytes} B > {SM75_MAX_SHARED_MEMORY_BYTES} B")
         if info.ptx_has_bf16 and not info.bf16_inputs:
             problems.append(f"{where}: bf16 in the PTX although no input is bf16")
+        if info.butterfly_layout_problem:
+            problems.append(
+                f"{where}: the row butterfly's PTX does not match the layout: {info.butterfly_layout_problem}"
+            )
         if info.spill_bytes:  # None: no ptxas to ask
             problems.append(f"{where}: {info.spill_bytes} B of register spills (the state slab is meant for registers)")
     return problems

@@ -51,6 +51,10 @@ class VGdnLaunchConfig:
     row_split_block: int | None = None
     row_split_lanes: int | None = None
     row_split_maxnreg: int | None = None
+    #: With the split: the row reductions as ``row_butterfly``'s transposed butterfly (inline PTX written for rows
+    #: of 16 lanes, 8 per thread: ``row_split_block`` 16 and ``row_split_lanes`` 16). The entry still checks each
+    #: compiled kernel's layout before it uses it (``row_butterfly.layout_problem``).
+    row_split_butterfly: bool = False
 
     def splits_rows(self, bv: int, split_rows: bool) -> bool:
         """Whether a launch at ``bv`` splits the slab's rows, ``split_rows`` being the entry's ``row_split_on``."""
@@ -65,6 +69,10 @@ class VGdnLaunchConfig:
         cap = self.preferred_block_maxnreg
         return (self.maxnreg if cap is None else cap), self.preferred_block_constant_slab_offsets
 
+    def row_butterfly_for(self, bv: int, split_rows: bool = False) -> bool:
+        """Whether a launch at value block ``bv`` reduces the split slab's rows with ``row_butterfly``."""
+        return self.row_split_butterfly and self.splits_rows(bv, split_rows)
+
     def row_lanes_for(self, bv: int, split_rows: bool = False) -> int:
         """Lanes per row of the state slab (the kernel's ``ROW_LANES``) of a launch at value block ``bv``."""
         return self.row_split_lanes if self.splits_rows(bv, split_rows) else 32
@@ -75,7 +83,16 @@ class VGdnLaunchConfig:
         maxnreg, constant_offsets = self.options_for(bv, split_rows)
         if self.splits_rows(bv, split_rows):
             return VGdnLaunchConfig(
-                self.num_warps, self.num_stages, bv, maxnreg, False, None, bv, self.row_split_lanes, maxnreg
+                self.num_warps,
+                self.num_stages,
+                bv,
+                maxnreg,
+                False,
+                None,
+                bv,
+                self.row_split_lanes,
+                maxnreg,
+                self.row_split_butterfly,
             )
         return VGdnLaunchConfig(self.num_warps, self.num_stages, bv, maxnreg, constant_offsets)
 
@@ -183,6 +200,8 @@ def _check_row_split(config: ArchLaunchConfig) -> None:
     v = config.v_gdn
     split = (v.row_split_block, v.row_split_lanes, v.row_split_maxnreg)
     if all(value is None for value in split) and config.row_split_min_state_write_bytes is None:
+        if v.row_split_butterfly is not False:
+            raise ValueError("v_gdn.row_split_butterfly: needs the row split (v_gdn.row_split_* set)")
         return
     if any(value is None for value in split) or config.row_split_min_state_write_bytes is None:
         raise ValueError(
@@ -200,6 +219,13 @@ def _check_row_split(config: ArchLaunchConfig) -> None:
         )
     if v.num_warps != 1:
         raise ValueError(f"v_gdn.row_split_*: the split tile is laid out for one warp, not num_warps={v.num_warps}")
+    if type(v.row_split_butterfly) is not bool:
+        raise ValueError(f"v_gdn.row_split_butterfly: expected true or false, got {v.row_split_butterfly!r}")
+    if v.row_split_butterfly and (block, lanes) != (16, 16):
+        raise ValueError(
+            "v_gdn.row_split_butterfly: its PTX is written for rows of 16 lanes, 8 per thread "
+            f"(row_split_block 16, row_split_lanes 16), not row_split_block {block}, row_split_lanes {lanes}"
+        )
 
 
 def _load(path: Path) -> dict[str, ArchLaunchConfig]:

@@ -35,6 +35,12 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from . import row_butterfly
+
+_ROW_BUTTERFLY_BROADCAST = tl.constexpr(row_butterfly.ptx(broadcast=True))
+_ROW_BUTTERFLY_OWN = tl.constexpr(row_butterfly.ptx(broadcast=False))
+_ROW_BUTTERFLY_CONSTRAINTS = tl.constexpr(row_butterfly.CONSTRAINTS)
+
 
 @triton.jit
 def _load_conv_input_shifted(
@@ -178,6 +184,23 @@ def _row_dot(slab, x):
 
 
 @triton.jit
+def _row_dot_butterfly(slab, x, BROADCAST: tl.constexpr):
+    """``_row_dot`` of a slab split over 16-lane rows, by ``row_butterfly``'s PTX: [RL, KT, 1, RH, 1, 1] holding,
+    with BROADCAST, every lane's rows' totals; else in every slot the total of the lane's own row."""
+    # No size-1 axes kept: their layout would hold copies in each thread, which the PTX's packing of 8 would mix.
+    partial = tl.sum(tl.sum(slab * x, axis=5), axis=4)
+    if BROADCAST:
+        partial = tl.inline_asm_elementwise(
+            _ROW_BUTTERFLY_BROADCAST, _ROW_BUTTERFLY_CONSTRAINTS, [partial], dtype=tl.float32, is_pure=True, pack=8
+        )
+    else:
+        partial = tl.inline_asm_elementwise(
+            _ROW_BUTTERFLY_OWN, _ROW_BUTTERFLY_CONSTRAINTS, [partial], dtype=tl.float32, is_pure=True, pack=8
+        )
+    return tl.expand_dims(tl.expand_dims(partial, 4), 5)
+
+
+@triton.jit
 def _caovan_sm75_prepare_qk_conv_spec_decode_kernel(
     mixed_qkv_ptr,
     conv_weight_ptr,
@@ -316,6 +339,7 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     SLAB_STRIDE_V: tl.constexpr = 0,
     SLAB_STRIDE_K: tl.constexpr = 0,
     ROW_LANES: tl.constexpr = 32,
+    ROW_BUTTERFLY: tl.constexpr = False,
 ):
     i_vb = tl.program_id(0)
     i_nhv = tl.program_id(1)
@@ -468,6 +492,21 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     k_next = tl.load(qk_row + bos * (2 * H * K) + H * K, mask=qk_mask, other=0.0)
     if ROW_LANES < 32:
         out_row_ptr = out_ptr + i_hv * stride_out_head + v6
+        if ROW_BUTTERFLY:
+            # Rows of 16 lanes, 8 per thread (the entry checks BV 16): after the butterfly, lane (rl, kt) holds
+            # the output of row rl * RH + row_butterfly.own_row(2 * kt + rl); of the two lanes per row, the one
+            # with kt even stores it.
+            tl.static_assert(ROW_LANES == 16 and RH == 8, "the row butterfly is written for 8 rows of 16 lanes")
+            kt6 = tl.arange(0, KT)[None, :, None, None, None, None]
+            own_v = (
+                i_vb * BV
+                + tl.arange(0, RL)[:, None, None, None, None, None] * RH
+                + ((kt6 >> 3) & 1) * 4
+                + ((kt6 >> 2) & 1) * 2
+                + ((kt6 >> 1) & 1)
+            )
+            own_out_ptr = out_ptr + i_hv * stride_out_head + own_v
+            own_mask = ((kt6 & 1) == 0) & (own_v < V)
     conv_rows = tl.arange(0, BU)
     for t in range(0, seq_len):
         pick = token_rows == t
@@ -486,17 +525,26 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
 
         state *= decay
         if ROW_LANES < 32:
-            v -= _row_dot(state, k)
-            v *= beta
-            state += v * k
-            o = _row_dot(state, q)
+            if ROW_BUTTERFLY:
+                v = (v - _row_dot_butterfly(state, k, True)) * beta  # [RL, KT, 1, RH, 1, 1]: same in every lane
+                state += v * k
+                o = _row_dot_butterfly(state, q, False)
+            else:
+                v -= _row_dot(state, k)
+                v *= beta
+                state += v * k
+                o = _row_dot(state, q)
             # The next token's q/k are read here, after the arithmetic (not at the top of the step as with rows
             # of 32 lanes): with the tile's extra q/k registers that was the faster order (row-split-tile's
             # rows16q against rows16).
             next_mask = qk_mask & (t + 1 < seq_len)
             q_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K), mask=next_mask, other=0.0)
             k_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K) + H * K, mask=next_mask, other=0.0)
-            tl.store(out_row_ptr + row * stride_out_token, o.to(out_ptr.dtype.element_ty), mask=v6_mask)
+            if ROW_BUTTERFLY:
+                o = tl.max(o, axis=3, keep_dims=True)  # in-thread: every slot holds the lane's own row total
+                tl.store(own_out_ptr + row * stride_out_token, o.to(out_ptr.dtype.element_ty), mask=own_mask)
+            else:
+                tl.store(out_row_ptr + row * stride_out_token, o.to(out_ptr.dtype.element_ty), mask=v6_mask)
         else:
             v -= tl.sum(state * k[None, :], axis=1)
             v *= beta
