@@ -47,6 +47,12 @@ def _ptx(fn, capability, dtypes, layout, bv, maxnreg, row_lanes=None, constant_o
     _, values = aot._launch_values(shape, dtypes, layout, bv, use_pdl, use_pdl, constant_offsets)
     if row_lanes is not None:
         values["ROW_LANES"] = row_lanes
+    return launch_ptx(fn, capability, values, maxnreg)
+
+
+def launch_ptx(fn, capability, values, maxnreg):
+    """The PTX of ``fn`` at these launch values, as the entries launch it, without debug sections and lines."""
+    use_pdl = capability >= (9, 0)
     options = {"num_warps": 1 if capability >= (9, 0) else 2, "num_stages": 1, "launch_pdl": use_pdl}
     if maxnreg is not None:
         options["maxnreg"] = maxnreg

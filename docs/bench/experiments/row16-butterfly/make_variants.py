@@ -63,6 +63,26 @@ CURRENT = sub(
 )
 
 
+def reduce_scatter(count: int, first_input: int, mask: int) -> list[str]:
+    """PTX lines that load ``count`` partials (``$first_input..``) into ``%c0..`` and halve them over lane bits
+    ``mask``, ``mask / 2``, ...: the lane with the bit set keeps the upper half and sends the lower half."""
+    lines = ["{", ".reg .pred %p;", ".reg .b32 %lid, %bit, %rl, %src;", f".reg .f32 %c<{count}>, %snd, %kp, %rcv;"]
+    lines.append("mov.u32 %lid, %laneid;")
+    lines += [f"mov.f32 %c{i}, ${first_input + i};" for i in range(count)]
+    while count > 1:
+        half = count // 2
+        lines += [f"and.b32 %bit, %lid, {mask};", "setp.ne.u32 %p, %bit, 0;"]
+        for i in range(half):
+            lines += [
+                f"selp.f32 %snd, %c{i}, %c{i + half}, %p;",
+                f"selp.f32 %kp, %c{i + half}, %c{i}, %p;",
+                f"shfl.sync.bfly.b32 %rcv, %snd, {mask}, 31, -1;",
+                f"add.f32 %c{i}, %kp, %rcv;",
+            ]
+        count, mask = half, mask >> 1
+    return lines
+
+
 def butterfly_ptx(broadcast: bool) -> str:
     """8 row partials per lane over lane bits 1-4 (xor 16, 8, 4, 2); inputs $8..$15, outputs $0..$7.
 
@@ -70,21 +90,7 @@ def butterfly_ptx(broadcast: bool) -> str:
     that differ in b2-b4; one exchange over b1 completes it. ``broadcast``: output j is row j's total (of the
     lane's own RL, lane bit 0), fetched from lane (L & 1) | j's bits at 2-4; otherwise every output is the
     lane's own row total."""
-    lines = ["{", ".reg .pred %p;", ".reg .b32 %lid, %bit, %rl, %src;", ".reg .f32 %c<8>, %snd, %kp, %rcv;"]
-    lines.append("mov.u32 %lid, %laneid;")
-    lines += [f"mov.f32 %c{i}, ${8 + i};" for i in range(8)]
-    n, m = 8, 16
-    while n > 1:
-        h = n // 2
-        lines += [f"and.b32 %bit, %lid, {m};", "setp.ne.u32 %p, %bit, 0;"]
-        for i in range(h):
-            lines += [
-                f"selp.f32 %snd, %c{i}, %c{i + h}, %p;",  # the lane with the bit set keeps the upper half
-                f"selp.f32 %kp, %c{i + h}, %c{i}, %p;",
-                f"shfl.sync.bfly.b32 %rcv, %snd, {m}, 31, -1;",
-                f"add.f32 %c{i}, %kp, %rcv;",
-            ]
-        n, m = h, m // 2
+    lines = reduce_scatter(8, 8, 16)
     lines += ["shfl.sync.bfly.b32 %rcv, %c0, 2, 31, -1;", "add.f32 %c0, %c0, %rcv;"]
     if broadcast:
         lines.append("and.b32 %rl, %lid, 1;")
@@ -103,21 +109,7 @@ def fused_butterfly_ptx() -> str:
     After the four halving exchanges lane L holds the total of vector b4 (0: q, 1: k), row 4*b3 + 2*b2 + b1.
     Outputs $0..$7: the lane's own total (its q row's output where b4 = 0); $8..$15: k rows 0-7 of the lane's
     RL (lane bit 0), fetched from lane (L & 1) | 16 | the row's bits at 1-3."""
-    lines = ["{", ".reg .pred %p;", ".reg .b32 %lid, %bit, %rl, %src;", ".reg .f32 %c<16>, %snd, %kp, %rcv;"]
-    lines.append("mov.u32 %lid, %laneid;")
-    lines += [f"mov.f32 %c{i}, ${16 + i};" for i in range(16)]
-    n, m = 16, 16
-    while n > 1:
-        h = n // 2
-        lines += [f"and.b32 %bit, %lid, {m};", "setp.ne.u32 %p, %bit, 0;"]
-        for i in range(h):
-            lines += [
-                f"selp.f32 %snd, %c{i}, %c{i + h}, %p;",
-                f"selp.f32 %kp, %c{i + h}, %c{i}, %p;",
-                f"shfl.sync.bfly.b32 %rcv, %snd, {m}, 31, -1;",
-                f"add.f32 %c{i}, %kp, %rcv;",
-            ]
-        n, m = h, m // 2
+    lines = reduce_scatter(16, 16, 16)
     lines += [f"mov.f32 ${j}, %c0;" for j in range(8)]
     lines.append("and.b32 %rl, %lid, 1;")
     for j in range(8):

@@ -19,30 +19,29 @@ Usage (repository root, a git checkout, after make_variants.py):
 from __future__ import annotations
 
 import importlib.util
-import re
 import subprocess
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-import triton
-from triton.backends.compiler import GPUTarget
-
 from caovan.kernels.gdn_spec_decode import aot, row_butterfly, triton_kernels
 
+# The launch values and the kernel loader of the split rows' identity check, by path (both scripts share a name).
+_split_check_spec = importlib.util.spec_from_file_location(
+    "row_split_ptx_identity", Path(__file__).resolve().parent.parent / "row-split-tile" / "ptx_identity.py"
+)
+_split_check = importlib.util.module_from_spec(_split_check_spec)
+_split_check_spec.loader.exec_module(_split_check)
+FP16, FP32, MTP4, V_KERNEL, _load = (
+    _split_check.FP16,
+    _split_check.FP32,
+    _split_check.MTP4,
+    _split_check.V_KERNEL,
+    _split_check._load,
+)
+
 BASE_COMMIT = "12e0b95"
-V_KERNEL = "_caovan_sm75_fused_v_gdn_spec_decode_kernel"
-FP32 = aot.DtypeCombo("bfloat16", "bfloat16", "float32")
-FP16 = aot.DtypeCombo("float16", "float16", "float16")
-MTP4 = aot.ModelShape(t_max=5)
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, V_KERNEL)
 
 
 def _ptx(fn, capability, dtypes, layout, bv, maxnreg, row_lanes=32, butterfly=None, constant_offsets=False, shape=MTP4):
@@ -52,16 +51,11 @@ def _ptx(fn, capability, dtypes, layout, bv, maxnreg, row_lanes=32, butterfly=No
         del values["ROW_BUTTERFLY"]  # a kernel without the option
     else:
         values["ROW_BUTTERFLY"] = butterfly
-    options = {"num_warps": 1 if capability >= (9, 0) else 2, "num_stages": 1, "launch_pdl": use_pdl}
-    if maxnreg is not None:
-        options["maxnreg"] = maxnreg
-    target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
-    ptx = triton.compile(aot._ast_source(fn, values), target=target, options=options).asm["ptx"]
-    body = ptx.split("\t.section\t.debug", 1)[0]
+    ptx = _split_check.launch_ptx(fn, capability, values, maxnreg)
     return "\n".join(
         line.strip()  # the PTX inline asm after the marker starts at column 0, not indented
-        for line in body.splitlines()
-        if not re.match(r"\s*\.(loc|file)\b", line) and line.strip() != row_butterfly.MARKER
+        for line in ptx.splitlines()
+        if line.strip() != row_butterfly.MARKER
     )
 
 
