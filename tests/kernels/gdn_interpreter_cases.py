@@ -76,7 +76,6 @@ class Scenario:
     write_through_last: bool = False  # the last token's state stored write-through (forced on, threshold 0)
     constant_slab_offsets: bool = False  # the slab's strides compiled in (the sm90 entry's option at its BV)
     row_lanes: int = 32  # < 32: the slab's rows split over this many lanes (the sm90 entry's large fp32 calls)
-    inputs_ahead: bool = False  # with the split: each token's inputs read one token ahead (needs BV * lanes^2 = 32 K)
     seed: int = 0
     notes: str = field(default="", compare=False)
 
@@ -271,32 +270,6 @@ def _scenarios() -> list[Scenario]:
         # Two key column groups per lane (KR = 2), as at the model shapes (K 128, rows of 16 lanes).
         replace(base, id="rows16_K128", row_lanes=16, head_k_dim=128, seed=804),
         replace(base, id="rows8_K64_varlen", row_lanes=8, head_k_dim=64, seq_lens=(2, 4, 1), seed=805),
-    ]
-    # The split rows with each token's inputs read one token ahead, the V conv through the scratch (the sm90
-    # entry's large fp32 calls): as many value rows per lane as key columns, so BV 8 at K 64 over 16 lanes (four
-    # value blocks of the 32 value channels), the model shapes' BV 16 at K 128, BV 16 at K 32 over 8 lanes.
-    by_id = {c.id: c for c in s}
-    s += [
-        replace(by_id[f"rows16_{source}"], id=f"ahead_{source}", bv=8, inputs_ahead=True)
-        for source in (
-            "base",
-            "accepted_sweep_T4",
-            "varlen_N3",
-            "padded_rows_trailing",
-            "null0_initial_slot_null",
-            "nullm1_middle_column_null",
-            "mixed_batch_token_index",
-            "layout_kv_convdimfirst1_paged1",
-            "heads_H2_G3",
-            "dtypes_bfloat16_conv_bfloat16_ssm_float32",
-            "write_through_last_accepted_sweep_T4",
-            "vllm_rule_fp16_fp32state",
-        )
-    ]
-    s += [
-        replace(by_id["rows16_K128"], id="ahead_K128", inputs_ahead=True),
-        replace(by_id["rows8_K32"], id="ahead_rows8_K32", inputs_ahead=True),
-        replace(by_id["rows8_K64_varlen"], id="ahead_rows8_K64_varlen", bv=32, inputs_ahead=True),
     ]
     ids = [c.id for c in s]
     assert len(ids) == len(set(ids)), "duplicate scenario id"
@@ -580,7 +553,6 @@ def run_scenario(sc: Scenario) -> dict:
             row_split_lanes=sc.row_lanes if split else None,
             # Asked for wherever the configuration allows it: the interpreted entry must still refuse it.
             row_split_butterfly=split and (block, sc.row_lanes) == (16, 16),
-            row_split_inputs_ahead=sc.inputs_ahead,
         ),
         write_through_last_min_state_write_bytes=0 if sc.write_through_last else None,
         row_split_min_state_write_bytes=0 if split else None,
@@ -595,35 +567,23 @@ def run_scenario(sc: Scenario) -> dict:
     import caovan.kernels.gdn_spec_decode as spec
 
     # This scenario's plans (the launch configuration is the last item of a plan's key). The V/GDN kernel's last
-    # seven arguments: WRITE_THROUGH_LAST, CONST_SLAB_OFFSETS, SLAB_STRIDE_V, SLAB_STRIDE_K, ROW_LANES, ROW_BUTTERFLY,
-    # INPUTS_AHEAD; the Q/K kernel's last one: SCRATCH_ROW.
+    # six arguments: WRITE_THROUGH_LAST, CONST_SLAB_OFFSETS, SLAB_STRIDE_V, SLAB_STRIDE_K, ROW_LANES, ROW_BUTTERFLY.
     plans = [p for key, p in spec._plans.items() if key[-1] == config]
-    if sc.write_through_last and not any(p.write_through_last and p.v_tail[-7] is True for p in plans):
+    if sc.write_through_last and not any(p.write_through_last and p.v_tail[-6] is True for p in plans):
         return {"id": sc.id, "errors": {}, "ok": False, "detail": "no plan asked for the write-through store"}
-    if not plans or any(p.v_tail[-6] is not sc.constant_slab_offsets for p in plans):
-        got = [p.v_tail[-6:-3] for p in plans]
+    if not plans or any(p.v_tail[-5] is not sc.constant_slab_offsets for p in plans):
+        got = [p.v_tail[-5:-2] for p in plans]
         detail = f"expected every plan with CONST_SLAB_OFFSETS={sc.constant_slab_offsets}, got {got}"
         return {"id": sc.id, "errors": {}, "ok": False, "detail": detail}
-    if any(p.row_lanes != sc.row_lanes or p.v_tail[-3] != sc.row_lanes for p in plans):
-        got = [(p.row_lanes, p.v_tail[-3]) for p in plans]
+    if any(p.row_lanes != sc.row_lanes or p.v_tail[-2] != sc.row_lanes for p in plans):
+        got = [(p.row_lanes, p.v_tail[-2]) for p in plans]
         detail = f"expected every plan with rows of {sc.row_lanes} lanes, got {got}"
         return {"id": sc.id, "errors": {}, "ok": False, "detail": detail}
     # The row butterfly is inline PTX, which the interpreter cannot run: interpreted plans never take it
     # (tests/kernels/test_row_butterfly.py checks the PTX on simulated lanes instead).
-    if any(p.row_butterfly or p.v_tail[-2] is not False for p in plans):
-        got = [(p.row_butterfly, p.v_tail[-2]) for p in plans]
+    if any(p.row_butterfly or p.v_tail[-1] is not False for p in plans):
+        got = [(p.row_butterfly, p.v_tail[-1]) for p in plans]
         return {"id": sc.id, "errors": {}, "ok": False, "detail": f"an interpreted plan took the row butterfly: {got}"}
-    # The inputs read ahead are plain Triton: interpreted plans take them where asked, with the V part of the
-    # scratch, and both kernels address the scratch with the plan's row length. (Plans of other scenarios with
-    # the same configuration are in the list too: one of them has this scenario's row length.)
-    H, HV, K, V = sc.num_k_heads, sc.num_k_heads * sc.group, sc.head_k_dim, sc.head_v_dim
-    scratch_row = 2 * H * K + (HV * V if sc.inputs_ahead else 0)
-    if any(
-        (p.inputs_ahead, p.v_tail[-1], p.qk_tail[-1]) != (sc.inputs_ahead,) * 2 + p.scratch_shape[1:] for p in plans
-    ) or not any(p.scratch_shape[1] == scratch_row for p in plans):
-        got = [(p.inputs_ahead, p.v_tail[-1], p.qk_tail[-1], p.scratch_shape) for p in plans]
-        detail = f"expected inputs ahead {sc.inputs_ahead} in every plan, scratch rows of {scratch_row} in one: {got}"
-        return {"id": sc.id, "errors": {}, "ok": False, "detail": detail}
 
     out_dtype = inp["tensors"]["out"].dtype
     ssm_dtype = inp["buffers"]["ssm"].dtype

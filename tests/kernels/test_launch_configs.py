@@ -326,25 +326,9 @@ def test_the_sm90_entry_reduces_its_split_rows_with_the_butterfly_there_only():
     assert not LAUNCH_CONFIGS["sm75"].v_gdn.row_split_butterfly
 
 
-def test_the_sm90_entry_reads_its_split_rows_inputs_ahead_where_a_lane_has_as_many_rows_as_columns():
-    # docs/bench/experiments/token-inputs-ahead: 27B TP=2 B8 fp32 MTP 2-4 with the inputs read ahead.
-    v = LAUNCH_CONFIGS["sm90"].v_gdn
-    assert v.row_split_inputs_ahead
-    # 16 rows over 16 lanes: 8 value rows per lane, 128 / 16 = 8 key columns (the model shapes' K)
-    assert v.inputs_ahead_for(16, 128, True) and v.at_block(16, True).inputs_ahead_for(16, 128, True)
-    assert not v.inputs_ahead_for(16, 64, True)  # 4 key columns per lane: the V rows cannot load as them
-    assert not v.inputs_ahead_for(16, 128, False) and not v.inputs_ahead_for(8, 128, True)  # no split, no read ahead
-    assert not LAUNCH_CONFIGS["sm75"].v_gdn.row_split_inputs_ahead
-
-
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        (_split(row_split_inputs_ahead="yes"), r"v_gdn\.row_split_inputs_ahead: expected true or false, got 'yes'"),
-        (
-            dict(_entry((9, 0)), v_gdn=dict(_entry((9, 0))["v_gdn"], row_split_inputs_ahead=True)),
-            r"v_gdn\.row_split_inputs_ahead: needs the row split",
-        ),
         (_split(row_split_maxnreg=None), r"row split: expected v_gdn\.row_split_block, .* all set or all null"),
         (dict(_entry((9, 0)), row_split_min_state_write_bytes=0), r"row split: expected .* all set or all null"),
         (_split(row_split_block=12), r"v_gdn\.row_split_block: expected a power of two, got 12"),

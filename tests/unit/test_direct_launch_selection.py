@@ -111,11 +111,11 @@ def test_qk_kernel_tensor_positions_follow_both_signatures():
 def test_interpreted_calls_take_a_fresh_scratch():
     torch = pytest.importorskip("torch")
     plan = spec._Plan(
-        N=1, num_spec_tokens=2, scratch_shape=(2, 8), qk_grid=(1, 1, 2), v_grid=(1, 1, 1), v_block=4,
+        N=1, num_spec_tokens=2, scratch_shape=(2, 2, 1, 4), qk_grid=(1, 1, 2), v_grid=(1, 1, 1), v_block=4,
         qk_tail=(), v_tail=(), qk_warps=1, qk_stages=1, v_warps=1, v_stages=1, v_maxnreg=None, row_lanes=32,
-        row_butterfly=False, inputs_ahead=False, pdl=False, stagger=False, write_through_last=False,
+        row_butterfly=False, pdl=False, stagger=False, write_through_last=False,
     )  # fmt: skip
     a = spec._qk_scratch(plan, torch.device("cpu"), None)
     b = spec._qk_scratch(plan, torch.device("cpu"), None)
-    assert a.shape == (2, 8) and a.dtype == torch.float32
+    assert a.shape == (2, 2, 1, 4) and a.dtype == torch.float32
     assert a.data_ptr() != b.data_ptr() and plan.scratch_by_stream == {}

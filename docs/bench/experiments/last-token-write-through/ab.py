@@ -5,8 +5,7 @@ accuracy check against the float64 reference), but the variants take turns withi
 the median over passes, so that a drift of the host or the GPU during the run moves all variants alike. Options
 per variant: BVxW or ``e`` (the sm90 entry's own V/GDN options: its BV, caps, constant offsets and row split),
 ``s0`` (no staggered start), ``qN`` (Q/K kernel with N warps), ``mN`` (V/GDN maxnreg N; with ``e``: the row
-split's cap), ``b0`` (with ``e``: the split rows without the row butterfly), ``a0`` (with ``e``: the split rows
-with their token inputs picked from tiles instead of read ahead). A
+split's cap), ``b0`` (with ``e``: the split rows without the row butterfly). A
 variant module that sets ``NO_DIRECT_LAUNCH`` (its launch is not main's grid) runs with the direct launch off; one
 that defines ``extend_plan(plan, args)`` gets main's launch plan (``args``: those of ``_validate_and_plan``) to
 change, e.g. to append arguments to its Q/K kernel's launch; one that sets ``NO_QK_KERNEL`` (a bound: its V/GDN
@@ -75,16 +74,14 @@ def load(name):
     return m._caovan_sm75_fused_v_gdn_spec_decode_kernel, qk
 
 
-def parse(option):  # "8x1s0q16m168", "e", "es0m144", "eb0", "ea0"
-    m = re.fullmatch(r"(?:(e)|(\d+)x(\d+))(s0)?(?:q(\d+))?(?:m(\d+))?(b0)?(a0)?", option)
+def parse(option):  # "8x1s0q16m168", "e", "es0m144", "eb0"
+    m = re.fullmatch(r"(?:(e)|(\d+)x(\d+))(s0)?(?:q(\d+))?(?:m(\d+))?(b0)?", option)
     assert m, option
     maxnreg = int(m[6]) if m[6] else None
     if m[1]:
         v_gdn = base.v_gdn if maxnreg is None else replace(base.v_gdn, row_split_maxnreg=maxnreg)
         if m[7]:
             v_gdn = replace(v_gdn, row_split_butterfly=False)
-        if m[8]:
-            v_gdn = replace(v_gdn, row_split_inputs_ahead=False)
     else:
         v_gdn = VGdnLaunchConfig(num_warps=int(m[3]), num_stages=1, BV=int(m[2]), maxnreg=maxnreg)
     return v_gdn, m[4] is None, int(m[5]) if m[5] else None

@@ -108,7 +108,7 @@ class _Plan:
 
     N: int
     num_spec_tokens: int
-    scratch_shape: tuple[int, int]  # (num_spec_tokens, SCRATCH_ROW): per token q, k and, read ahead, the V conv
+    scratch_shape: tuple[int, int, int, int]
     qk_grid: tuple[int, int, int]
     v_grid: tuple[int, int, int]
     v_block: int  # BV the V/GDN kernel runs with (see occupancy.py)
@@ -121,7 +121,6 @@ class _Plan:
     v_maxnreg: int | None  # register cap at the plan's BV (None: ptxas chooses)
     row_lanes: int  # lanes per row of the V/GDN kernel's state slab (32: a row spans the warp; see the kernel)
     row_butterfly: bool  # the split rows reduced by row_butterfly's PTX (its layout checked on this Triton)
-    inputs_ahead: bool  # the V/GDN kernel reads each token's inputs one token ahead (split rows only)
     # Programmatic dependent launches: the Q/K kernel of the kernel before it, the V/GDN kernel of the Q/K kernel
     pdl: bool
     stagger: bool  # half of the V/GDN programs start behind the Q/K kernel (large state writes, PDL only)
@@ -322,9 +321,7 @@ def _qk_scratch(plan: _Plan, device: torch.device, stream: int | None) -> torch.
     Allocating it (``torch.empty``) was ~3 us of a ~24 us eager call on an H200 host, paid for every GDN layer
     of every decode step under PIECEWISE graphs. Reuse is safe on one stream: the Q/K kernel of the next call
     writes it only after the V/GDN kernel that read it is done (stream order; with programmatic dependent
-    launch the Q/K kernel's ``gdc_wait()`` waits for the kernel before it, and the V/GDN kernel, which writes the
-    V part of the scratch where it reads its inputs ahead, starts only once every Q/K program is past that wait).
-    A call on another stream gets its
+    launch the Q/K kernel's ``gdc_wait()`` waits for the kernel before it). A call on another stream gets its
     own buffer. Under CUDA-graph capture a fresh buffer is taken from the graph's pool, so that a replay never
     shares memory with eager calls or other graphs. Interpreted (CPU) calls have no stream: fresh each time.
     """
@@ -627,7 +624,6 @@ def _validate_and_plan(
         return False, 0, 0
 
     def v_tail(BV: int, stagger: bool = False, write_through_last: bool = False, butterfly: bool = False) -> tuple:
-        # The token inputs read ahead go with the split rows at their block: compiled as the launch would run.
         return (
             s_x_token,
             a.stride(0),
@@ -664,7 +660,6 @@ def _validate_and_plan(
             *slab_constants(BV),
             v_config.row_lanes_for(BV, split_rows),
             butterfly,
-            v_config.inputs_ahead_for(BV, BK, split_rows),
         )
 
     butterfly = False
@@ -694,18 +689,14 @@ def _validate_and_plan(
                 v_config.options_for(BV, split_rows)[0],
             )
     num_v_blocks = triton.cdiv(V, BV)
-    inputs_ahead = v_config.inputs_ahead_for(BV, BK, split_rows)
-    # The scratch's token rows: q and k of every key head, then, where the V/GDN kernel reads its inputs ahead,
-    # its V conv of every value head. Both kernels address it with this row length (their SCRATCH_ROW).
-    scratch_row = 2 * H * K + (HV * V if inputs_ahead else 0)
     return _Plan(
         N=N,
         num_spec_tokens=num_spec_tokens,
-        scratch_shape=(num_spec_tokens, scratch_row),
+        scratch_shape=(num_spec_tokens, 2, H, K),
         qk_grid=(N, H, 2),  # axis 2: q, k
         v_grid=(num_v_blocks, N * HV, 1),
         v_block=BV,
-        qk_tail=(*qk_tail, scratch_row),
+        qk_tail=qk_tail,
         v_tail=v_tail(BV, stagger, write_through_last, butterfly),
         qk_warps=config.qk.num_warps,
         qk_stages=config.qk.num_stages,
@@ -714,7 +705,6 @@ def _validate_and_plan(
         v_maxnreg=v_config.options_for(BV, split_rows)[0],
         row_lanes=v_config.row_lanes_for(BV, split_rows),
         row_butterfly=butterfly,
-        inputs_ahead=inputs_ahead,
         pdl=use_pdl,
         stagger=stagger,
         write_through_last=write_through_last,

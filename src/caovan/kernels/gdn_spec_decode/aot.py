@@ -161,7 +161,6 @@ def _launch_values(
     constant_slab_offsets: bool = False,
     row_lanes: int = 32,
     row_butterfly: bool = False,
-    inputs_ahead: bool = False,
 ) -> tuple[dict[str, object], dict[str, object]]:
     """Argument values of both kernels as gdn_spec_decode would pass them for this layout."""
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
@@ -210,8 +209,7 @@ def _launch_values(
         HAS_TOKEN_INDEX=layout.has_token_index,
         USE_PDL=use_pdl,
     )
-    # The scratch's token row: q and k, then the V conv where the V/GDN kernel reads its inputs ahead.
-    qk = dict(common, scale=float(K) ** -0.5, SCRATCH_ROW=2 * H * K + (HV * V if inputs_ahead else 0))
+    qk = dict(common, scale=float(K) ** -0.5)
     v_gdn = dict(
         common,
         a_ptr=_Ptr(act),
@@ -241,7 +239,6 @@ def _launch_values(
         SLAB_STRIDE_K=s_ssm[3] if constant_slab_offsets else 0,
         ROW_LANES=row_lanes,
         ROW_BUTTERFLY=row_butterfly,
-        INPUTS_AHEAD=inputs_ahead,
     )
     return qk, v_gdn
 
@@ -306,7 +303,6 @@ def compile_spec_decode_kernels(
         v_launch.preferred_block_constant_slab_offsets,
         v_launch.row_lanes_for(v_launch.BV, split_rows),
         v_launch.row_butterfly_for(v_launch.BV, split_rows),
-        v_launch.inputs_ahead_for(v_launch.BV, triton.next_power_of_2(shape.head_k_dim), split_rows),
     )
     launches = (
         (_caovan_sm75_prepare_qk_conv_spec_decode_kernel, qk_values, config.qk),

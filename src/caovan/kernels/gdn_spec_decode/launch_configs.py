@@ -55,10 +55,6 @@ class VGdnLaunchConfig:
     #: of 16 lanes, 8 per thread: ``row_split_block`` 16 and ``row_split_lanes`` 16). The entry still checks each
     #: compiled kernel's layout before it uses it (``row_butterfly.layout_problem``).
     row_split_butterfly: bool = False
-    #: With the split: each token's V row, row index, gating inputs and state slot read one token ahead (the V
-    #: conv through the scratch) instead of picked out of tiles loaded up front (the kernel's ``INPUTS_AHEAD``),
-    #: where a lane holds as many value rows as key columns (it loads its V rows as its q/k columns).
-    row_split_inputs_ahead: bool = False
 
     def splits_rows(self, bv: int, split_rows: bool) -> bool:
         """Whether a launch at ``bv`` splits the slab's rows, ``split_rows`` being the entry's ``row_split_on``."""
@@ -76,15 +72,6 @@ class VGdnLaunchConfig:
     def row_butterfly_for(self, bv: int, split_rows: bool = False) -> bool:
         """Whether a launch at value block ``bv`` reduces the split slab's rows with ``row_butterfly``."""
         return self.row_split_butterfly and self.splits_rows(bv, split_rows)
-
-    def inputs_ahead_for(self, bv: int, block_k: int, split_rows: bool = False) -> bool:
-        """Whether a launch at value block ``bv`` (key block ``block_k``) reads each token's inputs one token
-        ahead: split rows only, where a lane's value rows (``bv * lanes / 32``) are as many as its key columns
-        (``block_k / lanes``)."""
-        if not (self.row_split_inputs_ahead and self.splits_rows(bv, split_rows)):
-            return False
-        lanes = self.row_split_lanes
-        return bv * lanes * lanes == 32 * block_k
 
     def row_lanes_for(self, bv: int, split_rows: bool = False) -> int:
         """Lanes per row of the state slab (the kernel's ``ROW_LANES``) of a launch at value block ``bv``."""
@@ -106,7 +93,6 @@ class VGdnLaunchConfig:
                 self.row_split_lanes,
                 maxnreg,
                 self.row_split_butterfly,
-                self.row_split_inputs_ahead,
             )
         return VGdnLaunchConfig(self.num_warps, self.num_stages, bv, maxnreg, constant_offsets)
 
@@ -214,9 +200,8 @@ def _check_row_split(config: ArchLaunchConfig) -> None:
     v = config.v_gdn
     split = (v.row_split_block, v.row_split_lanes, v.row_split_maxnreg)
     if all(value is None for value in split) and config.row_split_min_state_write_bytes is None:
-        for key in ("row_split_butterfly", "row_split_inputs_ahead"):
-            if getattr(v, key) is not False:
-                raise ValueError(f"v_gdn.{key}: needs the row split (v_gdn.row_split_* set)")
+        if v.row_split_butterfly is not False:
+            raise ValueError("v_gdn.row_split_butterfly: needs the row split (v_gdn.row_split_* set)")
         return
     if any(value is None for value in split) or config.row_split_min_state_write_bytes is None:
         raise ValueError(
@@ -234,9 +219,8 @@ def _check_row_split(config: ArchLaunchConfig) -> None:
         )
     if v.num_warps != 1:
         raise ValueError(f"v_gdn.row_split_*: the split tile is laid out for one warp, not num_warps={v.num_warps}")
-    for key in ("row_split_butterfly", "row_split_inputs_ahead"):
-        if type(getattr(v, key)) is not bool:
-            raise ValueError(f"v_gdn.{key}: expected true or false, got {getattr(v, key)!r}")
+    if type(v.row_split_butterfly) is not bool:
+        raise ValueError(f"v_gdn.row_split_butterfly: expected true or false, got {v.row_split_butterfly!r}")
     if v.row_split_butterfly and (block, lanes) != (16, 16):
         raise ValueError(
             "v_gdn.row_split_butterfly: its PTX is written for rows of 16 lanes, 8 per thread "

@@ -228,7 +228,6 @@ def _caovan_sm75_prepare_qk_conv_spec_decode_kernel(
     HAS_BIAS: tl.constexpr,
     HAS_TOKEN_INDEX: tl.constexpr,
     USE_PDL: tl.constexpr,
-    SCRATCH_ROW: tl.constexpr,
 ):
     if USE_PDL:
         # This launch is itself a programmatic dependent of whatever kernel ran before it (its launch overlaps
@@ -280,10 +279,9 @@ def _caovan_sm75_prepare_qk_conv_spec_decode_kernel(
     )
     # Per token L2 norm (as FLA: x * rsqrt(sum x^2 + 1e-6)); q also times K**-0.5.
     y = y * (tl.rsqrt(tl.sum(y * y, axis=1) + 1e-6) * tl.where(half == 0, scale, 1.0))[:, None]
-    # scratch (num_spec_tokens, SCRATCH_ROW): row bos + t holds q (H, K), k (H, K), then, where the V/GDN kernel
-    # reads its inputs one token ahead, that kernel's V conv (HV, V)
+    # scratch (num_spec_tokens, 2, H, K): row bos + t, slot `half`, head i_h
     scratch_ptrs = (
-        qk_scratch_ptr + (bos + rows.to(tl.int64))[:, None] * SCRATCH_ROW + (half * (H * K) + i_h * K + k_offs)[None, :]
+        qk_scratch_ptr + ((bos + rows.to(tl.int64)) * 2 + half)[:, None] * (H * K) + (i_h * K + k_offs)[None, :]
     )
     tl.store(scratch_ptrs, y, mask=store_mask)
 
@@ -342,7 +340,6 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
     SLAB_STRIDE_K: tl.constexpr = 0,
     ROW_LANES: tl.constexpr = 32,
     ROW_BUTTERFLY: tl.constexpr = False,
-    INPUTS_AHEAD: tl.constexpr = False,
 ):
     i_vb = tl.program_id(0)
     i_nhv = tl.program_id(1)
@@ -458,70 +455,25 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
 
     neg_A = -tl.exp(tl.load(A_log_ptr + i_hv).to(tl.float32))
     dt_bias = tl.load(dt_bias_ptr + i_hv).to(tl.float32)
-    if INPUTS_AHEAD:
-        # The token's inputs read one token ahead instead of picked out of tiles loaded up front (below): each
-        # pick out of a [BT] tile or the V conv tile is a cross-lane reduction, and a V row comes out of the conv
-        # tile in another layout than the split slab's rows, which costs a conversion per token. Here the V conv
-        # goes to this head's columns of the scratch (its rows are the spec tokens, as q/k's), and each step loads
-        # the next token's V row, already in the slab's row layout, and its row, gating inputs and state slot, as
-        # q/k are: a load issued one step early has the whole step to arrive. Measured on an H200 at 27B TP=2, 8
-        # sequences, fp32 state (docs/bench/experiments/token-inputs-ahead).
-        tl.static_assert(ROW_LANES < 32, "the token inputs are read ahead on the split rows only")
-        SCRATCH_ROW: tl.constexpr = 2 * H * K + HV * V
-        conv_rows = tl.arange(0, BU)
-        tl.store(
-            qk_scratch_ptr
-            + (bos + conv_rows.to(tl.int64))[:, None] * SCRATCH_ROW
-            + (2 * H * K + i_hv * V + v_offs)[None, :],
-            v_conv,
-            mask=(conv_rows < seq_len)[:, None] & v_mask[None, :],
-        )
-        a_head = a_ptr + i_hv * stride_a_head
-        b_head = b_ptr + i_hv * stride_b_head
-        if HAS_TOKEN_INDEX:
-            row_next = tl.load(token_index_ptr + bos).to(tl.int64)
-        else:
-            row_next = bos
-        a_next = tl.load(a_head + row_next * stride_a_token)
-        b_next = tl.load(b_head + row_next * stride_b_token)
-        block_next = tl.load(si_row_ptr).to(tl.int64)
-        # A lane's V rows rl * RH + rh loaded in the layout of its q/k columns (rh = kr * KS + ks, the same 16-byte
-        # vectors and register order), reshaped in-thread to the slab's rows where used: a load shaped by the rows
-        # themselves gets a layout of its own, and a conversion per token.
-        tl.static_assert(RH == KR * KS, "a lane's V rows are loaded as its q/k columns: needs BV / RL == BK / KT")
-        v_cols = (
-            tl.zeros([1, KT, 1, 1, 1, 1], dtype=tl.int32)
-            + i_vb * BV
-            + tl.arange(0, RL)[:, None, None, None, None, None] * RH
-            + tl.arange(0, KR)[None, None, None, None, :, None] * KS
-            + tl.arange(0, KS)[None, None, None, None, None, :]
-        )
-        v_row = qk_scratch_ptr + 2 * H * K + i_hv * V + v_cols
-        v_cols_mask = v_cols < V
-        # The lanes that read a V row are not those that stored it (one warp: the barrier orders the two).
-        tl.debug_barrier()
-        v_next = tl.load(v_row + bos * SCRATCH_ROW, mask=v_cols_mask, other=0.0)
+    # The token loop's small inputs (rows, gating, state-slot indices) are loaded for all tokens up front, as
+    # [BT]-row tiles (BT: tokens; the V conv tile has BU rows, one per conv position): the recurrence is serial
+    # in t, and loads issued inside the loop would each add a memory latency to every token step.
+    token_rows = tl.arange(0, BT)
+    row_mask = token_rows < seq_len
+    spec_tokens = bos + token_rows
+    if HAS_TOKEN_INDEX:
+        rows_all = tl.load(token_index_ptr + spec_tokens, mask=row_mask, other=0)
     else:
-        SCRATCH_ROW: tl.constexpr = 2 * H * K
-        # The token loop's small inputs (rows, gating, state-slot indices) are loaded for all tokens up front, as
-        # [BT]-row tiles (BT: tokens; the V conv tile has BU rows, one per conv position): the recurrence is serial
-        # in t, and loads issued inside the loop would each add a memory latency to every token step.
-        token_rows = tl.arange(0, BT)
-        row_mask = token_rows < seq_len
-        spec_tokens = bos + token_rows
-        if HAS_TOKEN_INDEX:
-            rows_all = tl.load(token_index_ptr + spec_tokens, mask=row_mask, other=0)
-        else:
-            rows_all = spec_tokens
-        # Picked per token and widened where used (the values fit: the entry checks the tensors' sizes).
-        rows_all = rows_all.to(tl.int32 if ROW_LANES < 32 else tl.int64)
-        x_all = tl.load(a_ptr + rows_all.to(tl.int64) * stride_a_token + i_hv * stride_a_head, mask=row_mask, other=0.0)
-        x_all = x_all.to(tl.float32) + dt_bias
-        decay_all = tl.exp(neg_A * tl.where(x_all <= 20.0, tl.log(1.0 + tl.exp(x_all)), x_all))
-        b_all = tl.load(b_ptr + rows_all.to(tl.int64) * stride_b_token + i_hv * stride_b_head, mask=row_mask, other=0.0)
-        beta_all = tl.sigmoid(b_all.to(tl.float32))
-        blocks_all = tl.load(si_row_ptr + token_rows, mask=row_mask, other=NULL_SLOT_MAX)
-        blocks_all = blocks_all.to(tl.int32 if ROW_LANES < 32 else tl.int64)
+        rows_all = spec_tokens
+    # Picked per token and widened where used (the values fit: the entry checks the tensors' sizes).
+    rows_all = rows_all.to(tl.int32 if ROW_LANES < 32 else tl.int64)
+    x_all = tl.load(a_ptr + rows_all.to(tl.int64) * stride_a_token + i_hv * stride_a_head, mask=row_mask, other=0.0)
+    x_all = x_all.to(tl.float32) + dt_bias
+    decay_all = tl.exp(neg_A * tl.where(x_all <= 20.0, tl.log(1.0 + tl.exp(x_all)), x_all))
+    b_all = tl.load(b_ptr + rows_all.to(tl.int64) * stride_b_token + i_hv * stride_b_head, mask=row_mask, other=0.0)
+    beta_all = tl.sigmoid(b_all.to(tl.float32))
+    blocks_all = tl.load(si_row_ptr + token_rows, mask=row_mask, other=NULL_SLOT_MAX)
+    blocks_all = blocks_all.to(tl.int32 if ROW_LANES < 32 else tl.int64)
     if USE_PDL:
         # Launched as a programmatic dependent of the Q/K kernel: up to here nothing read what it writes
         # (the state slab, the V conv and the gating are already loaded); its q/k scratch is read below.
@@ -536,8 +488,8 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
         qk_cols = k_offs
         qk_mask = k_mask
     qk_row = qk_scratch_ptr + i_h * K + qk_cols
-    q_next = tl.load(qk_row + bos * SCRATCH_ROW, mask=qk_mask, other=0.0)
-    k_next = tl.load(qk_row + bos * SCRATCH_ROW + H * K, mask=qk_mask, other=0.0)
+    q_next = tl.load(qk_row + bos * (2 * H * K), mask=qk_mask, other=0.0)
+    k_next = tl.load(qk_row + bos * (2 * H * K) + H * K, mask=qk_mask, other=0.0)
     if ROW_LANES < 32:
         out_row_ptr = out_ptr + i_hv * stride_out_head + v6
         if ROW_BUTTERFLY:
@@ -557,37 +509,19 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
             own_mask = ((kt6 & 1) == 0) & (own_v < V)
     conv_rows = tl.arange(0, BU)
     for t in range(0, seq_len):
-        if INPUTS_AHEAD:
-            row = row_next
-            x_t = a_next.to(tl.float32) + dt_bias
-            decay = tl.exp(neg_A * tl.where(x_t <= 20.0, tl.log(1.0 + tl.exp(x_t)), x_t))
-            beta = tl.sigmoid(b_next.to(tl.float32))
-            block_t = block_next
-            ahead = t + 1 < seq_len
-            if HAS_TOKEN_INDEX:
-                row_next = tl.load(token_index_ptr + bos + t + 1, mask=ahead, other=0).to(tl.int64)
-            else:
-                row_next = bos + t + 1
-            a_next = tl.load(a_head + row_next * stride_a_token, mask=ahead, other=0.0)
-            b_next = tl.load(b_head + row_next * stride_b_token, mask=ahead, other=0.0)
-            block_next = tl.load(si_row_ptr + t + 1, mask=ahead, other=NULL_SLOT_MAX).to(tl.int64)
-        else:
-            pick = token_rows == t
-            row = tl.sum(tl.where(pick, rows_all, 0)).to(tl.int64)
+        pick = token_rows == t
+        row = tl.sum(tl.where(pick, rows_all, 0)).to(tl.int64)
         q = q_next
         k = k_next
         if ROW_LANES == 32:
             next_mask = qk_mask & (t + 1 < seq_len)
-            q_next = tl.load(qk_row + (bos + t + 1) * SCRATCH_ROW, mask=next_mask, other=0.0)
-            k_next = tl.load(qk_row + (bos + t + 1) * SCRATCH_ROW + H * K, mask=next_mask, other=0.0)
+            q_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K), mask=next_mask, other=0.0)
+            k_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K) + H * K, mask=next_mask, other=0.0)
             v = tl.sum(tl.where((conv_rows == t)[:, None], v_conv, 0.0), axis=0)
-        elif INPUTS_AHEAD:
-            v = tl.expand_dims(tl.expand_dims(tl.reshape(v_next, [RL, KT, 1, RH]), 4), 5)
         else:
             v = tl.reshape(tl.sum(tl.where((conv_rows == t)[:, None], v_conv, 0.0), axis=0), [RL, 1, 1, RH, 1, 1])
-        if not INPUTS_AHEAD:
-            decay = tl.sum(tl.where(pick, decay_all, 0.0))
-            beta = tl.sum(tl.where(pick, beta_all, 0.0))
+        decay = tl.sum(tl.where(pick, decay_all, 0.0))
+        beta = tl.sum(tl.where(pick, beta_all, 0.0))
 
         state *= decay
         if ROW_LANES < 32:
@@ -604,10 +538,8 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
             # of 32 lanes): with the tile's extra q/k registers that was the faster order (row-split-tile's
             # rows16q against rows16).
             next_mask = qk_mask & (t + 1 < seq_len)
-            q_next = tl.load(qk_row + (bos + t + 1) * SCRATCH_ROW, mask=next_mask, other=0.0)
-            k_next = tl.load(qk_row + (bos + t + 1) * SCRATCH_ROW + H * K, mask=next_mask, other=0.0)
-            if INPUTS_AHEAD:
-                v_next = tl.load(v_row + (bos + t + 1) * SCRATCH_ROW, mask=v_cols_mask & (t + 1 < seq_len), other=0.0)
+            q_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K), mask=next_mask, other=0.0)
+            k_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K) + H * K, mask=next_mask, other=0.0)
             if ROW_BUTTERFLY:
                 o = tl.max(o, axis=3, keep_dims=True)  # in-thread: every slot holds the lane's own row total
                 tl.store(own_out_ptr + row * stride_out_token, o.to(out_ptr.dtype.element_ty), mask=own_mask)
@@ -620,8 +552,7 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
             o = tl.sum(state * q[None, :], axis=1)
             tl.store(out_head_ptr + row * stride_out_token, o.to(out_ptr.dtype.element_ty), mask=v_mask)
 
-        if not INPUTS_AHEAD:
-            block_t = tl.sum(tl.where(pick, blocks_all, 0)).to(tl.int64)
+        block_t = tl.sum(tl.where(pick, blocks_all, 0)).to(tl.int64)
         if WRITE_THROUGH_LAST:
             # The last token's state is stored write-through instead: a call that writes most of L2's capacity in
             # state ends with the last token steps' lines dirty in L2, and the next kernels' loads pay for their
