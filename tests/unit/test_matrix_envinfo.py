@@ -132,3 +132,23 @@ def test_cli_interrupted_exits_130_quietly_and_writes_nothing(monkeypatch, tmp_p
     monkeypatch.setattr(envinfo, "gather", interrupted)
     assert envinfo.main(["--output", str(tmp_path / "env.json")]) == 130
     assert capsys.readouterr() == ("", "") and list(tmp_path.iterdir()) == []
+
+
+def test_the_package_set_fingerprint_follows_every_installed_version(monkeypatch):
+    class Dist:
+        def __init__(self, name, version):
+            self.metadata = {"Name": name}
+            self.version = version
+
+    installed = [Dist("vllm", "0.21.0"), Dist("Zope.Interface", "7.0")]
+    monkeypatch.setattr(envinfo.metadata, "distributions", lambda: iter(installed))
+    first, count = envinfo.packages_fingerprint()
+    assert count == 2
+    installed[1] = Dist("zope-interface", "7.0")  # the same distribution, spelled as another installer does
+    assert envinfo.packages_fingerprint()[0] == first
+    installed.append(Dist("transformers", "4.57.6"))
+    assert envinfo.packages_fingerprint() != (first, 2)
+    installed[-1] = Dist("transformers", "4.57.7")
+    second = envinfo.packages_fingerprint()[0]
+    installed[-1] = Dist("transformers", "4.57.6")
+    assert envinfo.packages_fingerprint()[0] != second

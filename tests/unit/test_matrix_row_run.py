@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,8 @@ class Runs:
         self.lines: list[str] = []
         self.ran: list[str] = []
         self.outcomes: dict[str, str] = {}
+        self.env = dict(ENV)
+        self.prepared = 0
         monkeypatch.setattr(row_run, "run_tier", self._run_tier)
 
     def _run_tier(self, python, tier, **_):
@@ -46,10 +49,14 @@ class Runs:
             root=self.root,
             results_dir=self.root / "matrix" / "results",
             cache_dir=self.root / "build" / "matrix",
-            prepare=lambda: Prepared("python", dict(ENV), {}),
+            prepare=self._prepare,
             log=self.lines.append,
             install_note=install_note,
         )
+
+    def _prepare(self) -> Prepared:
+        self.prepared += 1
+        return Prepared("python", dict(self.env), {})
 
     def on_disk(self) -> dict:
         return json.loads((self.root / "matrix" / "results" / "qa" / f"{ROW.id}.json").read_text())
@@ -172,3 +179,52 @@ def test_a_result_that_cannot_be_written_at_the_end_is_one_error_and_the_tiers_a
     runs()
     assert runs.ran == []
     assert runs.outcomes_on_disk() == {"discovery": "pass", "kernel": "fail", "serve": "pass"}
+
+
+def test_a_second_run_in_the_same_checkout_builds_the_install_and_finds_the_result_current(runs):
+    runs()
+    runs()
+    assert runs.prepared == 2, "the install is made before the stored result is judged"
+    assert runs.ran == []
+    assert (
+        "matrix/results/qa/vllm-0.21.0.json is current for tiers discovery, kernel, serve: nothing to do"
+        in (runs.lines[-1])
+    )
+
+
+def test_a_result_from_another_clone_or_machine_is_never_current_here(runs):
+    runs()
+    committed = runs.on_disk()
+    # A fresh clone: the committed result file is there, the clone's git-ignored cache is not.
+    shutil.rmtree(runs.root / "build")
+    runs()
+    assert runs.ran == ["discovery", "kernel", "serve"]
+    assert any(
+        line.startswith("tiers discovery, kernel, serve: stored results not reused, made by another install")
+        for line in runs.lines
+    ), runs.lines
+    assert runs.on_disk()["install"]["identity"] != committed["install"]["identity"]
+
+
+def test_a_result_that_records_no_install_identity_is_run_again(runs):
+    runs()
+    older = runs.on_disk()
+    del older["install"]["identity"]
+    (runs.root / "matrix" / "results" / "qa" / f"{ROW.id}.json").write_text(json.dumps(older))
+    runs()
+    assert runs.ran == ["discovery", "kernel", "serve"]
+    assert any("it records no install identity" in line for line in runs.lines), runs.lines
+
+
+def test_a_venv_that_resolved_other_packages_runs_the_tiers_again(runs):
+    runs()
+    runs.env["packages_fingerprint"] = "0123456789abcdef"
+    runs()
+    assert runs.ran == ["discovery", "kernel", "serve"]
+
+
+def test_an_interrupted_run_in_the_same_checkout_still_resumes(runs):
+    with pytest.raises(KeyboardInterrupt):
+        runs(kernel="interrupt")
+    runs()
+    assert runs.ran == ["kernel", "serve"]

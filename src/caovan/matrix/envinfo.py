@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import platform
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-ENVINFO_VERSION = 1
+ENVINFO_VERSION = 2
 PLUGIN_DISTRIBUTION = "caovan-vllm-sm75-turbo3"
 #: Distributions whose versions every result records (absent ones are null).
 RECORDED_DISTRIBUTIONS: tuple[str, ...] = (
@@ -40,6 +42,19 @@ def _version(distribution: str) -> str | None:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
+
+
+def packages_fingerprint() -> tuple[str, int]:
+    """16 hex digits over every installed distribution's normalised name and version (the resolved package
+    set a row's venv got), and how many there are."""
+    installed = sorted(
+        {
+            f"{re.sub(r'[-_.]+', '-', dist.metadata['Name']).lower()}=={dist.version}"
+            for dist in metadata.distributions()
+            if dist.metadata["Name"]
+        }
+    )
+    return hashlib.sha256("\n".join(installed).encode()).hexdigest()[:16], len(installed)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -129,6 +144,7 @@ def family_facts(errors: dict[str, str]) -> dict[str, Any]:
 def gather(*, with_family: bool = True) -> dict[str, Any]:
     errors: dict[str, str] = {}
     packages = {name: _version(name) for name in RECORDED_DISTRIBUTIONS}
+    package_set, package_count = packages_fingerprint()
     info: dict[str, Any] = {
         "envinfo_version": ENVINFO_VERSION,
         "python": platform.python_version(),
@@ -137,6 +153,9 @@ def gather(*, with_family: bool = True) -> dict[str, Any]:
         "machine": platform.machine(),
         "host_kind": host_kind(),
         "packages": packages,
+        # What install_identity hashes: a venv that resolved other versions is another install.
+        "packages_fingerprint": package_set,
+        "packages_installed": package_count,
         "vllm": packages["vllm"],
         "torch": packages["torch"],
         "triton": packages["triton"],

@@ -228,6 +228,10 @@ def _install_of(install: Any) -> tuple[Any, Any]:
     return install.get("mode"), install.get("python")
 
 
+def _identity_of(install: Any) -> Any:
+    return install.get("identity") if isinstance(install, Mapping) else None
+
+
 def _describe_install(install: tuple[Any, Any]) -> str:
     mode, python = install
     if mode is None:
@@ -268,6 +272,16 @@ def stale_reason(
             f"they ran in {_describe_install(theirs_install)}, this run in {_describe_install(ours_install)} "
             "(a result file does not mix installs)"
         )
+    # A committed result from another machine or clone, or one made before a dependency resolved anew, says
+    # nothing about this install (caovan.matrix.install_identity).
+    theirs_id, ours_id = _identity_of(doc.get("install")), _identity_of(install)
+    if theirs_id != ours_id:
+        if theirs_id is None:
+            return "it records no install identity, so it was not made by this checkout's install"
+        return (
+            f"made by another install (identity {theirs_id}, this run's {ours_id}: another clone or machine, "
+            "or other packages resolved)"
+        )
     return None
 
 
@@ -296,8 +310,6 @@ class RowPlan:
     to_run: list[str]
     #: Records carried over: selected tiers already done, and the stored records of tiers not selected.
     reused: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: Environment facts of the document the reused tiers came from (if nothing is left to run).
-    reused_env: dict[str, Any] | None = None
     #: The stored result already covers every selected tier with this checkout: nothing to do.
     up_to_date: bool = False
     ignored: list[str] = field(default_factory=list)
@@ -350,8 +362,6 @@ def plan_row(
         for t in row.tiers
         if why is not None and t in stored_final and t not in reused and not (redo and t in to_run)
     }
-    source = partial if resumes_partial else stored if stored_done else None
-    env = source.get("env") if source is not None else None
     up_to_date = (
         not redo and not resumes_partial and stored is not None and stored.get("complete") is True and not to_run
     )
@@ -359,7 +369,6 @@ def plan_row(
         selected=wanted,
         to_run=to_run,
         reused=reused,
-        reused_env=dict(env) if isinstance(env, Mapping) and env else None,
         up_to_date=up_to_date,
         ignored=ignored,
         resumes_partial=resumes_partial,

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..jsonfile import output_path_problem
 from . import MatrixError
+from .install_identity import checkout_token, install_identity
 from .results import (
     Provenance,
     build_result,
@@ -63,6 +64,22 @@ def run_row(
     progress = _Progress()
     try:
         shown = _shown(result_file, root)
+        # The install comes first: whether a stored result still holds depends on what this host installed
+        # (caovan.matrix.install_identity), and a row's venv is only known once it is built.
+        progress.doing = "while preparing the environment"
+        clock = time.monotonic()
+        prepared = prepare()
+        identity = install_identity(checkout_token(cache_dir), prepared.python, prepared.env_facts)
+        install: dict[str, Any] = {**(install_note or {}), **prepared.install, "identity": identity}
+        install_duration_s = round(time.monotonic() - clock, 1)
+        env = prepared.env_facts
+        progress.doing = "before any tier ran"
+        log(
+            f"envinfo: vllm {env.get('vllm')}, torch {env.get('torch')} "
+            f"(CUDA {env.get('torch_cuda')}), triton {env.get('triton')}, "
+            f"gpu {env.get('gpu')} {env.get('gpu_arch') or ''}, "
+            f"family {env.get('family')} ({env.get('family_reason')}); install identity {identity}"
+        )
         stored = read_json_or_none(result_file)
         partial = read_json_or_none(state_file)
         plan = plan_row(
@@ -72,7 +89,7 @@ def run_row(
             stored=stored,
             partial=partial,
             redo=redo,
-            install=install_note,
+            install=install,
         )
         if plan.ignored:
             log(f"tiers {', '.join(plan.ignored)}: not in this row, ignored")
@@ -104,8 +121,7 @@ def run_row(
         started_at = (partial or {}).get("started_at") if plan.resumes_partial else None
         started_at = started_at or utc_now()
         tiers: dict[str, dict] = dict(plan.reused)
-        env: dict[str, Any] = plan.reused_env or {}
-        install: dict[str, Any] = dict(install_note or {})
+        install["duration_s"] = install_duration_s
         selected = list(plan.selected)
 
         def document(complete: bool) -> dict[str, Any]:
@@ -115,18 +131,6 @@ def run_row(
             )  # fmt: skip
 
         if plan.to_run:
-            progress.doing = "while preparing the environment"
-            clock = time.monotonic()
-            prepared = prepare()
-            install.update(prepared.install)
-            install["duration_s"] = round(time.monotonic() - clock, 1)
-            env = prepared.env_facts
-            log(
-                f"envinfo: vllm {env.get('vllm')}, torch {env.get('torch')} "
-                f"(CUDA {env.get('torch_cuda')}), triton {env.get('triton')}, "
-                f"gpu {env.get('gpu')} {env.get('gpu_arch') or ''}, "
-                f"family {env.get('family')} ({env.get('family_reason')})"
-            )
             write_json_atomic(state_file, document(False))
             for number, tier in enumerate(plan.to_run, start=1):
                 progress.doing = f"in tier {tier}"
