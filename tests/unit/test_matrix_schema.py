@@ -279,3 +279,13 @@ def test_extra_requirements_may_not_pin_vllm_or_torch_again(tmp_path):
     assert len(messages) == 2
     assert "field 'extra_requirements': 'vllm==0.20.2': vllm is pinned by the row's own field" in messages[0]
     assert "'Torch>=2': torch is pinned by the row's own field" in messages[1]
+
+
+def test_validate_outside_the_repository_names_the_folder_it_looked_in(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert matrix_cli(["validate"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"matrix: error: no matrix folder at {tmp_path / 'matrix'}: run from the repository root, or name the "
+        "folder (--matrix-dir) or the matrix files\n"
+    )

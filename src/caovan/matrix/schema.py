@@ -398,7 +398,11 @@ def matrix_files(matrix_dir: Path) -> list[Path]:
     subfolder).
     """
     if not matrix_dir.is_dir():
-        raise MatrixError(f"{matrix_dir}: matrix folder does not exist")
+        # Absolute: the folder is looked up from the working directory, which the message must not leave implicit.
+        raise MatrixError(
+            f"no matrix folder at {Path(matrix_dir).resolve()}: run from the repository root, "
+            "or name the folder (--matrix-dir) or the matrix files"
+        )
     files = sorted(p for p in matrix_dir.iterdir() if p.is_file() and p.suffix in (".yaml", ".yml"))
     if not files:
         raise MatrixError(f"{matrix_dir}: no matrix files (*.yaml) in this folder")
