@@ -74,6 +74,8 @@ TESTS_ROW_ID = "vllm-0.21.0"
 #: Wheelhouse folder with the plugin's build backend (the plugin wheel builds offline too) and pip
 #: (which, unlike uv, counts a host's system site-packages as installed).
 WHEELHOUSE_TOOLS_DIR = "_tools"
+#: The lint session's tools, pinned: a new ruff release must not turn a green checkout red.
+LINT_TOOLS = ("ruff==0.17.6", "check-jsonschema==0.39.0")
 #: What ``--without-host-provided`` leaves out of a wheelhouse: GPU hosts often have them.
 HOST_PROVIDED = ("torch", "triton", "nvidia-*")
 
@@ -252,7 +254,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(tags=["lint"])
 def lint(session: nox.Session) -> None:
     """ruff check + format --check, workflows vs GitHub's schema, matrix files, compat doc."""
-    session.install("ruff", "check-jsonschema", "pyyaml", "tabulate", "packaging")
+    session.install(*LINT_TOOLS, "pyyaml", "tabulate", "packaging")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.y*ml"))
@@ -309,7 +311,7 @@ def wheelhouse(session: nox.Session, row_id: str) -> None:
     Python; sdist-only packages are built into wheels here. ``--python-version 3.12`` (with
     ``--platform TAG``, default manylinux_2_28_x86_64) resolves and downloads for a GPU host whose
     Python is not the row's, binary wheels only; ``--exclude PATTERN`` (repeatable) leaves out packages
-    that host cannot use. Such a set is for `python -m caovan.matrix.site_bundle` and
+    that host cannot use. Such a set is for `PYTHONPATH=src python3 -m caovan.matrix.site_bundle` and
     tools/run-gpu-row-offline.sh, not for a row venv.
     """
     row = ROWS[row_id]
@@ -380,8 +382,8 @@ def wheelhouse(session: nox.Session, row_id: str) -> None:
     (target / "left-out.txt").write_text("".join(f"{line}\n" for line in left_out))
     if args.python_version:  # no row venv is made from it: no build backend needed
         session.log(
-            f"wheelhouse: {target} ready; pack it for the GPU host with: python -m caovan.matrix.site_bundle "
-            f"{target} OUT --python-version {args.python_version} --platform {args.platform}"
+            f"wheelhouse: {target} ready; pack it for the GPU host with: PYTHONPATH=src python3 -m "
+            f"caovan.matrix.site_bundle {target} OUT --python-version {args.python_version} --platform {args.platform}"
         )
         return
     session.log(f"wheelhouse: plugin build backend and pip into {out / WHEELHOUSE_TOOLS_DIR}")
