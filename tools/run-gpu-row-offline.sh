@@ -18,8 +18,11 @@
 #       --exclude z3-solver --exclude cuda-tile --exclude quack-kernels --exclude fastsafetensors \
 #       --exclude sentry-sdk --exclude numba --exclude llvmlite --exclude opencv-python-headless \
 #       --exclude sympy --exclude mpmath --exclude networkx
-#   python -m caovan.matrix.site_bundle wheelhouse/vllm-0.21.0-py3.12 .bundle/site --python-version 3.12 \
-#       --drop vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so --part-mb 50
+#   PYTHONPATH=src python3 -m caovan.matrix.site_bundle wheelhouse/vllm-0.21.0-py3.12 .bundle/site \
+#       --python-version 3.12 --drop vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so --part-mib 50
+# (PYTHONPATH=src: the checkout's caovan, with nothing installed; it needs pyyaml, tabulate and packaging, which
+# `uvx --with pyyaml --with tabulate --with packaging python3 ...` brings where they are missing. --part-mib
+# counts MiB, 2**20 bytes: 50 makes parts of at most 52,428,800 bytes.)
 # (numba and OpenCV serve vLLM's n-gram drafter and video inputs, which the tiers do not use; sympy, mpmath and
 # networkx come with the host's torch.) vLLM's Python files alone are not enough for any tier: importing
 # vllm.model_executor loads vllm._C (vLLM 0.21.0).
@@ -107,7 +110,7 @@ if [ -d "$bundle/wheels" ]; then
     done
 fi
 shopt -u nullglob
-[ ! -e "$bundle/vllm-py.tgz" ] || die "'$bundle/vllm-py.tgz': vLLM's Python files alone cannot run the tiers (vllm.model_executor loads vllm._C); pack the row's packages with python -m caovan.matrix.site_bundle"
+[ ! -e "$bundle/vllm-py.tgz" ] || die "'$bundle/vllm-py.tgz': vLLM's Python files alone cannot run the tiers (vllm.model_executor loads vllm._C); pack the row's packages with PYTHONPATH=src python3 -m caovan.matrix.site_bundle"
 site_parts=()
 if compgen -G "$bundle/site.tgz.[0-9]*" >/dev/null; then
     [ -f "$bundle/site.tgz.sha256" ] || die "'$bundle/' has site.tgz parts but no site.tgz.sha256 (it is in the bundle's part-0/)"

@@ -255,3 +255,32 @@ exit 0"""
     assert (site / "pkg" / "data.txt").read_text() == "y" * 5000
     assert (site / "caovan" / "__init__.py").is_file() and not (site / "stale").exists()
     assert not (tmp_path / "site.unpacking").exists()
+
+
+def _header_command(prefix: str) -> str:
+    """The command in the script's header comment that starts with ``prefix``, continuation lines joined."""
+    lines = [line.removeprefix("#").strip() for line in SCRIPT.read_text().splitlines() if line.startswith("#")]
+    start = next(i for i, line in enumerate(lines) if line.startswith(prefix))
+    command = []
+    for line in lines[start:]:
+        command.append(line.removesuffix("\\").strip())
+        if not line.endswith("\\"):
+            return " ".join(command)
+    raise AssertionError(f"unterminated command in the header: {prefix}")
+
+
+def test_the_headers_site_bundle_recipe_runs_as_written_from_the_repository_root(tmp_path):
+    command = _header_command("PYTHONPATH=src python3 -m caovan.matrix.site_bundle")
+    assert "--part-mib 50" in command, "the part size names its unit"
+    # The recipe as a stranger types it, on an empty wheel set: caovan is found, the arguments parse, and the
+    # tool's own error about the wheels is what stops it.
+    (tmp_path / "wheels").mkdir()
+    command = command.replace("wheelhouse/vllm-0.21.0-py3.12", str(tmp_path / "wheels"))
+    command = command.replace(".bundle/site", str(tmp_path / "out"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    done = subprocess.run(
+        ["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("site bundle: error: "), done.stderr

@@ -45,7 +45,7 @@ def _joined(out: Path, parts: int) -> bytes:
 
 def test_parts_join_to_the_installed_packages_less_what_was_dropped(tmp_path, wheels):
     out = tmp_path / "bundle"
-    manifest = build(wheels, out, python_version="3.12", drop=["beta/unused.so"], part_mb=1)
+    manifest = build(wheels, out, python_version="3.12", drop=["beta/unused.so"], part_mib=1)
     # 1.5 MiB of random bytes do not compress: two 1 MiB parts
     assert manifest["parts"] == 2 == len(list(out.iterdir()))
     archive = _joined(out, 2)
@@ -67,7 +67,7 @@ def test_parts_join_to_the_installed_packages_less_what_was_dropped(tmp_path, wh
     [
         ({"python_version": "3"}, "--python-version '3': expected 3.N"),
         ({"python_version": "3.12", "platform": "win_amd64"}, "--platform 'win_amd64': expected a manylinux tag"),
-        ({"python_version": "3.12", "part_mb": 0}, "--part-mb 0: expected 1 to 4096"),
+        ({"python_version": "3.12", "part_mib": 0}, "--part-mib 0: expected 1 to 4096"),
         ({"python_version": "3.12", "drop": ["../x"]}, "--drop '../x': expected a path inside the installed folder"),
         ({"python_version": "3.12", "drop": ["beta/missing.so"]}, "--drop beta/missing.so: no such file or folder"),
     ],

@@ -4,7 +4,7 @@ For a GPU host with no network whose Python is not this machine's (a lent cloud 
 torch and Triton are already installed: the wheels of ``nox -s "wheelhouse(<row>)" -- --without-host-provided
 --python-version X.Y`` are installed here with ``uv pip install --target`` for that Python and platform, files the
 host cannot use are dropped (``--drop``, e.g. vLLM's FlashAttention 2 library where only FA3 runs), and the
-folder is packed as one ``site.tgz`` cut into parts of at most ``--part-mb`` MiB, one folder per part
+folder is packed as one ``site.tgz`` cut into parts of at most ``--part-mib`` MiB, one folder per part
 (``OUT/part-0/site.tgz.0`` ...): a host that takes a limited upload per call gets one part folder per call.
 ``part-0/`` also holds ``site.tgz.sha256`` (the whole archive's digest, in ``sha256sum`` format) and
 ``site-bundle.json`` (what went in). ``tools/run-gpu-row-offline.sh`` joins the parts, checks the digest and
@@ -104,12 +104,12 @@ def build(
     python_version: str,
     platform: str = DEFAULT_HOST_PLATFORM,
     drop: Sequence[str] = (),
-    part_mb: int = 50,
+    part_mib: int = 50,
 ) -> dict:
     """Install, drop, pack and split; returns the manifest written to ``out/part-0/site-bundle.json``."""
     check_host_target(python_version, platform, what="site bundle")
-    if not 1 <= part_mb <= 4096:
-        raise MatrixError(f"site bundle: --part-mb {part_mb}: expected 1 to 4096 (MiB per part)")
+    if not 1 <= part_mib <= 4096:
+        raise MatrixError(f"site bundle: --part-mib {part_mib}: expected 1 to 4096 (MiB per part)")
     drops = [_check_drop(entry) for entry in drop]
     if not wheels_dir.is_dir():
         raise MatrixError(f"site bundle: wheel folder {wheels_dir} does not exist (nox -s 'wheelhouse(ROW)' makes it)")
@@ -140,7 +140,7 @@ def build(
         archive = work / ARCHIVE
         _pack(site, archive)
         staged = work / "out"
-        parts, sha256 = _split(archive, staged, part_mb << 20)
+        parts, sha256 = _split(archive, staged, part_mib << 20)
         manifest = {
             "schema": SCHEMA,
             "python_version": python_version,
@@ -151,7 +151,7 @@ def build(
             "archive_bytes": archive.stat().st_size,
             "sha256": sha256,
             "parts": parts,
-            "part_bytes_max": part_mb << 20,
+            "part_bytes_max": part_mib << 20,
         }
         (staged / "part-0" / f"{ARCHIVE}.sha256").write_text(f"{sha256}  {ARCHIVE}\n")
         (staged / "part-0" / "site-bundle.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python-version", required=True, help="the host's Python, e.g. 3.12")
     parser.add_argument("--platform", default=DEFAULT_HOST_PLATFORM, help=f"default {DEFAULT_HOST_PLATFORM}")
     parser.add_argument("--drop", action="append", default=[], help="path in the installed folder to leave out")
-    parser.add_argument("--part-mb", type=int, default=50, help="MiB per part (default 50)")
+    parser.add_argument("--part-mib", type=int, default=50, help="size of each part in MiB (2**20 bytes; default 50)")
     args = parser.parse_args(argv)
     try:
         manifest = build(
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             python_version=args.python_version,
             platform=args.platform,
             drop=args.drop,
-            part_mb=args.part_mb,
+            part_mib=args.part_mib,
         )
     except MatrixError as exc:
         print(f"site bundle: error: {str(exc).removeprefix('site bundle: ')}", file=sys.stderr)
