@@ -221,7 +221,7 @@ def test_a_bad_write_through_threshold_is_one_clear_error(tmp_path, value):
 
 
 def test_the_sm90_entry_writes_through_only_calls_writing_most_of_l2():
-    # Measured on an H200 (docs/bench/experiments/last-token-write-through): 27B at TP=2, 8 sequences, fp32 state,
+    # Measured on an H200 (docs/bench/kernel-design.md): 27B at TP=2, 8 sequences, fp32 state,
     # MTP 3 (4 tokens, 48 MiB of state) and MTP 4 (5 tokens, 60 MiB) faster; Qwen3-Next-80B with 8 sequences, MTP 4,
     # fp32 (16 value heads, 40 MiB) and 27B with an fp16 state at MTP 4 (30 MiB) slower.
     slab = 128 * 128
@@ -250,7 +250,7 @@ def test_preferred_block_options_apply_at_the_entrys_bv_only(tmp_path):
 
 
 def test_the_sm90_entry_compiles_the_slab_strides_in_at_bv8_with_an_88_register_cap():
-    # docs/bench/experiments/slab-offsets-bv8/cs-all-h200.json; at BV 16 (8-sequence 27B batches) neither applies.
+    # Faster on an H200 at BV 8 (docs/bench/kernel-design.md); at BV 16 (8-sequence 27B batches) neither applies.
     v = LAUNCH_CONFIGS["sm90"].v_gdn
     assert (v.BV, v.options_for(8), v.options_for(16)) == (8, (88, True), (None, False))
 
@@ -306,7 +306,7 @@ def test_row_split_options_apply_at_the_split_block_of_split_calls_only(tmp_path
 
 
 def test_the_sm90_entry_splits_rows_at_bv16_for_large_fp32_state_writes():
-    # docs/bench/experiments/row-split-tile/rows16-27b-b8-h200.json: 27B TP=2, 8 sequences, fp32 state, MTP 2-4
+    # Measured on an H200 (docs/bench/kernel-design.md): 27B TP=2, 8 sequences, fp32 state, MTP 2-4
     # (36, 48, 60 MiB) faster with rows of 16 lanes and a 152-register cap; MTP 1 (24 MiB) about even.
     slab = 128 * 128
     sm90 = LAUNCH_CONFIGS["sm90"]
@@ -318,7 +318,7 @@ def test_the_sm90_entry_splits_rows_at_bv16_for_large_fp32_state_writes():
 
 
 def test_the_sm90_entry_reduces_its_split_rows_with_the_butterfly_there_only():
-    # docs/bench/experiments/row16-butterfly: 27B TP=2 B8 fp32 MTP 2-4 faster with the butterfly.
+    # Measured on an H200 (docs/bench/kernel-design.md): 27B TP=2 B8 fp32 MTP 2-4 faster with the butterfly.
     v = LAUNCH_CONFIGS["sm90"].v_gdn
     assert v.row_split_butterfly
     assert v.row_butterfly_for(16, True) and v.at_block(16, True).row_butterfly_for(16, True)

@@ -84,7 +84,7 @@ _RTX_2080_TI_ONE_WAVE_UP_TO = 4  # sequences per batch
 @pytest.mark.parametrize("head", ["qwen3.6-27b-tp2", "qwen3-next-80b-tp2"])
 def test_sm75_entry_fits_one_wave_on_an_rtx_2080_ti_up_to_4_sequences(head, num_spec_tokens):
     # On the H200 a V/GDN grid that fits in one wave of resident programs ran 5-21 % faster than one needing 1.4
-    # waves (docs/bench/experiments/value-block-waves). No RTX 2080 Ti is at hand, so its residency is computed
+    # waves (docs/bench/kernel-design.md). No RTX 2080 Ti is at hand, so its residency is computed
     # from the sm_75 compile's register count with its limits: a kernel change that costs registers on sm_75
     # (168 is the most that keeps 6 two-warp programs per SM) shows up here, not first on a user's GPU.
     import triton

@@ -90,8 +90,8 @@ def kernel_tensors(layer: Any, conv_dim_first: bool) -> tuple:
     Why cached: read through ``nn.Module.__getattr__`` (parameters, the ``conv1d`` submodule) and viewed on every
     call, they cost ~8 us of Python per GDN layer per decode step (development CPU: each attribute 0.6-1.3 us, the
     two views 1-2 us; the dict reads and identity checks here well under 1 us), on the critical path under PIECEWISE
-    graphs. On the H200 host ``caovan bench layer`` went from ~41 to ~35 us per call with this cache
-    (docs/bench/experiments/host-pinning).
+    graphs. On the H200 host ``caovan bench layer`` went from ~41 to ~35 us per call with this cache (runs pinned
+    to one CPU).
 
     What can change while serving, and is checked: vLLM rebinding ``kv_cache`` (cache reallocation), a weight
     reload replacing a Parameter or assigning its ``.data`` (the data pointers of the two viewed tensors are

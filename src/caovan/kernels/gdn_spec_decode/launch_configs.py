@@ -41,13 +41,13 @@ class VGdnLaunchConfig:
     #: At the entry's own BV only: the state slab's strides compiled in as constants (fewer registers: the
     #: offsets fold into the store instructions), and ``preferred_block_maxnreg`` in place of ``maxnreg``. A
     #: larger block taken by the one-wave rule runs without them: at BV 16 on an H200 the constant offsets made
-    #: the kernel slower (docs/bench/experiments/issue-profile), and a cap sized for BV 8 spills there.
+    #: the kernel slower (docs/bench/kernel-design.md), and a cap sized for BV 8 spills there.
     preferred_block_constant_slab_offsets: bool = False
     preferred_block_maxnreg: int | None = None
     #: At this block only, where the architecture entry's ``row_split_on`` holds: the state slab's rows over
     #: ``row_split_lanes`` lanes instead of 32 (the kernel's ``ROW_LANES``; fewer shuffles per row reduction),
-    #: with ``row_split_maxnreg`` in place of the other caps. Measured per GPU (docs/bench/experiments/
-    #: row-split-tile): faster only at some blocks and state dtypes. All three set, or none.
+    #: with ``row_split_maxnreg`` in place of the other caps. Measured per GPU: faster only at some blocks and
+    #: state dtypes (docs/bench/kernel-design.md). All three set, or none.
     row_split_block: int | None = None
     row_split_lanes: int | None = None
     row_split_maxnreg: int | None = None
@@ -117,7 +117,7 @@ class ArchLaunchConfig:
     #: Programmatic dependent launches (sm_90+ only; ignored on older GPUs and under the interpreter): the V/GDN
     #: kernel is a dependent of the Q/K kernel, so its state load and V conv overlap the Q/K kernel, and the Q/K
     #: kernel a dependent of whatever kernel ran before it, so its launch overlaps that kernel's tail
-    #: (docs/bench/experiments/qk-programmatic-launch).
+    #: (docs/bench/kernel-design.md).
     pdl: bool = False
     #: Staggered V/GDN start (PDL launches only; see the V/GDN kernel): on for calls that write at least this many
     #: bytes of SSM state, where the programs compete for DRAM; None: never. Measured per GPU, like the rest.

@@ -5,10 +5,10 @@ serially with its state slab in registers, so all programs take about the same t
 1.2 waves of resident programs takes about twice as long as one that fits in one. The launch configuration's
 BV is the preferred block (the fastest one measured at the tuning shapes); when its grid would need more
 than one wave on this GPU, larger blocks (fewer, fatter programs) are tried and the first that fits in one
-wave is used. Measured on an H200 (docs/bench/experiments/value-block-waves/sweep-h200.json, columns
-main|bv8 and main|bv16): Qwen3.6-27B at TP=2 with 8 sequences runs 3072 programs at BV=8 (17 resident per SM
-at 115 registers: 1.4 waves) and 1536 at BV=16 (12 per SM at 167 registers: one wave), 5-21 % faster at
-BV=16; Qwen3-Next-80B at 8 sequences (2048 programs) already fits at BV=8, and BV=16 is up to 17 % slower there.
+wave is used. Measured on an H200 (docs/bench/kernel-design.md): Qwen3.6-27B at TP=2 with 8 sequences runs 3072
+programs at BV=8 (17 resident per SM at 115 registers: 1.4 waves) and 1536 at BV=16 (12 per SM at 167 registers:
+one wave), 5-21 % faster at BV=16; Qwen3-Next-80B at 8 sequences (2048 programs) already fits at BV=8, and BV=16
+is up to 17 % slower there.
 
 Residency is computed the way the CUDA occupancy calculator does it, from the compiled kernel's register
 count (allocated per warp in units of 256), its shared memory and the SM's limits.

@@ -6,8 +6,8 @@ x 4 shuffle rounds (32 shuffles and 32 adds per thread) for each of a token step
 reduce-scatter instead (each exchange halves the rows a lane keeps: 4 + 2 + 1 shuffles, then 1 to complete the
 sum over the 16 lanes), a row's total sits in 2 of its lanes after 8 shuffles; ``state . k`` then needs it back
 in every lane of the row (8 indexed shuffles), ``state . q`` only in one lane, which stores the output: 24
-shuffles per token step instead of 64. Measured on an H200 (docs/bench/experiments/row16-butterfly): 27B TP=2,
-8 sequences, fp32 state, MTP 4 19.77 -> 19.56 us, MTP 3 16.40 -> 16.02 us.
+shuffles per token step instead of 64. Measured on an H200 (docs/bench/kernel-design.md): 27B TP=2, 8 sequences,
+fp32 state, MTP 4 19.77 -> 19.56 us, MTP 3 16.40 -> 16.02 us.
 
 Triton cannot express which lane holds which element, so the PTX is written for the layout Triton 3.6 gives
 the slab's partial sums at that launch (its TTGIR): lane bit 0 is the tile's ``RL`` axis, lane bits 1-4 its

@@ -405,10 +405,9 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
         # rl * RH + rh, key column (kr * KT + kt) * KS + ks; Triton gives the lanes to KS's 4-value vectors first,
         # then KT, then RL. A row reduction is then (BV * ROW_LANES / 32) rows x log2(ROW_LANES) shuffles per thread
         # instead of BV x 5 (the two reductions are what a token step costs at the largest calls), while each
-        # thread holds BK / ROW_LANES key columns of q and k instead of BK / 32. Measured on an H200 at 27B TP=2,
-        # 8 sequences, MTP 4, fp32 state, BV 16, rows of 16 lanes and a 152-register cap: 20.08-20.28 ->
-        # 19.47-19.74 us; slower with a 16-bit state and at BV 8, so the launch entry takes it only there
-        # (docs/bench/experiments/row-split-tile). The int32 token rows and slots below go with it, as timed.
+        # thread holds BK / ROW_LANES key columns of q and k instead of BK / 32. On an H200 it was faster only at
+        # BV 16 with an fp32 state (rows of 16 lanes, a 152-register cap), so the launch entry takes it only there
+        # (docs/bench/kernel-design.md). The int32 token rows and slots below go with it, as timed.
         tl.static_assert(BK >= 4 * ROW_LANES, "rows of ROW_LANES lanes need BK >= 4 * ROW_LANES")
         tl.static_assert(BV * ROW_LANES >= 32, "rows of ROW_LANES lanes need BV * ROW_LANES >= 32")
         KS: tl.constexpr = 4
@@ -433,9 +432,8 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
         # The slab's strides compiled in (equal to stride_ssm_v/k; the entry checks the offsets fit int32): its
         # offsets fold into the store instructions instead of living in 64-bit registers, 118 -> 94 registers at
         # BV 8 on sm_90 (27B TP=2, MTP 4, fp32 state), which lets the entry's register cap fit without spills.
-        # Measured on an H200 with the cap (docs/bench/experiments/slab-offsets-bv8): up to 12 % less at 2-4
-        # sequences; at BV 16 the same offsets made the kernel slower (../issue-profile), so only the entry's BV
-        # uses them.
+        # On an H200, with the cap, faster at BV 8 and slower at BV 16 (docs/bench/kernel-design.md), so only the
+        # entry's BV uses them.
         slab_offs = v_offs[:, None] * SLAB_STRIDE_V + k_offs[None, :] * SLAB_STRIDE_K
     else:
         slab_offs = v_offs.to(tl.int64)[:, None] * stride_ssm_v + k_offs.to(tl.int64)[None, :] * stride_ssm_k
@@ -446,9 +444,8 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
         # Half of the value heads load their state only once the Q/K kernel is done. The grid is one wave of
         # equal programs: started together, they would all reach each token's arithmetic at the same moment, and
         # DRAM idles while every program reduces. Starting half of them one state load later keeps some programs
-        # storing while others compute. Measured on an H200: 27B at TP=2, 8 sequences, MTP 4, fp32 state 20.86 ->
-        # 20.06 us; where the call writes little state it only delays half of the programs, so the launch entry
-        # turns it on from a state-write volume (docs/bench/experiments/qk-programmatic-launch).
+        # storing while others compute. Where the call writes little state it only delays half of the programs, so
+        # the launch entry turns it on from a state-write volume (docs/bench/kernel-design.md).
         if i_nhv % 2 == 1:
             gdc_wait()
     state = tl.load(head_base + initial_block * stride_ssm_block + slab_offs, mask=slab_mask, other=0.0).to(tl.float32)
@@ -535,8 +532,7 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
                 state += v * k
                 o = _row_dot(state, q)
             # The next token's q/k are read here, after the arithmetic (not at the top of the step as with rows
-            # of 32 lanes): with the tile's extra q/k registers that was the faster order (row-split-tile's
-            # rows16q against rows16).
+            # of 32 lanes): with the tile's extra q/k registers that was the faster order on an H200.
             next_mask = qk_mask & (t + 1 < seq_len)
             q_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K), mask=next_mask, other=0.0)
             k_next = tl.load(qk_row + (bos + t + 1) * (2 * H * K) + H * K, mask=next_mask, other=0.0)
@@ -556,11 +552,9 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
         if WRITE_THROUGH_LAST:
             # The last token's state is stored write-through instead: a call that writes most of L2's capacity in
             # state ends with the last token steps' lines dirty in L2, and the next kernels' loads pay for their
-            # write-back; written through, they go to DRAM while the call's last programs finish. Measured on an
-            # H200 (docs/bench/experiments/last-token-write-through): 27B TP=2, 8 sequences, fp32 state, MTP 4
-            # 20.45 -> 20.07 us (warm L2), MTP 3 19.42 -> 18.23 us (cold L2); most calls writing 40 MiB or less got
-            # slower, so the launch entry turns it on from a state-write volume. Every write-through store is
-            # slower than a streaming one (all tokens write-through: +6 % at MTP 4).
+            # write-back; written through, they go to DRAM while the call's last programs finish. Every
+            # write-through store is slower than a streaming one and smaller calls got slower with it on an H200, so
+            # only the last token's are, from a state-write volume of the launch entry (docs/bench/kernel-design.md).
             last = t == seq_len - 1
             tl.store(
                 head_base + block_t * stride_ssm_block + slab_offs,
@@ -577,8 +571,8 @@ def _caovan_sm75_fused_v_gdn_spec_decode_kernel(
         elif block_t > NULL_SLOT_MAX:
             # Streaming (evict-first) stores: these states are read again at the next decode step at the
             # earliest, after every other layer has gone through L2, so caching them only evicts lines this
-            # call still uses. Measured on an H200: 7-8 % less on the largest write-bound cases (8 sequences,
-            # fp32 state), none more than 2.7 % slower (docs/bench/experiments/qk-trigger-and-streaming-stores).
+            # call still uses. On an H200 they were faster on the largest write-bound cases (8 sequences, fp32 state;
+            # docs/bench/kernel-design.md).
             tl.store(
                 head_base + block_t * stride_ssm_block + slab_offs,
                 state.to(ssm_state_ptr.dtype.element_ty),
