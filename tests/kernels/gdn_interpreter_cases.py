@@ -564,11 +564,11 @@ def run_scenario(sc: Scenario) -> dict:
         warnings.simplefilter("error", RuntimeWarning)
         _call(gdn_spec_decode, ours, launch_config=config)
     _call(gdn_spec_decode_reference, ref)
-    import caovan.kernels.gdn_spec_decode as spec
+    from caovan.kernels.gdn_spec_decode import plans as plan_cache
 
     # This scenario's plans (the launch configuration is the last item of a plan's key). The V/GDN kernel's last
     # six arguments: WRITE_THROUGH_LAST, CONST_SLAB_OFFSETS, SLAB_STRIDE_V, SLAB_STRIDE_K, ROW_LANES, ROW_BUTTERFLY.
-    plans = [p for key, p in spec._plans.items() if key[-1] == config]
+    plans = [p for key, p in plan_cache.cached.items() if key[-1] == config]
     if sc.write_through_last and not any(p.write_through_last and p.v_tail[-6] is True for p in plans):
         return {"id": sc.id, "errors": {}, "ok": False, "detail": "no plan asked for the write-through store"}
     if not plans or any(p.v_tail[-5] is not sc.constant_slab_offsets for p in plans):
