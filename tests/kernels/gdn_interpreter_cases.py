@@ -194,6 +194,12 @@ def _scenarios() -> list[Scenario]:
         replace(base, id="width2", width=2, seed=607),
         replace(base, id="width3_T2", width=3, t_max=2, seq_lens=(2, 1), seed=608),
         replace(base, id="empty_batch_N0", seq_lens=(), seed=609),
+        # The edges of the kernels' envelope (envelope.py) not run above: conv widths 5 and 6, the largest K and
+        # the smallest V.
+        replace(base, id="envelope_width5", width=5, seed=610),
+        replace(base, id="envelope_width6", width=6, seed=611),
+        replace(base, id="envelope_K256", head_k_dim=256, seed=612),
+        replace(base, id="envelope_V8", head_v_dim=8, seed=613),
     ]
     # The rule tests against vLLM 0.21.0's own kernels (vk layout, null slot 0, no token_index).
     rule = replace(base, vllm_rule=True, num_accepted=(1, 4, 1, 2))

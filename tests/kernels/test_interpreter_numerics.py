@@ -114,7 +114,7 @@ _BAD_INPUTS = [
     ),
     ("a_heads", _set("a", lambda t: t[:, :-1]), r"a: expected shape"),
     ("b_rows", _set("b", lambda t: t[:1]), r"b: expected shape \(>= 9,"),
-    ("b_dtype", _set("b", lambda t: t.to(torch.float64)), r"b: .*dtype float16, bfloat16"),
+    ("b_dtype", _set("b", lambda t: t.to(torch.float64)), r"b: activation_dtype=float64: the kernels take float16, bf"),
     ("A_log_shape", _set("A_log", lambda t: t[:-1]), r"num_k_heads|A_log"),
     ("dt_bias_stride", _set("dt_bias", lambda t: torch.stack([t, t], 1)[:, 0]), r"dt_bias: expected contiguous"),
     ("conv_weight_shape", _set("conv_weight", lambda t: t[:-1]), r"conv_weight: expected shape"),
@@ -159,7 +159,7 @@ _BAD_INPUTS = [
     ),
     ("ssm_layout_value", _set("ssm_layout", "hv"), r"ssm_layout: expected 'vk' or 'kv'"),
     ("null_slot_max_type", _set("null_slot_max", 0.0), r"null_slot_max: expected an int"),
-    ("heads_not_dividing", _set("num_k_heads", 3), r"num_k_heads/head_k_dim/head_v_dim"),
+    ("heads_not_dividing", _set("num_k_heads", 3), r"A_log: num_v_heads=4: not a multiple of num_k_heads=3"),
     ("device_mismatch", _set("a", lambda t: t.to("meta")), r"a: expected a tensor on cpu"),
     # Sizes are constexprs and dimensions of the scratch: a float there is no size.
     ("num_k_heads_float", _set("num_k_heads", 2.0), r"num_k_heads: expected an int, got 2\.0"),

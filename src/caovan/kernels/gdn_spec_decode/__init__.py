@@ -7,11 +7,35 @@ inplace_final_state=True)``: conv state and SSM state updated in place, output w
 caller's buffer. ``naive.gdn_spec_decode_reference`` is the float64 oracle with the same
 arguments.
 
-Modules: ``entry`` (the public function), ``validation`` (its argument checks), ``plans`` (launch plans
-per argument layout), ``launcher`` (direct launch, PDL, device and stream), ``scratch`` (the q/k buffer),
-``triton_kernels`` (the kernels), ``launch_configs`` / ``occupancy`` (launch options per GPU).
+Modules: ``entry`` (the public function), ``envelope`` (the shapes, activation and dtypes the kernels take),
+``validation`` (the entry's argument checks), ``plans`` (launch plans per argument layout), ``launcher``
+(direct launch, PDL, device and stream), ``scratch`` (the q/k buffer), ``triton_kernels`` (the kernels),
+``launch_configs`` / ``occupancy`` (launch options per GPU).
 """
 
-from .entry import KERNEL_NAMES, gdn_spec_decode
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .entry import KERNEL_NAMES, gdn_spec_decode
 
 __all__ = ["KERNEL_NAMES", "gdn_spec_decode"]
+
+# Re-exported on first access, not at import: importing any submodule runs this file first, and ``envelope``
+# (read by ``caovan check-model``) and ``launch_configs`` must import without torch or Triton.
+_EXPORTED_FROM = {"KERNEL_NAMES": "entry", "gdn_spec_decode": "entry"}
+
+
+def __getattr__(name: str):
+    module = _EXPORTED_FROM.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTED_FROM})

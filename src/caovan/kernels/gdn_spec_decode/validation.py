@@ -1,7 +1,9 @@
 """Validation of ``gdn_spec_decode``'s arguments: one ValueError naming the argument, before any launch.
 
 It reads tensor metadata only (dtypes, shapes, strides, devices): no host sync, nothing touches a GPU, so it
-runs under CUDA-graph capture and, on CPU tensors, in tests. It runs once per plan key (see ``plans``).
+runs under CUDA-graph capture and, on CPU tensors, in tests. It runs once per plan key (see ``plans``). Head
+shapes, conv width and dtypes are judged by ``envelope`` (as the adapter and check-model judge them); the rest
+here is the layout contract of the arguments.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from . import launcher
+from .envelope import envelope_problems
 from .launch_configs import ArchLaunchConfig
 
-_FLOAT_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32))
 _INDEX_DTYPES = frozenset((torch.int32, torch.int64))
 MAX_GRID_Y = 65535  # CUDA limit of gridDim.y, which carries N * HV
 
@@ -35,11 +37,30 @@ def _fail(name: str, expected: str, got: object) -> None:
     raise ValueError(f"gdn_spec_decode: {name}: expected {expected}, got {got}")
 
 
-def _check_float(name: str, t: torch.Tensor, ndim: int) -> None:
-    if t.dtype not in _FLOAT_DTYPES:
-        _fail(name, "dtype float16, bfloat16 or float32", t.dtype)
+#: The argument each envelope parameter is read from, which a problem's message names.
+_ARGUMENT_OF = {
+    "num_k_heads": "num_k_heads",
+    "num_v_heads": "A_log",  # HV = A_log.shape[0]
+    "head_k_dim": "head_k_dim",
+    "head_v_dim": "head_v_dim",
+    "conv_width": "conv_weight",  # width = conv_weight.shape[1]
+    "activation_dtype": "mixed_qkv",
+    "conv_state_dtype": "conv_state",
+    "ssm_state_dtype": "ssm_state",
+}
+
+
+def _check_ndim(name: str, t: torch.Tensor, ndim: int) -> None:
     if t.ndim != ndim:
         _fail(name, f"{ndim}-D tensor", f"shape {tuple(t.shape)}")
+
+
+def _check_float(name: str, t: torch.Tensor, ndim: int) -> None:
+    # The weights and the other activations take the dtypes the envelope allows mixed_qkv.
+    problems = envelope_problems(activation_dtype=t.dtype)
+    if problems:
+        raise ValueError(f"gdn_spec_decode: {name}: {problems[0]}")
+    _check_ndim(name, t, ndim)
 
 
 def _check_index(name: str, t: torch.Tensor, ndim: int) -> None:
@@ -122,16 +143,26 @@ def validate(
     for name, size in (("num_k_heads", H), ("head_k_dim", K), ("head_v_dim", V)):
         if type(size) is not int:
             _fail(name, "an int", repr(size))
-    _check_float("A_log", A_log, 1)
+    # The envelope first (head sizes, conv width, the dtypes of mixed_qkv and the states), so that its problems
+    # are reported as the adapter and check-model report them; HV and the width only need the two tensors' ranks.
+    _check_ndim("A_log", A_log, 1)
     HV = A_log.shape[0]
-    if H <= 0 or K <= 0 or V <= 0 or HV % H != 0 or HV == 0:
-        _fail(
-            "num_k_heads/head_k_dim/head_v_dim",
-            f"positive sizes with HV (= A_log.shape[0] = {HV}) a multiple of num_k_heads",
-            f"num_k_heads={H}, head_k_dim={K}, head_v_dim={V}",
-        )
+    _check_ndim("conv_weight", conv_weight, 2)
+    width = conv_weight.shape[1]
+    problems = envelope_problems(
+        num_k_heads=H,
+        num_v_heads=HV,
+        head_k_dim=K,
+        head_v_dim=V,
+        conv_width=width,
+        activation_dtype=mixed_qkv.dtype,
+        conv_state_dtype=conv_state.dtype,
+        ssm_state_dtype=ssm_state.dtype,
+    )
+    if problems:
+        raise ValueError("gdn_spec_decode: " + "; ".join(f"{_ARGUMENT_OF[p.parameter]}: {p}" for p in problems))
     conv_dim = 2 * H * K + HV * V
-    _check_float("mixed_qkv", mixed_qkv, 2)
+    _check_ndim("mixed_qkv", mixed_qkv, 2)
     num_rows = mixed_qkv.shape[0]
     if mixed_qkv.shape[1] != conv_dim:
         _fail("mixed_qkv", f"shape (num_tokens, {conv_dim}) (2*H*K + HV*V)", tuple(mixed_qkv.shape))
@@ -146,9 +177,8 @@ def validate(
         if t.shape[0] != HV or (HV > 1 and t.stride(0) != 1):
             _fail(name, f"contiguous shape ({HV},)", f"shape {tuple(t.shape)} strides {t.stride()}")
     _check_float("conv_weight", conv_weight, 2)
-    width = conv_weight.shape[1]
-    if conv_weight.shape[0] != conv_dim or width < 2:
-        _fail("conv_weight", f"shape ({conv_dim}, width >= 2)", tuple(conv_weight.shape))
+    if conv_weight.shape[0] != conv_dim:
+        _fail("conv_weight", f"shape ({conv_dim}, width)", tuple(conv_weight.shape))
     if conv_bias is not None:
         _check_float("conv_bias", conv_bias, 1)
         if conv_bias.shape[0] != conv_dim or conv_bias.stride(0) != 1:
@@ -168,7 +198,7 @@ def validate(
     _check_index("num_accepted_tokens", num_accepted_tokens, 1)
     if num_accepted_tokens.shape[0] < N:
         _fail("num_accepted_tokens", f"shape (>= {N},)", tuple(num_accepted_tokens.shape))
-    _check_float("conv_state", conv_state, 3)
+    _check_ndim("conv_state", conv_state, 3)
     if conv_state.shape[1] != conv_dim or conv_state.shape[2] < width - 2 + t_max:
         _fail(
             "conv_state",
@@ -176,7 +206,7 @@ def validate(
             tuple(conv_state.shape),
         )
     _check_written("conv_state", conv_state)
-    _check_float("ssm_state", ssm_state, 4)
+    _check_ndim("ssm_state", ssm_state, 4)
     expected_ssm = (HV, V, K) if ssm_layout == "vk" else (HV, K, V)
     if ssm_state.shape[1:] != expected_ssm:
         _fail(
