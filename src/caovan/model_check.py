@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .kernels.gdn_spec_decode import envelope
+
 CONFIG_FILE_NAME = "config.json"
 SAFETENSORS_INDEX_FILE_NAME = "model.safetensors.index.json"
 
@@ -57,43 +59,26 @@ class ModelCheckError(Exception):
 
 
 # --------------------------------------------------------------------------------------------------
-# What the kernels accept. Change this table when the kernels change.
+# What the kernels accept: their envelope (caovan.kernels.gdn_spec_decode.envelope), which the kernel
+# entry and the vLLM adapter check too.
 # --------------------------------------------------------------------------------------------------
 
+#: Tensor-parallel sizes reported per rank (Turbo3 targets TP=2 on 2 x RTX 2080 Ti).
+REPORTED_TENSOR_PARALLEL_SIZES = (1, 2)
 
-@dataclass(frozen=True)
-class KernelEnvelope:
-    """Shapes the two caovan GDN spec-decode kernels support (per tensor-parallel rank)."""
+#: The GDN conv activation when the config has no ``hidden_act`` (the default of vLLM's Qwen3-Next and
+#: Qwen3.5 config classes).
+DEFAULT_HIDDEN_ACT = "silu"
 
-    #: HV / H: value head hv reads key head hv // (HV // H).
-    value_heads_per_key_head: tuple[int, ...]
-    #: K must be a power of two (tl.arange over K) no larger than this.
-    key_head_dim_max: int
-    #: V must be a multiple of this (smallest BV tile).
-    value_head_dim_multiple: int
-    #: The SM75 launch configuration tiles V by BV = 32: V % 32 != 0 leaves a masked tail tile.
-    value_head_dim_tile: int
-    #: Launch configurations were tuned for these; other sizes work but are unmeasured.
-    tuned_key_head_dim: int
-    tuned_value_head_dim: int
-    #: Causal conv1d window width (linear_conv_kernel_dim).
-    conv_width_min: int
-    conv_width_max: int
-    #: Tensor-parallel sizes reported per rank (Turbo3 targets TP=2 on 2 x RTX 2080 Ti).
-    reported_tensor_parallel_sizes: tuple[int, ...]
-
-
-KERNEL_ENVELOPE = KernelEnvelope(
-    value_heads_per_key_head=(1, 2, 3),
-    key_head_dim_max=256,
-    value_head_dim_multiple=16,
-    value_head_dim_tile=32,
-    tuned_key_head_dim=128,
-    tuned_value_head_dim=128,
-    conv_width_min=2,
-    conv_width_max=6,
-    reported_tensor_parallel_sizes=(1, 2),
-)
+#: The check an envelope problem is reported under, by the envelope parameter it is about.
+_ENVELOPE_CHECKS = {
+    "num_k_heads": "head_ratio",
+    "num_v_heads": "head_ratio",
+    "head_k_dim": "key_head_dim",
+    "head_v_dim": "value_head_dim",
+    "conv_width": "conv_width",
+    "activation": "activation",
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -496,7 +481,7 @@ def check_model_dir(model_dir: str | Path) -> ModelReport:
         _check_mtp(folder, text, family, report)
         heads = _read_gdn_heads(text, family, report)
         if heads is not None:
-            _check_gdn_heads(heads, report)
+            _check_gdn_heads(heads, text.get_str("hidden_act"), report)
     _check_dtypes(top, text, report)
     _check_quantization(top, text, report)
     if not report.is_candidate:
@@ -720,83 +705,67 @@ def _read_gdn_heads(text: _Fields, family: GdnArchitecture | None, report: Model
     return heads  # type: ignore[return-value]
 
 
-def _is_power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
-
-
-def _check_gdn_heads(heads: dict[str, int], report: ModelReport) -> None:
-    env = KERNEL_ENVELOPE
+def _check_gdn_heads(heads: dict[str, int], activation: str | None, report: ModelReport) -> None:
     num_k, num_v = heads["num_key_heads"], heads["num_value_heads"]
     k_dim, v_dim, width = heads["key_head_dim"], heads["value_head_dim"], heads["conv_kernel_width"]
-    ratios = "/".join(str(ratio) for ratio in env.value_heads_per_key_head)
+    activation = activation if activation is not None else DEFAULT_HIDDEN_ACT
+    # FAIL lines are the envelope's problems (the adapter would refuse the layer for the same ones).
+    failed: dict[str, list[str]] = {}
+    for problem in envelope.envelope_problems(
+        num_k_heads=num_k,
+        num_v_heads=num_v,
+        head_k_dim=k_dim,
+        head_v_dim=v_dim,
+        conv_width=width,
+        activation=activation,
+    ):
+        failed.setdefault(_ENVELOPE_CHECKS[problem.parameter], []).append(problem)
 
-    if num_v % num_k != 0:
-        report.facts["gdn_heads"]["value_heads_per_key_head"] = None
-        report._add(
-            "head_ratio",
-            STATUS_FAIL,
-            f"HV={num_v} is not a multiple of H={num_k}: value heads cannot share key heads",
-        )
-    else:
-        ratio = num_v // num_k
-        report.facts["gdn_heads"]["value_heads_per_key_head"] = ratio
-        if ratio in env.value_heads_per_key_head:
-            report._add("head_ratio", STATUS_PASS, f"HV/H = {num_v}/{num_k} = {ratio}")
-        else:
-            report._add(
-                "head_ratio",
-                STATUS_FAIL,
-                f"HV/H = {num_v}/{num_k} = {ratio}: the kernels support HV/H in {ratios}",
-            )
+    def fail(check: str) -> bool:
+        if check in failed:
+            report._add(check, STATUS_FAIL, "; ".join(failed[check]))
+        return check in failed
 
-    if not _is_power_of_two(k_dim) or k_dim > env.key_head_dim_max:
-        report._add(
-            "key_head_dim",
-            STATUS_FAIL,
-            f"K={k_dim}: the kernels need a power of two <= {env.key_head_dim_max}",
-        )
-    elif k_dim != env.tuned_key_head_dim:
+    report.facts["gdn_heads"]["value_heads_per_key_head"] = num_v // num_k if num_v % num_k == 0 else None
+    if not fail("head_ratio"):
+        report._add("head_ratio", STATUS_PASS, f"HV/H = {num_v}/{num_k} = {num_v // num_k}")
+
+    if "key_head_dim" in failed:
+        fail("key_head_dim")
+    elif k_dim != envelope.TUNED_KEY_HEAD_DIM:
         report._add(
             "key_head_dim",
             STATUS_WARN,
-            f"K={k_dim}: supported, but launch configs were tuned for K={env.tuned_key_head_dim}",
+            f"K={k_dim}: supported, but launch configs were tuned for K={envelope.TUNED_KEY_HEAD_DIM}",
         )
     else:
         report._add("key_head_dim", STATUS_PASS, f"K={k_dim} (the tuned case)")
 
-    if v_dim % env.value_head_dim_multiple != 0:
-        report._add(
-            "value_head_dim",
-            STATUS_FAIL,
-            f"V={v_dim}: the kernels need a multiple of {env.value_head_dim_multiple}",
-        )
-    elif v_dim % env.value_head_dim_tile != 0:
+    if "value_head_dim" in failed:
+        fail("value_head_dim")
+    elif v_dim % envelope.SM75_VALUE_BLOCK != 0:
         report._add(
             "value_head_dim",
             STATUS_WARN,
-            f"V={v_dim}: supported, but the SM75 tile BV={env.value_head_dim_tile} leaves a masked tail tile",
+            f"V={v_dim}: supported, but the SM75 tile BV={envelope.SM75_VALUE_BLOCK} leaves a masked tail tile",
         )
-    elif v_dim != env.tuned_value_head_dim:
+    elif v_dim != envelope.TUNED_VALUE_HEAD_DIM:
         report._add(
             "value_head_dim",
             STATUS_WARN,
-            f"V={v_dim}: supported, but launch configs were tuned for V={env.tuned_value_head_dim}",
+            f"V={v_dim}: supported, but launch configs were tuned for V={envelope.TUNED_VALUE_HEAD_DIM}",
         )
     else:
         report._add("value_head_dim", STATUS_PASS, f"V={v_dim} (the tuned case)")
 
-    if env.conv_width_min <= width <= env.conv_width_max:
+    if not fail("conv_width"):
         report._add("conv_width", STATUS_PASS, f"conv width {width}")
-    else:
-        report._add(
-            "conv_width",
-            STATUS_FAIL,
-            f"conv width {width}: the kernels support {env.conv_width_min}..{env.conv_width_max}",
-        )
+    if not fail("activation"):
+        report._add("activation", STATUS_PASS, f"conv activation {activation}")
 
     per_rank = []
     impossible = []
-    for tp in env.reported_tensor_parallel_sizes:
+    for tp in REPORTED_TENSOR_PARALLEL_SIZES:
         undivided = [f"{label}={count}" for label, count in (("H", num_k), ("HV", num_v)) if count % tp]
         if undivided:
             per_rank.append({"tp": tp, "divisible": False, "not_divisible": undivided})
@@ -819,7 +788,7 @@ def _check_gdn_heads(heads: dict[str, int], report: ModelReport) -> None:
             f"GDN heads do not split for {'; '.join(impossible)}",
         )
     else:
-        sizes = ", ".join(str(tp) for tp in env.reported_tensor_parallel_sizes)
+        sizes = ", ".join(str(tp) for tp in REPORTED_TENSOR_PARALLEL_SIZES)
         report._add("tensor_parallel", STATUS_PASS, f"GDN heads split evenly for TP={sizes}")
 
 
@@ -878,6 +847,11 @@ def _check_dtypes(top: _Fields, text: _Fields, report: ModelReport) -> None:
             STATUS_PASS,
             f"SSM state {ssm_dtype} ({where}; vLLM uses it unless --mamba-ssm-cache-dtype is set)",
         )
+    elif ssm_dtype != "auto" and (problems := envelope.envelope_problems(ssm_state_dtype=ssm_dtype)):
+        # vLLM allocates the SSM state in the config's dtype (Qwen3.5) unless --mamba-ssm-cache-dtype is given:
+        # the adapter would then leave every GDN layer to vLLM.
+        report._add("ssm_state_dtype", STATUS_FAIL, f"{where}: {problems[0]}")
+        report._advise("pass --mamba-ssm-cache-dtype float32 (the config asks for an SSM state the kernels refuse)")
     else:
         report._add("ssm_state_dtype", STATUS_WARN, f"{where}={ssm_value!r}: unusual SSM dtype")
 

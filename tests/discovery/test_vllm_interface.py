@@ -53,6 +53,29 @@ def test_hooked_kernels_are_the_ones_vllm_calls(vllm_module):
         assert name in source
 
 
+def test_the_layer_has_what_the_envelope_check_reads(vllm_module):
+    """The adapter judges a layer against the kernels' envelope from its heads, activation, conv weight and state
+    dtypes (``gdn_linear_attn_v020_layer.envelope_reasons``), right after vLLM's ``__init__``."""
+    selection = select_adapter()
+    if selection.family_id != "gdn-linear-attn-v020":
+        pytest.skip(f"not the v020 family here: {selection.reason}")
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
+
+    layer_cls = gdn.GatedDeltaNetAttention
+    assigned = layer_cls.__init__.__code__.co_names
+    for name in ("tp_size", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "activation", "conv1d"):
+        assert name in assigned, name
+    # The state dtypes vLLM allocates the caches with, from the configs __init__ keeps (Qwen3.5: an fp32 SSM state).
+    layer = SimpleNamespace(
+        model_config=SimpleNamespace(dtype=torch.float16),
+        cache_config=SimpleNamespace(mamba_cache_dtype="auto", mamba_ssm_cache_dtype="float32"),
+    )
+    assert layer_cls.get_state_dtype(layer) == (torch.float16, torch.float32)
+
+
 def test_entry_point_is_discovered_by_vllm(vllm_module):
     ours = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == PLUGIN_NAME]
     assert ours and ours[0].value == "caovan.plugin:register", "is caovan installed in this environment?"

@@ -194,6 +194,12 @@ def _scenarios() -> list[Scenario]:
         replace(base, id="width2", width=2, seed=607),
         replace(base, id="width3_T2", width=3, t_max=2, seq_lens=(2, 1), seed=608),
         replace(base, id="empty_batch_N0", seq_lens=(), seed=609),
+        # The edges of the kernels' envelope (envelope.py) not run above: conv widths 5 and 6, the largest K and
+        # the smallest V.
+        replace(base, id="envelope_width5", width=5, seed=610),
+        replace(base, id="envelope_width6", width=6, seed=611),
+        replace(base, id="envelope_K256", head_k_dim=256, seed=612),
+        replace(base, id="envelope_V8", head_v_dim=8, seed=613),
     ]
     # The rule tests against vLLM 0.21.0's own kernels (vk layout, null slot 0, no token_index).
     rule = replace(base, vllm_rule=True, num_accepted=(1, 4, 1, 2))
@@ -564,11 +570,11 @@ def run_scenario(sc: Scenario) -> dict:
         warnings.simplefilter("error", RuntimeWarning)
         _call(gdn_spec_decode, ours, launch_config=config)
     _call(gdn_spec_decode_reference, ref)
-    import caovan.kernels.gdn_spec_decode as spec
+    from caovan.kernels.gdn_spec_decode import plans as plan_cache
 
     # This scenario's plans (the launch configuration is the last item of a plan's key). The V/GDN kernel's last
     # six arguments: WRITE_THROUGH_LAST, CONST_SLAB_OFFSETS, SLAB_STRIDE_V, SLAB_STRIDE_K, ROW_LANES, ROW_BUTTERFLY.
-    plans = [p for key, p in spec._plans.items() if key[-1] == config]
+    plans = [p for key, p in plan_cache.cached.items() if key[-1] == config]
     if sc.write_through_last and not any(p.write_through_last and p.v_tail[-6] is True for p in plans):
         return {"id": sc.id, "errors": {}, "ok": False, "detail": "no plan asked for the write-through store"}
     if not plans or any(p.v_tail[-5] is not sc.constant_slab_offsets for p in plans):

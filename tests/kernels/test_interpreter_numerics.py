@@ -114,7 +114,7 @@ _BAD_INPUTS = [
     ),
     ("a_heads", _set("a", lambda t: t[:, :-1]), r"a: expected shape"),
     ("b_rows", _set("b", lambda t: t[:1]), r"b: expected shape \(>= 9,"),
-    ("b_dtype", _set("b", lambda t: t.to(torch.float64)), r"b: .*dtype float16, bfloat16"),
+    ("b_dtype", _set("b", lambda t: t.to(torch.float64)), r"b: activation_dtype=float64: the kernels take float16, bf"),
     ("A_log_shape", _set("A_log", lambda t: t[:-1]), r"num_k_heads|A_log"),
     ("dt_bias_stride", _set("dt_bias", lambda t: torch.stack([t, t], 1)[:, 0]), r"dt_bias: expected contiguous"),
     ("conv_weight_shape", _set("conv_weight", lambda t: t[:-1]), r"conv_weight: expected shape"),
@@ -159,7 +159,7 @@ _BAD_INPUTS = [
     ),
     ("ssm_layout_value", _set("ssm_layout", "hv"), r"ssm_layout: expected 'vk' or 'kv'"),
     ("null_slot_max_type", _set("null_slot_max", 0.0), r"null_slot_max: expected an int"),
-    ("heads_not_dividing", _set("num_k_heads", 3), r"num_k_heads/head_k_dim/head_v_dim"),
+    ("heads_not_dividing", _set("num_k_heads", 3), r"A_log: num_v_heads=4: not a multiple of num_k_heads=3"),
     ("device_mismatch", _set("a", lambda t: t.to("meta")), r"a: expected a tensor on cpu"),
     # Sizes are constexprs and dimensions of the scratch: a float there is no size.
     ("num_k_heads_float", _set("num_k_heads", 2.0), r"num_k_heads: expected an int, got 2\.0"),
@@ -209,51 +209,51 @@ def test_bad_input_raises_value_error_naming_it(mutate, match):
 
 
 def test_cpu_tensors_refused_without_interpreter():
-    import caovan.kernels.gdn_spec_decode as gdn
+    from caovan.kernels.gdn_spec_decode import gdn_spec_decode, launcher
 
-    if gdn._INTERPRETED:
+    if launcher.INTERPRETED:
         pytest.skip("this process runs the interpreter (TRITON_INTERPRET=1): CPU is allowed")
     with pytest.raises(ValueError, match=r"mixed_qkv: expected CUDA tensors .*TRITON_INTERPRET"):
-        cases._call(gdn.gdn_spec_decode, _valid_inputs())
+        cases._call(gdn_spec_decode, _valid_inputs())
 
 
 def test_valid_inputs_pass_validation():
     # The validation must not reject what the numerics scenarios feed the kernels: with the
     # checks passed, the only complaint left on CPU is the missing interpreter.
-    import caovan.kernels.gdn_spec_decode as gdn
+    from caovan.kernels.gdn_spec_decode import gdn_spec_decode, launcher
 
-    if gdn._INTERPRETED:
+    if launcher.INTERPRETED:
         pytest.skip("this process runs the interpreter: covered by the numerics scenarios")
     for scenario in cases.SCENARIOS:
         with pytest.raises(ValueError, match="TRITON_INTERPRET") as err:
-            cases._call(gdn.gdn_spec_decode, cases.make_inputs(scenario))
+            cases._call(gdn_spec_decode, cases.make_inputs(scenario))
         assert "mixed_qkv: expected CUDA tensors" in str(err.value), scenario.id
 
 
 def test_zero_stride_over_a_size_one_dimension_accepted():
     # Only a zero stride over more than one element aliases writes: (rows, 1, V) with stride 0 on the head
     # dimension is a valid out.
-    import caovan.kernels.gdn_spec_decode as gdn
+    from caovan.kernels.gdn_spec_decode import gdn_spec_decode, launcher
 
-    if gdn._INTERPRETED:
+    if launcher.INTERPRETED:
         pytest.skip("this process runs the interpreter: validation would be followed by a launch")
     inp = cases.make_inputs(next(s for s in cases.SCENARIOS if s.id == "heads_H1_G1"))
     out = inp["tensors"]["out"]
     inp["tensors"]["out"] = out.as_strided(out.shape, (out.stride(0), 0, 1))
     with pytest.raises(ValueError, match="mixed_qkv: expected CUDA tensors"):
-        cases._call(gdn.gdn_spec_decode, inp)
+        cases._call(gdn_spec_decode, inp)
 
 
 @pytest.fixture
 def interpreted_entry(monkeypatch):
     """The entry as TRITON_INTERPRET=1 leaves it (CPU tensors accepted), with plan caches of its own; only
     calls that launch nothing (validation errors, empty batches) are made through it here."""
-    import caovan.kernels.gdn_spec_decode as gdn
+    from caovan.kernels.gdn_spec_decode import entry, launcher, plans
 
-    monkeypatch.setattr(gdn, "_INTERPRETED", True)
-    monkeypatch.setattr(gdn, "_plans", {})
-    monkeypatch.setattr(gdn, "_direct", {})
-    return gdn
+    monkeypatch.setattr(launcher, "INTERPRETED", True)
+    monkeypatch.setattr(plans, "cached", {})
+    monkeypatch.setattr(launcher, "direct_launches", {})
+    return entry
 
 
 def test_meta_tensors_refused_under_interpreter(interpreted_entry):
@@ -282,7 +282,9 @@ def test_float_size_refused_after_the_int_plan_is_cached(interpreted_entry):
     # int's plan and be accepted or refused depending on the calls before it.
     inp = cases.make_inputs(next(s for s in cases.SCENARIOS if s.id == "empty_batch_N0"))
     cases._call(interpreted_entry.gdn_spec_decode, inp)  # empty batch: validated, planned, nothing launched
-    assert len(interpreted_entry._plans) == 1
+    from caovan.kernels.gdn_spec_decode import plans
+
+    assert len(plans.cached) == 1
     inp["kwargs"]["num_k_heads"] = float(inp["kwargs"]["num_k_heads"])
     with pytest.raises(ValueError, match=r"num_k_heads: expected an int"):
         cases._call(interpreted_entry.gdn_spec_decode, inp)

@@ -54,21 +54,21 @@ def test_config_for_rejects_garbage():
 
 def test_direct_launch_hook_detection_understands_triton_hook_chains(monkeypatch):
     """Triton 3.6 stores launch hooks in a HookChain that is never None: an empty chain is no hook."""
-    import caovan.kernels.gdn_spec_decode as spec
+    from caovan.kernels.gdn_spec_decode import launcher
 
     class Chain:
         def __init__(self, calls):
             self.calls = calls
 
-    monkeypatch.setattr(spec.knobs.runtime, "launch_enter_hook", Chain([]))
-    monkeypatch.setattr(spec.knobs.runtime, "launch_exit_hook", Chain([]))
-    assert not spec._launch_hooks_set()
-    monkeypatch.setattr(spec.knobs.runtime, "launch_enter_hook", Chain([print]))
-    assert spec._launch_hooks_set()
-    monkeypatch.setattr(spec.knobs.runtime, "launch_enter_hook", None)
-    assert not spec._launch_hooks_set()
-    monkeypatch.setattr(spec.knobs.runtime, "launch_exit_hook", print)
-    assert spec._launch_hooks_set()
+    monkeypatch.setattr(launcher.knobs.runtime, "launch_enter_hook", Chain([]))
+    monkeypatch.setattr(launcher.knobs.runtime, "launch_exit_hook", Chain([]))
+    assert not launcher.launch_hooks_set()
+    monkeypatch.setattr(launcher.knobs.runtime, "launch_enter_hook", Chain([print]))
+    assert launcher.launch_hooks_set()
+    monkeypatch.setattr(launcher.knobs.runtime, "launch_enter_hook", None)
+    assert not launcher.launch_hooks_set()
+    monkeypatch.setattr(launcher.knobs.runtime, "launch_exit_hook", print)
+    assert launcher.launch_hooks_set()
 
 
 def _write(tmp_path, entries):
@@ -130,11 +130,11 @@ def test_pdl_is_used_only_where_the_gpu_has_it(monkeypatch, pdl, device, capabil
 
     import torch
 
-    import caovan.kernels.gdn_spec_decode as spec
+    from caovan.kernels.gdn_spec_decode import launcher
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     config = replace(LAUNCH_CONFIGS["sm75"], pdl=pdl)
-    assert spec._use_pdl(config, torch.device(device)) is expected
+    assert launcher.use_pdl(config, torch.device(device)) is expected
 
 
 def test_stagger_threshold_is_read_from_the_data(tmp_path):

@@ -23,6 +23,7 @@ pytestmark = [
 import caovan.kernels.gdn_spec_decode as spec  # noqa: E402
 from caovan.bench import accuracy  # noqa: E402
 from caovan.bench.cases import SpecDecodeCase, build_inputs  # noqa: E402
+from caovan.kernels.gdn_spec_decode import launcher, plans  # noqa: E402
 from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference  # noqa: E402
 
 CASES = [
@@ -33,10 +34,10 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_second_call_uses_direct_launch_and_matches_reference(case):
-    spec._direct.clear()  # a cache: the first call below refills it through Triton's own dispatch
+    launcher.direct_launches.clear()  # a cache: the first call below refills it through Triton's own dispatch
     first = build_inputs(case, "cuda")
     accuracy.call(spec.gdn_spec_decode, first.clone())
-    direct_before = len(spec._direct)
+    direct_before = len(launcher.direct_launches)
     assert direct_before == 1, "the first call of an aligned layout should cache its compiled launchers"
 
     second = build_inputs(case, "cuda", value_seed=case.seed + 7)
@@ -44,7 +45,7 @@ def test_second_call_uses_direct_launch_and_matches_reference(case):
     report = accuracy.measure(spec.gdn_spec_decode, second, ref)
     problems = accuracy.check_standalone(case, report)
     assert not problems, f"{case.id} (direct launch): {problems}\n  {report}"
-    assert len(spec._direct) == direct_before, "same layout, new values: no new compile expected"
+    assert len(launcher.direct_launches) == direct_before, "same layout, new values: no new compile expected"
 
 
 def test_direct_and_triton_dispatch_agree_bitwise():
@@ -53,22 +54,22 @@ def test_direct_and_triton_dispatch_agree_bitwise():
     accuracy.call(spec.gdn_spec_decode, inputs.clone())  # compile + cache
     via_direct = inputs.clone()
     accuracy.call(spec.gdn_spec_decode, via_direct)
-    saved = dict(spec._direct)
-    spec._direct.clear()
+    saved = dict(launcher.direct_launches)
+    launcher.direct_launches.clear()
     try:
         via_triton = inputs.clone()
         accuracy.call(spec.gdn_spec_decode, via_triton)
     finally:
-        spec._direct.update(saved)
+        launcher.direct_launches.update(saved)
     torch.cuda.synchronize()
     for name in ("out", "conv_state", "ssm_state"):
         assert torch.equal(getattr(via_direct, name), getattr(via_triton, name)), name
 
 
 def test_misaligned_pointer_takes_triton_dispatch():
-    assert spec._aligned_pointers((torch.empty(9, dtype=torch.float16, device="cuda")[1:],)) is None
+    assert launcher.aligned_pointers((torch.empty(9, dtype=torch.float16, device="cuda")[1:],)) is None
     base = torch.empty(16, device="cuda")
-    assert spec._aligned_pointers((base, None)) == (base.data_ptr(), None)
+    assert launcher.aligned_pointers((base, None)) == (base.data_ptr(), None)
 
 
 def test_eager_calls_reuse_one_scratch_per_stream_and_graphs_get_their_own():
@@ -77,8 +78,8 @@ def test_eager_calls_reuse_one_scratch_per_stream_and_graphs_get_their_own():
     sources = [build_inputs(case, "cuda", value_seed=case.seed + i) for i in (0, 3)]
     refs = [accuracy.run_reference(gdn_spec_decode_reference, x) for x in sources]
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    spec._plans.clear()
-    spec._direct.clear()
+    plans.cached.clear()
+    launcher.direct_launches.clear()
     for _ in range(2):  # the second round goes through the cached direct launch
         runs = [x.clone() for x in sources]
         torch.cuda.synchronize()
@@ -89,7 +90,7 @@ def test_eager_calls_reuse_one_scratch_per_stream_and_graphs_get_their_own():
         for run, ref in zip(runs, refs, strict=True):
             report = accuracy.compare(run, ref)
             assert not accuracy.check_standalone(case, report), report
-    (plan,) = spec._plans.values()
+    (plan,) = plans.cached.values()
     assert set(plan.scratch_by_stream) == {s.cuda_stream for s in streams}
 
     before = dict(plan.scratch_by_stream)

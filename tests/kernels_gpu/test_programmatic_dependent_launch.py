@@ -38,6 +38,7 @@ pytestmark = [
 
 import caovan.kernels.gdn_spec_decode as spec  # noqa: E402
 from caovan.bench.cases import SpecDecodeCase, build_inputs  # noqa: E402
+from caovan.kernels.gdn_spec_decode import launcher, plans  # noqa: E402
 from caovan.kernels.gdn_spec_decode.launch_configs import config_for, has_pdl  # noqa: E402
 
 CASES = [
@@ -90,15 +91,15 @@ def _run(case, config, graph: bool, chained: bool = False):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 @pytest.mark.parametrize("stagger_from", [0, None], ids=["staggered", "not-staggered"])
 def test_pdl_and_plain_launch_agree_bitwise(case, graph, chained, stagger_from):
-    spec._plans.clear()  # the plan checks below look at this test's plans only
-    spec._direct.clear()
+    plans.cached.clear()  # the plan checks below look at this test's plans only
+    launcher.direct_launches.clear()
     base = config_for(torch.cuda.get_device_capability())
     with_pdl = _run(case, replace(base, pdl=True, stagger_min_state_write_bytes=stagger_from), graph, chained)
     plain = _run(case, replace(base, pdl=False, stagger_min_state_write_bytes=None), graph, chained)
     for name in ("out", "conv_state", "ssm_state"):
         assert torch.equal(getattr(with_pdl, name), getattr(plain, name)), f"{case.id}: {name} differs"
     # and the PDL plans really asked for it (and for the staggered start when it was forced on)
-    pdl_plans = [p for p in spec._plans.values() if p.pdl]
+    pdl_plans = [p for p in plans.cached.values() if p.pdl]
     assert pdl_plans
     assert all(p.stagger == (stagger_from is not None) for p in pdl_plans)
 
@@ -106,17 +107,17 @@ def test_pdl_and_plain_launch_agree_bitwise(case, graph, chained, stagger_from):
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "cuda-graph"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_write_through_and_streaming_stores_agree_bitwise(case, graph):
-    spec._plans.clear()  # the plan checks below look at this test's plans only
-    spec._direct.clear()
+    plans.cached.clear()  # the plan checks below look at this test's plans only
+    launcher.direct_launches.clear()
     base = config_for(torch.cuda.get_device_capability())
     written_through = _run(case, replace(base, write_through_last_min_state_write_bytes=0), graph)
-    through_plans = list(spec._plans.values())
-    spec._plans.clear()
+    through_plans = list(plans.cached.values())
+    plans.cached.clear()
     streamed = _run(case, replace(base, write_through_last_min_state_write_bytes=None), graph)
     for name in ("out", "conv_state", "ssm_state"):
         assert torch.equal(getattr(written_through, name), getattr(streamed, name)), f"{case.id}: {name} differs"
     assert through_plans and all(p.write_through_last for p in through_plans)
-    assert spec._plans and not any(p.write_through_last for p in spec._plans.values())
+    assert plans.cached and not any(p.write_through_last for p in plans.cached.values())
 
 
 def test_the_entry_writes_through_from_its_state_volume():
@@ -126,9 +127,9 @@ def test_the_entry_writes_through_from_its_state_volume():
         pytest.skip(f"the {base.arch} launch entry never stores write-through (no threshold measured for it)")
     big, small = CASES[0], CASES[2]  # 27B, fp32 state: 8 sequences x 5 tokens (60 MiB), 1 sequence x 4 tokens
     for case, expected in ((big, True), (small, False)):
-        spec._plans.clear()
+        plans.cached.clear()
         _run(case, base, graph=False)
-        assert [p.write_through_last for p in spec._plans.values()] == [expected], case.id
+        assert [p.write_through_last for p in plans.cached.values()] == [expected], case.id
 
 
 def test_the_entry_splits_rows_from_its_state_volume():
@@ -144,15 +145,15 @@ def test_the_entry_splits_rows_from_its_state_volume():
         pytest.skip(f"the {base.arch} launch entry never splits the slab's rows (no threshold measured for it)")
     v = base.v_gdn
     big, small = CASES[0], CASES[2]
-    spec._plans.clear()
+    plans.cached.clear()
     inputs = build_inputs(big, "cuda")
     ref = accuracy.run_reference(gdn_spec_decode_reference, inputs)
     report = accuracy.measure(spec.gdn_spec_decode, inputs, ref)
-    plans = list(spec._plans.values())
-    assert [(p.v_block, p.row_lanes, p.v_maxnreg) for p in plans] == [
+    made = list(plans.cached.values())
+    assert [(p.v_block, p.row_lanes, p.v_maxnreg) for p in made] == [
         (v.row_split_block, v.row_split_lanes, v.row_split_maxnreg)
     ]
     assert not accuracy.check_standalone(big, report), report
-    spec._plans.clear()
+    plans.cached.clear()
     _run(small, base, graph=False)
-    assert [p.row_lanes for p in spec._plans.values()] == [32]
+    assert [p.row_lanes for p in plans.cached.values()] == [32]

@@ -23,15 +23,16 @@ import triton  # noqa: E402
 
 import caovan.kernels.gdn_spec_decode as spec  # noqa: E402
 from caovan.bench.cases import SpecDecodeCase, build_inputs  # noqa: E402
+from caovan.kernels.gdn_spec_decode import launcher, plans, triton_kernels  # noqa: E402
 from caovan.kernels.gdn_spec_decode.occupancy import SMLimits, resident_programs_per_sm  # noqa: E402
 
 
 def _plan_and_compiled_blocks(case):
     """The plan of one real call, and {BV: (registers, shared bytes)} of every V/GDN kernel compiled for it."""
-    spec._plans.clear()
-    spec._direct.clear()
+    plans.cached.clear()
+    launcher.direct_launches.clear()
     compiled = {}
-    warmup = spec._caovan_sm75_fused_v_gdn_spec_decode_kernel.warmup
+    warmup = triton_kernels._caovan_sm75_fused_v_gdn_spec_decode_kernel.warmup
 
     def recording_warmup(*args, **kwargs):
         kernel = warmup(*args, **kwargs)
@@ -42,13 +43,13 @@ def _plan_and_compiled_blocks(case):
 
     inputs = build_inputs(case, "cuda")
     args, kwargs = inputs.kernel_args()
-    spec._caovan_sm75_fused_v_gdn_spec_decode_kernel.warmup = recording_warmup
+    triton_kernels._caovan_sm75_fused_v_gdn_spec_decode_kernel.warmup = recording_warmup
     try:
         spec.gdn_spec_decode(*args, **kwargs)
     finally:
-        del spec._caovan_sm75_fused_v_gdn_spec_decode_kernel.warmup
+        del triton_kernels._caovan_sm75_fused_v_gdn_spec_decode_kernel.warmup
     torch.cuda.synchronize()
-    (plan,) = spec._plans.values()
+    (plan,) = plans.cached.values()
     V = case.head_config.head_v_dim
     return plan, {V // blocks: info for blocks, info in compiled.items()}
 
@@ -58,7 +59,7 @@ def _plan_and_compiled_blocks(case):
 def test_plan_uses_the_first_value_block_whose_grid_fits_in_one_wave(head, num_seqs):
     case = SpecDecodeCase(head, num_seqs=num_seqs, num_spec_tokens=3, ssm_dtype="float32")
     plan, compiled = _plan_and_compiled_blocks(case)
-    config = spec._launch_config(torch.device("cuda", torch.cuda.current_device()))
+    config = plans.launch_config_for(torch.device("cuda", torch.cuda.current_device()))
     heads = case.head_config
     limits = SMLimits.of_device(torch.cuda.get_device_properties(0))
     preferred = min(triton.next_power_of_2(config.v_gdn.BV), triton.next_power_of_2(heads.head_v_dim))

@@ -22,6 +22,7 @@ import pytest
 
 from caovan import model_check
 from caovan.cli import check_model
+from caovan.kernels.gdn_spec_decode import envelope
 
 FIXTURES = Path(__file__).parent / "data" / "model_configs"
 SPEC_FLAG = """--speculative-config '{"method":"mtp","num_speculative_tokens":3}'"""
@@ -214,6 +215,7 @@ def test_qwen3_6_27b_json_is_stable_and_complete(capsys: pytest.CaptureFixture[s
         "key_head_dim": "pass",
         "value_head_dim": "pass",
         "conv_width": "pass",
+        "activation": "pass",
         "tensor_parallel": "pass",
         "dtype": "warn",
         "ssm_state_dtype": "pass",
@@ -449,26 +451,32 @@ def test_declared_depth_disagreeing_with_weights_warns(tmp_path: Path, capsys: p
 @pytest.mark.parametrize(
     ("fields", "check", "status", "message"),
     [
-        ({"linear_num_value_heads": 64}, "head_ratio", "fail", "HV/H = 64/16 = 4: the kernels"),
-        ({"linear_num_value_heads": 40}, "head_ratio", "fail", "HV=40 is not a multiple of H=16"),
+        ({"linear_num_value_heads": 64}, "head_ratio", "fail", "num_v_heads=64: 4 value heads per key head"),
+        ({"linear_num_value_heads": 40}, "head_ratio", "fail", "num_v_heads=40: not a multiple of num_k_heads=16"),
         ({"linear_num_value_heads": 16}, "head_ratio", "pass", "HV/H = 16/16 = 1"),
-        ({"linear_key_head_dim": 96}, "key_head_dim", "fail", "K=96: the kernels need a power"),
-        ({"linear_key_head_dim": 512}, "key_head_dim", "fail", "K=512"),
+        ({"linear_key_head_dim": 8}, "key_head_dim", "fail", "head_k_dim=8: the kernels take 16..256"),
+        ({"linear_key_head_dim": 100}, "key_head_dim", "fail", "head_k_dim=100: the kernels take a multiple of 8"),
+        ({"linear_key_head_dim": 512}, "key_head_dim", "fail", "head_k_dim=512"),
+        ({"linear_key_head_dim": 96}, "key_head_dim", "warn", "tuned for K=128"),
         ({"linear_key_head_dim": 64}, "key_head_dim", "warn", "tuned for K=128"),
         ({"linear_key_head_dim": 256}, "key_head_dim", "warn", "tuned for K=128"),
-        ({"linear_value_head_dim": 120}, "value_head_dim", "fail", "multiple of 16"),
+        ({"linear_value_head_dim": 100}, "value_head_dim", "fail", "head_v_dim=100: the kernels take a positive"),
+        ({"linear_value_head_dim": 120}, "value_head_dim", "warn", "BV=32 leaves a masked"),
         ({"linear_value_head_dim": 80}, "value_head_dim", "warn", "BV=32 leaves a masked"),
         ({"linear_value_head_dim": 64}, "value_head_dim", "warn", "tuned for V=128"),
-        ({"linear_conv_kernel_dim": 7}, "conv_width", "fail", "support 2..6"),
-        ({"linear_conv_kernel_dim": 1}, "conv_width", "fail", "support 2..6"),
+        ({"linear_conv_kernel_dim": 7}, "conv_width", "fail", "conv_width=7: the kernels take 2..6"),
+        ({"linear_conv_kernel_dim": 1}, "conv_width", "fail", "take 2..6"),
         ({"linear_conv_kernel_dim": 2}, "conv_width", "pass", "conv width 2"),
         ({"linear_conv_kernel_dim": 6}, "conv_width", "pass", "conv width 6"),
+        ({"hidden_act": "gelu"}, "activation", "fail", "activation='gelu': the kernels apply SiLU"),
+        ({"hidden_act": "swish"}, "activation", "pass", "conv activation swish"),
+        ({"hidden_act": _DELETE}, "activation", "pass", "conv activation silu"),
     ],
 )
 def test_kernel_envelope(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-    fields: dict[str, int],
+    fields: dict[str, Any],
     check: str,
     status: str,
     message: str,
@@ -486,7 +494,8 @@ def test_bad_ratio_human_output(tmp_path: Path, capsys: pytest.CaptureFixture[st
     code, out, _ = run_cli(capsys, folder)
     assert code == 1
     assert "H=16 HV=64 (HV/H=4)" in out
-    assert "FAIL head_ratio: HV/H = 64/16 = 4: the kernels support HV/H in 1/2/3" in out
+    assert "FAIL head_ratio: num_v_heads=64: 4 value heads per key head (num_k_heads=16); " in out
+    assert "the kernels take 1, 2 or 3" in out
     assert "verdict: not a candidate" in out
 
 
@@ -516,8 +525,8 @@ def test_missing_model_type_and_dtype_read_as_not_given(tmp_path: Path, capsys: 
 
 def test_envelope_is_data(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # When the kernels learn HV/H = 4, changing the table is all the check needs.
-    wider = dataclasses.replace(model_check.KERNEL_ENVELOPE, value_heads_per_key_head=(1, 2, 3, 4))
-    monkeypatch.setattr(model_check, "KERNEL_ENVELOPE", wider)
+    wider = dataclasses.replace(envelope.KERNEL_ENVELOPE, value_heads_per_key_head=(1, 2, 3, 4))
+    monkeypatch.setattr(envelope, "KERNEL_ENVELOPE", wider)
     folder = variant(tmp_path, "qwen3_6_27b", set_text(linear_num_value_heads=64))
     code, report = run_json(capsys, folder)
     assert code == 0
@@ -624,6 +633,19 @@ def test_bf16_ssm_state_gets_advice(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, report = run_json(capsys, folder)
     assert code == 0
     assert reasons_by_check(report)["ssm_state_dtype"]["status"] == "warn"
+    assert any("--mamba-ssm-cache-dtype float32" in item for item in report["advice"])
+
+
+def test_ssm_state_dtype_the_kernels_refuse_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # vLLM allocates the SSM state in the config's dtype: an int8 state would leave every GDN layer to vLLM.
+    folder = variant(tmp_path, "qwen3_6_27b", set_text(mamba_ssm_dtype="int8"))
+    code, report = run_json(capsys, folder)
+    assert code == 1 and report["verdict"] == "not a candidate"
+    reason = reasons_by_check(report)["ssm_state_dtype"]
+    assert reason["status"] == "fail"
+    assert reason["message"] == (
+        "text_config.mamba_ssm_dtype: ssm_state_dtype=int8: the kernels take float16, bfloat16 or float32"
+    )
     assert any("--mamba-ssm-cache-dtype float32" in item for item in report["advice"])
 
 

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-import caovan.kernels.gdn_spec_decode as spec
+from caovan.kernels.gdn_spec_decode import launcher, plans, scratch, triton_kernels
 
 
 class _Launcher:
@@ -38,9 +38,9 @@ class _Compiled:
         self.packed_metadata = (4, 1, 0)
 
 
-def _launch(launcher, monkeypatch, version="3.6.0"):
-    monkeypatch.setattr(spec.triton, "__version__", version)
-    launch, grid, head = spec._direct_launch(_Compiled(launcher), [8, 24, 1])
+def _launch(fake, monkeypatch, version="3.6.0"):
+    monkeypatch.setattr(launcher.triton, "__version__", version)
+    launch, grid, head = launcher.direct_launch(_Compiled(fake), [8, 24, 1])
     return launch(*grid, "stream", *head, "arg0", "arg1")
 
 
@@ -75,12 +75,12 @@ def test_launcher_object_on_a_triton_whose_launcher_was_not_read(monkeypatch):
 
 
 def test_installed_triton_launcher_matches_the_layout_read():
-    """Fails when a Triton release in _LAUNCHER_LAYOUT_READ calls its C launch function differently."""
+    """Fails when a Triton release in LAUNCHER_LAYOUT_READ calls its C launch function differently."""
     import triton
 
-    if not triton.__version__.startswith(spec._LAUNCHER_LAYOUT_READ):
+    if not triton.__version__.startswith(launcher.LAUNCHER_LAYOUT_READ):
         pytest.skip(
-            f"Triton {triton.__version__} is not in _LAUNCHER_LAYOUT_READ {spec._LAUNCHER_LAYOUT_READ}: the direct "
+            f"Triton {triton.__version__} is not in LAUNCHER_LAYOUT_READ {launcher.LAUNCHER_LAYOUT_READ}: the direct "
             "path uses its launcher object; read its CudaLauncher.__call__ before adding it"
         )
     from triton.backends.nvidia.driver import CudaLauncher
@@ -96,26 +96,26 @@ def test_installed_triton_launcher_matches_the_layout_read():
 def test_pointers_are_passed_as_ints_when_all_aligned():
     torch = pytest.importorskip("torch")
     base = torch.empty(64, dtype=torch.float16)
-    assert spec._aligned_pointers((base, None, base[8:])) == (base.data_ptr(), None, base.data_ptr() + 16)
-    assert spec._aligned_pointers((base, None, base[1:])) is None
+    assert launcher.aligned_pointers((base, None, base[8:])) == (base.data_ptr(), None, base.data_ptr() + 16)
+    assert launcher.aligned_pointers((base, None, base[1:])) is None
 
 
 def test_qk_kernel_tensor_positions_follow_both_signatures():
-    """_QK_TENSORS picks the Q/K kernel's pointer arguments out of the V/GDN kernel's, by name."""
-    qk = [p.name for p in spec._caovan_sm75_prepare_qk_conv_spec_decode_kernel.params]
-    v = [p.name for p in spec._caovan_sm75_fused_v_gdn_spec_decode_kernel.params]
-    picked = [v[i] for i in spec._QK_TENSORS]
-    assert picked == qk[: len(spec._QK_TENSORS)]
+    """QK_TENSORS picks the Q/K kernel's pointer arguments out of the V/GDN kernel's, by name."""
+    qk = [p.name for p in triton_kernels._caovan_sm75_prepare_qk_conv_spec_decode_kernel.params]
+    v = [p.name for p in triton_kernels._caovan_sm75_fused_v_gdn_spec_decode_kernel.params]
+    picked = [v[i] for i in launcher.QK_TENSORS]
+    assert picked == qk[: len(launcher.QK_TENSORS)]
 
 
 def test_interpreted_calls_take_a_fresh_scratch():
     torch = pytest.importorskip("torch")
-    plan = spec._Plan(
+    plan = plans.LaunchPlan(
         N=1, num_spec_tokens=2, scratch_shape=(2, 2, 1, 4), qk_grid=(1, 1, 2), v_grid=(1, 1, 1), v_block=4,
         qk_tail=(), v_tail=(), qk_warps=1, qk_stages=1, v_warps=1, v_stages=1, v_maxnreg=None, row_lanes=32,
         row_butterfly=False, pdl=False, stagger=False, write_through_last=False,
     )  # fmt: skip
-    a = spec._qk_scratch(plan, torch.device("cpu"), None)
-    b = spec._qk_scratch(plan, torch.device("cpu"), None)
+    a = scratch.qk_scratch(plan, torch.device("cpu"), None)
+    b = scratch.qk_scratch(plan, torch.device("cpu"), None)
     assert a.shape == (2, 2, 1, 4) and a.dtype == torch.float32
     assert a.data_ptr() != b.data_ptr() and plan.scratch_by_stream == {}

@@ -13,11 +13,15 @@ from caovan.options import CaovanRequireError  # noqa: E402
 
 
 def _layer(**overrides):
+    """What the adapter reads of a vLLM GatedDeltaNetAttention (heads, conv weight, state dtypes), in range."""
     fields = dict(
         num_spec=3, tp_size=1, num_k_heads=16, num_v_heads=32, head_k_dim=128, head_v_dim=128, activation="silu"
     )
     fields.update(overrides)
-    return SimpleNamespace(**fields)
+    conv_weight = SimpleNamespace(shape=(12288, 1, 4), dtype="torch.float16")
+    return SimpleNamespace(
+        conv1d=SimpleNamespace(weight=conv_weight), get_state_dtype=lambda: ("torch.float16", "torch.float32"), **fields
+    )
 
 
 def test_gpu_older_than_sm75_is_unsupported():

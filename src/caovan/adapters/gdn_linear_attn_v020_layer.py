@@ -42,7 +42,6 @@ FAMILY_ID = "gdn-linear-attn-v020"
 IN_TREE_NAME = "GatedDeltaNetAttention"
 #: vLLM >= 0.20 marks null/padded state slots with block id 0 (NULL_BLOCK_ID).
 NULL_SLOT_MAX = 0
-SUPPORTED_HV_PER_H = (1, 2, 3)
 
 _announced: set[str] = set()
 
@@ -165,6 +164,35 @@ def current_gpu_capability() -> tuple[int, int] | None:
     return None if capability is None else (int(capability[0]), int(capability[1]))
 
 
+def envelope_reasons(layer: Any) -> list[str]:
+    """Why this layer's shape, conv activation or dtypes fall outside what the kernels take (the kernels'
+    envelope, the same check ``caovan check-model`` and the kernel entry make); empty when they fit.
+
+    Read from what the kernels will be handed: heads per tensor-parallel rank, the conv weight's width and dtype
+    (the model dtype, as the activations'), and the state dtypes vLLM allocates the caches with. Were a layer
+    taken over outside the envelope, the entry would refuse its first spec batch inside a serving worker.
+    """
+    from ..kernels.gdn_spec_decode.envelope import envelope_problems
+
+    tp = layer.tp_size
+    weight = layer.conv1d.weight  # (conv_dim / tp, 1, width), viewed 2-D for the kernels
+    try:
+        conv_state_dtype, ssm_state_dtype = layer.get_state_dtype()
+    except Exception as exc:  # a reason, never an error in the model build
+        return [f"state dtypes unknown (get_state_dtype() raised {type(exc).__name__}: {exc})"]
+    return envelope_problems(
+        num_k_heads=layer.num_k_heads // tp,
+        num_v_heads=layer.num_v_heads // tp,
+        head_k_dim=layer.head_k_dim,
+        head_v_dim=layer.head_v_dim,
+        conv_width=weight.shape[-1],
+        activation=layer.activation,
+        activation_dtype=weight.dtype,
+        conv_state_dtype=conv_state_dtype,
+        ssm_state_dtype=ssm_state_dtype,
+    )
+
+
 def unsupported_reasons(layer: Any, is_cuda: bool, capability: tuple[int, int] | None) -> list[str]:
     reasons = []
     if not is_cuda:
@@ -173,17 +201,7 @@ def unsupported_reasons(layer: Any, is_cuda: bool, capability: tuple[int, int] |
         reasons.append(why)
     if not getattr(layer, "num_spec", 0):
         reasons.append("speculative decoding is off (no --speculative-config): no spec-decode step to accelerate")
-    tp = layer.tp_size
-    h, hv = layer.num_k_heads // tp, layer.num_v_heads // tp
-    if h == 0 or hv % h or hv // h not in SUPPORTED_HV_PER_H:
-        reasons.append(f"value/key heads per rank {hv}/{h} not in ratios {SUPPORTED_HV_PER_H}")
-    k = layer.head_k_dim
-    if k & (k - 1) or not 16 <= k <= 256:
-        reasons.append(f"head_k_dim={k} is not a power of two in 16..256")
-    if layer.head_v_dim % 16:
-        reasons.append(f"head_v_dim={layer.head_v_dim} is not a multiple of 16")
-    if layer.activation not in ("silu", "swish"):
-        reasons.append(f"conv activation {layer.activation!r} is not SiLU")
+    reasons += envelope_reasons(layer)
     return reasons
 
 

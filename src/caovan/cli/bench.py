@@ -148,7 +148,7 @@ def _gpu_problem(args: argparse.Namespace) -> str | None:
     if not torch.cuda.is_available():
         return f"no CUDA GPU visible (torch.cuda.is_available() is False{cuda_visible_note()}); {command} runs on a GPU"
     try:  # every target runs them (layer through caovan's layer): a broken Triton is a bench that cannot run
-        import caovan.kernels.gdn_spec_decode  # noqa: F401
+        from caovan.kernels.gdn_spec_decode import gdn_spec_decode  # noqa: F401 - imports Triton and the kernels
     except ImportError as exc:
         return f"caovan's kernels are not importable (broken install?): {exc}"
     return None
