@@ -361,7 +361,8 @@ def _dry_run(monkeypatch, capsys, entry, argv):
 
 
 @pytest.mark.parametrize(
-    ("entry", "prefix"), [(lambda argv: cli.main(["serve", *argv]), "caovan serve"), (cli.serve_alias, "caovan serve")]
+    ("entry", "prefix"),
+    [(lambda argv: cli.main(["serve", *argv]), "caovan serve"), (cli.serve_alias, "caovan-vllm-serve")],
 )
 def test_command_line_takes_vllm_options_anywhere(candidate, monkeypatch, capsys, entry, prefix):
     # argparse would stop at --model or --port ("unrecognized arguments"): the command hands them over unparsed.

@@ -42,6 +42,8 @@ from caovan import serving_bench as sb
 from caovan import serving_client as sc
 from caovan.jsonfile import output_path_problem
 
+from . import prog
+
 NAME = "benchmark"
 HELP = (
     "end-to-end tokens/s and latency of a running vLLM server through its OpenAI API, to compare a run "
@@ -58,6 +60,10 @@ EPILOG = (
 )
 
 DEFAULT_LOAD = "decode-heavy"
+
+#: The name this run's error and warning lines give: the one typed (``caovan-sm75-benchmark`` under the alias), set
+#: by run(); the helpers that print deep inside a run read it here instead of being handed the arguments.
+_prog = f"caovan {NAME}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -162,15 +168,17 @@ def _refuse(differences: list[str], baseline_file: str, this_name: str = "this r
 
 
 def run(args: argparse.Namespace) -> int:
+    global _prog
+    _prog = prog(args, NAME)
     try:
         if args.compare and len(args.compare) == 2:
             return _compare_records(args)
         return _benchmark(args)
     except sc.ClientError as exc:
-        print(f"caovan {NAME}: error: {exc}", file=sys.stderr)
+        print(f"{_prog}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"caovan {NAME}: error: interrupted (Ctrl-C); no record written", file=sys.stderr)
+        print(f"{_prog}: error: interrupted (Ctrl-C); no record written", file=sys.stderr)
         return 130
 
 
@@ -314,7 +322,7 @@ def _write_record(target: str, record: dict[str, Any]) -> bool:
 
     problem = write_record(target, json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     if problem is not None:
-        print(f"caovan {NAME}: error: --output {target}: {problem}", file=sys.stderr)
+        print(f"{_prog}: error: --output {target}: {problem}", file=sys.stderr)
         return False
     print(f"[Caovan] benchmark: record written to {target}")
     return True
@@ -336,9 +344,9 @@ def _print_errors(phases: list[dict[str, Any]], failed: int, sent: int, *, recor
     what = f"{len(counts)} distinct error{'s' if len(counts) > 1 else ''}"
     what += f", the first {shown} below" if shown < len(counts) else ""
     what += "; the record's per_request has every request's" if recorded else ""
-    print(f"caovan {NAME}: error: {failed} of {sent} requests failed ({what})", file=sys.stderr)
+    print(f"{_prog}: error: {failed} of {sent} requests failed ({what})", file=sys.stderr)
     for message, count in list(counts.items())[:shown]:
-        print(f"caovan {NAME}: error:   {message} ({count} request{'s' if count > 1 else ''})", file=sys.stderr)
+        print(f"{_prog}: error:   {message} ({count} request{'s' if count > 1 else ''})", file=sys.stderr)
 
 
 def _caovan_version() -> str:
@@ -379,7 +387,7 @@ def _warn_short_answers(load: str, phase: str, stats: dict[str, Any], asked: int
         short = sum(1 for n in tokens if n < asked)
         warned.append(note)
         print(
-            f"caovan {NAME}: warning: {load} {phase}: {short} of {len(tokens)} answers generated fewer tokens than "
+            f"{_prog}: warning: {load} {phase}: {short} of {len(tokens)} answers generated fewer tokens than "
             f"asked (as few as {min(tokens)}; {note}); output tok/s and TPOT then measure less work than the "
             "settings say",
             file=sys.stderr,
@@ -452,7 +460,7 @@ def _print_comparison(baseline: dict[str, Any], record: dict[str, Any], baseline
     version = record.get("server", {}).get("vllm_version") if isinstance(record.get("server"), dict) else None
     if base_version != version:
         print(
-            f"caovan {NAME}: warning: the servers' vLLM versions differ (baseline {base_version or 'unknown'}, "
+            f"{_prog}: warning: the servers' vLLM versions differ (baseline {base_version or 'unknown'}, "
             f"{this_name} {version or 'unknown'}); Turbo3's rule: same vLLM version",
             file=sys.stderr,
         )

@@ -12,6 +12,8 @@ import difflib
 import os
 import sys
 
+from . import prog
+
 NAME = "serve"
 HELP = "run `vllm serve` with caovan on, AutoSpec's MTP speculative config and raised timeouts"
 ALIAS = "caovan-vllm-serve"
@@ -75,8 +77,8 @@ def raw_namespace(tokens: list[str]) -> argparse.Namespace:
     )
 
 
-def _error(message: str) -> int:
-    print(f"caovan {NAME}: error: {message}", file=sys.stderr)
+def _error(args: argparse.Namespace, message: str) -> int:
+    print(f"{prog(args, NAME)}: error: {message}", file=sys.stderr)
     return 2
 
 
@@ -120,11 +122,11 @@ def run(args: argparse.Namespace) -> int:
 
     vllm_args = _split_caovan_options(args)
     if isinstance(vllm_args, str):
-        return _error(vllm_args)
+        return _error(args, vllm_args)
     model, vllm_args = split_model(vllm_args)
     env_names = _vllm_env_names()
     if isinstance(env_names, str):
-        return _error(env_names)
+        return _error(args, env_names)
     try:
         plan = help_plan(model, vllm_args) or plan_serve(
             model,
@@ -135,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             vllm_env_names=env_names,
         )
     except ServeArgsError as exc:
-        return _error(str(exc))
+        return _error(args, str(exc))
     # stderr: vLLM's own output follows on both streams; these lines say what caovan changed before it starts.
     for note in plan.notes:
         print(f"[Caovan] serve: {note}", file=sys.stderr)

@@ -9,7 +9,8 @@ served), then for each size in ``--batches`` sends that many concurrent greedy c
 tokens with ``ignore_eos`` (so decode, and with it MTP speculative decoding, runs that many steps) and checks each
 answer: HTTP 200, a ``choices`` list, ``usage.completion_tokens`` > 0. One line per step, then
 ``[Caovan] warmup=READY model=M requests=N seconds=T`` (T: the time the warmup requests took, without the wait);
-on failure ``[Caovan] warmup=FAIL reason=...`` on stdout and ``caovan warmup: error: ...`` on stderr.
+on failure ``[Caovan] warmup=FAIL reason=...`` on stdout, and ``caovan warmup: error: ...`` (under the name typed:
+``caovan-sm75-warmup: error: ...``) on stderr when stderr is not where stdout goes, so a terminal shows it once.
 
 Why a separate command: Turbo3 once warmed up automatically, by sending an HTTP request from inside the server
 process after start-up; that request raced the engine's own first compile and killed it, and the feature was removed
@@ -20,10 +21,12 @@ and waits for it to answer, cannot race the start-up.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from caovan import serving_client as sc
+
+from . import prog
+from ._streams import report_failure
 
 NAME = "warmup"
 HELP = (
@@ -71,13 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _fail(reason: str) -> None:
-    print(f"[Caovan] warmup=FAIL reason={' '.join(reason.split())}", flush=True)
-
-
-def _error(message: str, exit_code: int) -> int:
-    print(f"caovan {NAME}: error: {message}", file=sys.stderr, flush=True)
-    _fail(message)
+def _error(args: argparse.Namespace, message: str, exit_code: int) -> int:
+    report_failure(prog(args, NAME), message, f"[Caovan] warmup=FAIL reason={' '.join(message.split())}")
     return exit_code
 
 
@@ -85,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _warmup(args)
     except sc.ClientError as exc:
-        return _error(str(exc), exc.exit_code)
+        return _error(args, str(exc), exc.exit_code)
     except KeyboardInterrupt:
-        return _error("interrupted (Ctrl-C)", 130)
+        return _error(args, "interrupted (Ctrl-C)", 130)
 
 
 def _prompt(index: int) -> str:
