@@ -12,6 +12,8 @@ import difflib
 import os
 import sys
 
+from caovan.options import FAIL, check_environment
+
 from . import prog
 
 NAME = "serve"
@@ -22,8 +24,8 @@ EPILOG = (
     "to `vllm serve` as written, except the --caovan-* options, which may come anywhere before a `--`. vLLM's own "
     "help: caovan serve --help=all (or MODEL --help, --help=GROUP), run as written with nothing added. Exit "
     "status: vLLM's own once it runs; 0 after --caovan-dry-run; 2 the arguments cannot be handed to vLLM "
-    "(no model, malformed --additional-config, a caovan key error, an unknown --caovan-* option) or vLLM is not "
-    "installed here."
+    "(no model, malformed --additional-config, a caovan key error, an unknown --caovan-* option, a CAOVAN_* "
+    "setting vLLM's start-up would refuse) or vLLM is not installed here."
 )
 
 
@@ -127,8 +129,15 @@ def run(args: argparse.Namespace) -> int:
     env_names = _vllm_env_names()
     if isinstance(env_names, str):
         return _error(args, env_names)
+    help_asked = help_plan(model, vllm_args)
+    # The plugin's start-up judges the CAOVAN_* environment with this function in every vLLM process: a FAIL there
+    # comes after minutes of loading, so it is refused here; its warnings are said before vLLM's output buries them.
+    findings = [] if help_asked else check_environment(os.environ)
+    failures = [finding.message for finding in findings if finding.level == FAIL]
+    if failures:
+        return _error(args, "; ".join(failures))
     try:
-        plan = help_plan(model, vllm_args) or plan_serve(
+        plan = help_asked or plan_serve(
             model,
             vllm_args,
             os.environ,
@@ -139,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     except ServeArgsError as exc:
         return _error(args, str(exc))
     # stderr: vLLM's own output follows on both streams; these lines say what caovan changed before it starts.
+    for finding in findings:
+        print(f"[Caovan] serve: warning: {finding.message}", file=sys.stderr)
     for note in plan.notes:
         print(f"[Caovan] serve: {note}", file=sys.stderr)
     if args.caovan_dry_run:
