@@ -25,7 +25,8 @@ EPILOG = (
     "help: caovan serve --help=all (or MODEL --help, --help=GROUP), run as written with nothing added. Exit "
     "status: vLLM's own once it runs; 0 after --caovan-dry-run; 2 the arguments cannot be handed to vLLM "
     "(no model, malformed --additional-config, a caovan key error, an unknown --caovan-* option, a CAOVAN_* "
-    "setting vLLM's start-up would refuse) or vLLM is not installed here."
+    "setting vLLM's start-up would refuse), vLLM is not installed here, or no CUDA GPU is (asked through NVML, as "
+    "vLLM does; CUDA_VISIBLE_DEVICES read as CUDA reads it)."
 )
 
 
@@ -147,6 +148,12 @@ def run(args: argparse.Namespace) -> int:
         )
     except ServeArgsError as exc:
         return _error(args, str(exc))
+    if not (args.caovan_dry_run or help_asked):
+        from caovan import runtime_guards
+
+        missing = runtime_guards.cuda_gpu_missing(plan.environment(os.environ))
+        if missing:  # vLLM would end in a long traceback; --caovan-dry-run still shows the command
+            return _error(args, f"{missing}; vllm serve needs one (--caovan-dry-run prints the command without a GPU)")
     # stderr: vLLM's own output follows on both streams; these lines say what caovan changed before it starts.
     for finding in findings:
         print(f"[Caovan] serve: warning: {finding.message}", file=sys.stderr)
