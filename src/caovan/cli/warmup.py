@@ -23,7 +23,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from caovan import serving_client as sc
+from caovan.serving_args import add_server_arguments, positive_int_list, require_at_least, server_settings, whole_number
+from caovan.serving_client import ServingClient, run_concurrently, wait_for_model
+from caovan.serving_errors import ClientError, RequestFailed
+from caovan.serving_protocol import Completion, fewer_tokens_than_asked
 
 from . import prog
 from ._streams import report_failure
@@ -59,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-tokens tokens (ignore_eos, so decode and MTP run), checks each answer, and ends with "
         "[Caovan] warmup=READY."
     )
-    sc.add_server_arguments(parser, wait_s=600.0, request_timeout_s=900.0)
+    add_server_arguments(parser, wait_s=600.0, request_timeout_s=900.0)
     parser.add_argument(
         "--batches",
         default=DEFAULT_BATCHES,
@@ -82,7 +85,7 @@ def _error(args: argparse.Namespace, message: str, exit_code: int) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         return _warmup(args)
-    except sc.ClientError as exc:
+    except ClientError as exc:
         return _error(args, str(exc), exc.exit_code)
     except KeyboardInterrupt:
         return _error(args, "interrupted (Ctrl-C)", 130)
@@ -95,35 +98,35 @@ def _prompt(index: int) -> str:
 def _tokens_text(tokens: list[int], asked: int) -> str:
     low, high = min(tokens), max(tokens)
     text = f"{low} tokens each" if low == high else f"{low}-{high} tokens"
-    note = sc.fewer_tokens_than_asked(tokens, asked)
+    note = fewer_tokens_than_asked(tokens, asked)
     return f"{text} ({note})" if note else text
 
 
 def _warmup(args: argparse.Namespace) -> int:
-    settings = sc.server_settings(args)
-    batches = sc.positive_int_list(args.batches, "--batches")
-    max_tokens = sc.whole_number(args.max_tokens, "--max-tokens")
-    sc.require_at_least(max_tokens, 1, "--max-tokens")
-    with sc.ServingClient(settings, max_connections=max(batches)) as client:
-        ready, model = sc.wait_for_model(client, settings, args.model, NAME)
+    settings = server_settings(args)
+    batches = positive_int_list(args.batches, "--batches")
+    max_tokens = whole_number(args.max_tokens, "--max-tokens")
+    require_at_least(max_tokens, 1, "--max-tokens")
+    with ServingClient(settings, max_connections=max(batches)) as client:
+        ready, model = wait_for_model(client, settings, args.model, NAME)
         print(f"[Caovan] warmup: server ready after {ready.seconds:.1f} s (model {model})", flush=True)
         started = time.perf_counter()
         requests = 0
         for batch in batches:
             batch_started = time.perf_counter()
-            results = sc.run_concurrently(
+            results = run_concurrently(
                 lambda i: client.complete(model, _prompt(i), max_tokens), batch, concurrency=batch
             )
             seconds = time.perf_counter() - batch_started
             requests += batch
-            answered = [r for r in results if isinstance(r, sc.Completion)]
-            failed = [r for r in results if isinstance(r, sc.ClientError)]
+            answered = [r for r in results if isinstance(r, Completion)]
+            failed = [r for r in results if isinstance(r, ClientError)]
             step = f"[Caovan] warmup: batch {batch}: {len(answered)}/{batch} ok"
             if answered:
                 step += ", " + _tokens_text([r.completion_tokens for r in answered], max_tokens)
             print(f"{step}, {seconds:.2f} s", flush=True)
             if failed:
-                raise sc.RequestFailed(f"batch {batch}: {len(failed)}/{batch} request(s) failed; first: {failed[0]}")
+                raise RequestFailed(f"batch {batch}: {len(failed)}/{batch} request(s) failed; first: {failed[0]}")
         total = time.perf_counter() - started
     print(f"[Caovan] warmup=READY model={model} requests={requests} seconds={total:.1f}", flush=True)
     return 0
