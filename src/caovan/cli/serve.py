@@ -12,6 +12,7 @@ import difflib
 import os
 import sys
 
+from caovan import runtime_guards
 from caovan.options import FAIL, check_environment
 
 from . import prog
@@ -149,8 +150,6 @@ def run(args: argparse.Namespace) -> int:
     except ServeArgsError as exc:
         return _error(args, str(exc))
     if not (args.caovan_dry_run or help_asked):
-        from caovan import runtime_guards
-
         missing = runtime_guards.cuda_gpu_missing(plan.environment(os.environ))
         if missing:  # vLLM would end in a long traceback; --caovan-dry-run still shows the command
             return _error(args, f"{missing}; vllm serve needs one (--caovan-dry-run prints the command without a GPU)")
