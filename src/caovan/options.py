@@ -10,6 +10,11 @@ while the model is built, so these options are read at layer construction, never
 Any key starting with ``caovan`` (in any letter case) that is not listed here is a mistake (a typo would otherwise
 silently leave the plugin off), so it is an error naming the key.  Likewise a ``CAOVAN_*`` environment variable
 caovan does not read is never ignored silently: the plugin logs one warning line naming each (``unknown_env``).
+
+How the environment is judged is one function, :func:`check_environment`: the plugin's start-up acts on it (a FAIL
+stops vLLM, a WARN is logged), ``caovan doctor`` reports it (a FAIL is its FAIL), and ``caovan serve`` refuses a
+FAIL before starting vLLM.  A doctor that judged on its own once passed a ``CAOVAN_REQUIRE_TURBO3`` value the
+start-up refused.
 """
 
 from __future__ import annotations
@@ -152,6 +157,45 @@ def vllm_plugins_leaves_out(plugin: str, environ: Mapping[str, str] | None = Non
 def require_from_env(environ: Mapping[str, str] | None = None) -> bool:
     """``CAOVAN_REQUIRE_TURBO3`` as a bool; any other value than the usual spellings is an error."""
     return env_flag(REQUIRE_ENV, environ, "require")
+
+
+FAIL = "FAIL"
+WARN = "WARN"
+
+
+@dataclass(frozen=True)
+class EnvFinding:
+    """One verdict on caovan's environment: FAIL stops start-up, WARN is logged and start-up goes on."""
+
+    level: Literal["FAIL", "WARN"]
+    #: The variable judged, or ``CAOVAN_*`` for the unknown ones together.
+    setting: str
+    message: str
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> list[EnvFinding]:
+    """Every ``CAOVAN_*`` environment setting judged as the plugin's start-up judges it (:mod:`caovan.plugin` raises
+    on a FAIL and logs each WARN), FAILs first; [] when nothing is wrong.
+
+    * ``CAOVAN_REQUIRE_TURBO3`` that is no boolean: FAIL. It may be a user trying to require caovan, so start-up
+      refuses to guess either way.
+    * ``CAOVAN_LOG_COUNTERS`` that is no boolean: WARN, the counters are not logged (they never fail an exit).
+    * ``CAOVAN_*`` variables caovan does not read: one WARN naming each (:func:`unknown_env`).
+    """
+    env = os.environ if environ is None else environ
+    findings = []
+    try:
+        require_from_env(env)
+    except CaovanConfigError as exc:
+        findings.append(EnvFinding(FAIL, REQUIRE_ENV, str(exc)))
+    try:
+        env_flag("CAOVAN_LOG_COUNTERS", env, "log the counters")
+    except CaovanConfigError as exc:
+        findings.append(EnvFinding(WARN, "CAOVAN_LOG_COUNTERS", f"{exc}; the dispatch counters are not logged"))
+    unknown = unknown_env(env)
+    if unknown:  # a switch the user believes in must not be ignored silently
+        findings.append(EnvFinding(WARN, "CAOVAN_*", f"environment variables caovan ignores: {', '.join(unknown)}"))
+    return findings
 
 
 def _unknown_keys_message(unknown: list[str], where: str) -> str:

@@ -19,13 +19,13 @@ from typing import Any
 from . import PLUGIN_NAME, __version__
 from .log import logger
 from .options import (
+    FAIL,
     REQUIRE_ENV,
-    CaovanConfigError,
     CaovanRequireError,
+    check_environment,
     env_setting,
     parse_options,
     require_from_env,
-    unknown_env,
 )
 
 
@@ -64,14 +64,15 @@ def register() -> None:
 
 
 def _register() -> None:
-    try:
-        require = require_from_env()
-    except CaovanConfigError as exc:
-        # A require switch we cannot read may be a user trying to require: refuse to guess.
-        raise CaovanRequireError(f"{PLUGIN_NAME}: {exc}") from None
-    unknown = unknown_env()
-    if unknown:  # a switch the user believes in must not be ignored silently
-        logger.warning("%s: environment variables caovan ignores: %s", PLUGIN_NAME, ", ".join(unknown))
+    # The judgement `caovan doctor` and `caovan serve` report too (options.check_environment): one function, so
+    # neither can pass a setting this start-up refuses.
+    findings = check_environment()
+    failures = [finding.message for finding in findings if finding.level == FAIL]
+    if failures:
+        raise CaovanRequireError(f"{PLUGIN_NAME}: {'; '.join(failures)}")
+    for finding in findings:
+        logger.warning("%s: %s", PLUGIN_NAME, finding.message)
+    require = require_from_env()  # readable: check_environment found no FAIL
     try:
         from .adapters import select_adapter
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -146,6 +146,59 @@ def nvml_capabilities(environ: Mapping[str, str] | None = None) -> list[tuple[in
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+#: Files that mark a host where vLLM finds a GPU without NVML: a Jetson (vLLM's ``cuda_is_jetson``) or an AMD GPU
+#: (``/dev/kfd``, the ROCm driver: vLLM's ROCm platform).
+_GPU_WITHOUT_NVML = ("/etc/nv_tegra_release", "/sys/class/tegra-firmware", "/dev/kfd")
+
+
+def cuda_gpu_missing(
+    environ: Mapping[str, str] | None = None,
+    *,
+    vllm_version: str | None = None,
+    exists: Callable[[str], bool] = os.path.exists,
+) -> str | None:
+    """Why ``vllm serve`` will find no CUDA GPU here, in a few words; None when it will, or when caovan cannot tell
+    (vLLM then decides and says so itself).
+
+    ``caovan serve`` asks before it hands over to vLLM, which otherwise ends in a 40-line traceback. Asked as vLLM
+    0.21 picks its platform (``vllm/platforms/__init__.py``, ``cuda_platform_plugin``): NVML must start and count
+    a GPU. That is quick and initialises no CUDA (torch is not even imported: vLLM would take seconds to import).
+    vLLM does not read ``CUDA_VISIBLE_DEVICES`` there, but torch does once the engine starts, so a value that hides
+    every GPU ends in the same traceback and is said here too. Left to vLLM: a CPU build of vLLM (its version says
+    ``cpu``, as vLLM checks), a Jetson or an AMD GPU (:data:`_GPU_WITHOUT_NVML`), no ``pynvml`` to ask.
+    """
+    env = os.environ if environ is None else environ
+    if vllm_version is None:
+        vllm_version = _dist_version("vllm")
+    if "cpu" in vllm_version or any(exists(path) for path in _GPU_WITHOUT_NVML):
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...: vLLM's own check fails alike
+        return f"no CUDA GPU here (NVML, which vLLM asks for GPUs, cannot start: {exc})"
+    try:
+        uuids = [
+            _text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))
+            for i in range(pynvml.nvmlDeviceGetCount())
+        ]
+    except Exception:  # a query NVML refuses: vLLM's own start says more than a guess here would
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+    if not uuids:
+        return "no CUDA GPU here (the NVIDIA driver lists none)"
+    if not visible_indices(env.get("CUDA_VISIBLE_DEVICES"), uuids):
+        return (
+            f"no CUDA GPU visible (CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} hides all {len(uuids)} of "
+            "this host's)"
+        )
+    return None
 
 
 def _set_by_guard(env_name: str, value: str, environ: Mapping[str, str]) -> bool:

@@ -1,9 +1,12 @@
-"""The HTTP client pieces ``caovan warmup`` and ``caovan benchmark`` share: both talk to a running vLLM server.
+"""The HTTP client ``caovan warmup`` and ``caovan benchmark`` share: both talk to a running vLLM server.
 
-One place for: the ``--api-base``/``--model``/``--api-key``/``--wait-s``/``--request-timeout-s`` options, base URL
-normalisation, the Bearer key, waiting for the server to become ready, picking the model, counting a prompt's tokens,
+One place for: the Bearer key, waiting for the server to become ready, picking the model, counting a prompt's tokens,
 and one completion request (plain for warmup, streamed and timed for the benchmark). Requests go out from daemon
 threads (:func:`run_concurrently`), so Ctrl-C ends a command at once instead of waiting for requests in flight.
+
+It takes checked settings (:class:`ServerSettings`) and knows no command line: the options that fill them in are
+:mod:`caovan.serving_args`. What it sends and reads back is :mod:`caovan.serving_protocol`, the failures it raises
+:mod:`caovan.serving_errors`, and every URL it names goes through :mod:`caovan.redaction` (no ``user:password@``).
 
 What this relies on in vLLM 0.21.0 (``vllm/entrypoints/…``):
 
@@ -34,24 +37,29 @@ What this relies on in vLLM 0.21.0 (``vllm/entrypoints/…``):
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import os
 import queue
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from caovan.redaction import API_KEY_OPTION, without_userinfo
+from caovan.serving_errors import ClientError, ModelNotServed, NotReady, RequestFailed, UsageError
+from caovan.serving_protocol import (
+    Completion,
+    completion_body,
+    completion_tokens,
+    describe_http_error,
+    int_or_none,
+    read_completion_stream,
+    short_text,
+)
+
 #: Environment variables an API key is taken from when --api-key is not given, first set one wins. VLLM_API_KEY is
 #: what ``vllm serve`` itself reads for its key; OPENAI_API_KEY is what OpenAI clients read.
 API_KEY_ENV = ("VLLM_API_KEY", "OPENAI_API_KEY")
-
-DEFAULT_API_BASE = "http://127.0.0.1:8000"
 
 #: Readiness polling: the first retry comes quickly (a server that is nearly up), later ones at most this far apart.
 FIRST_POLL_DELAY_S = 0.05
@@ -59,79 +67,17 @@ MAX_POLL_DELAY_S = 1.0
 #: No single readiness probe waits longer than this (a host that drops packets must not eat all of --wait-s).
 PROBE_TIMEOUT_S = 5.0
 
+#: What :meth:`ServingClient.wait_ready` asks, as messages and --wait-s's help name it.
 READY_PROBES = "GET /health then GET /v1/models"
-
-
-class ClientError(Exception):
-    """A problem a command reports in one line; ``exit_code`` is the command's exit status for it."""
-
-    exit_code = 1
-
-
-class UsageError(ClientError):
-    """Bad arguments, or a choice the user must make (several models, a missing API key)."""
-
-    exit_code = 2
-
-
-class NotReady(ClientError):
-    """The server did not become ready within --wait-s."""
-
-    exit_code = 2
-
-
-class ModelNotServed(ClientError):
-    """The server answers but does not serve the asked model."""
-
-    exit_code = 1
-
-
-class RequestFailed(ClientError):
-    """One completion request failed (transport error, HTTP status, malformed answer)."""
-
-    exit_code = 1
-
-
-# --- arguments -------------------------------------------------------------------------------------------------
-
-
-def add_server_arguments(parser: argparse.ArgumentParser, *, wait_s: float, request_timeout_s: float) -> None:
-    """The options both commands share; the values are converted and checked in :func:`server_settings`, not by
-    argparse (so a bad one, ``--wait-s abc`` too, ends in the command's own error line)."""
-    parser.add_argument(
-        "--api-base",
-        default=DEFAULT_API_BASE,
-        metavar="URL",
-        help=f"the vLLM server, with or without a trailing /v1 (default: {DEFAULT_API_BASE})",
-    )
-    parser.add_argument(
-        "--model",
-        metavar="NAME",
-        help="the served model name (default: the server's only model; required when it serves several)",
-    )
-    parser.add_argument(
-        "--api-key",
-        metavar="KEY",
-        help=f"sent as 'Authorization: Bearer KEY' (default: ${API_KEY_ENV[0]} if set, else ${API_KEY_ENV[1]}; "
-        f"${API_KEY_ENV[0]} wins when both are set)",
-    )
-    parser.add_argument(
-        "--wait-s",
-        default=wait_s,
-        metavar="S",
-        help=f"how long to wait for the server to become ready ({READY_PROBES}); 0 tries once (default: {wait_s:g})",
-    )
-    parser.add_argument(
-        "--request-timeout-s",
-        default=request_timeout_s,
-        metavar="S",
-        help="how long one request may wait for the server's next bytes; the first request on TP=2 can take "
-        f"minutes of JIT (default: {request_timeout_s:g})",
-    )
 
 
 @dataclass(frozen=True)
 class ServerSettings:
+    """The server and how to talk to it, checked (from the command line: :func:`caovan.serving_args.server_settings`).
+
+    ``api_base``: the server's root URL, userinfo kept (requests need it; messages use :attr:`shown_api_base`).
+    """
+
     api_base: str
     api_key: str | None
     wait_s: float
@@ -145,132 +91,6 @@ class ServerSettings:
         return without_userinfo(self.api_base)
 
 
-def server_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServerSettings:
-    """The shared options, checked; :class:`UsageError` for a bad one."""
-    api_base = normalize_api_base(args.api_base)
-    wait_s = number(args.wait_s, "--wait-s", "a number of seconds")
-    if not (wait_s >= 0 and math.isfinite(wait_s)):  # also NaN
-        raise UsageError(f"--wait-s {wait_s:g}: must be a number of seconds, 0 or more")
-    request_timeout_s = number(args.request_timeout_s, "--request-timeout-s", "a number of seconds")
-    if not (request_timeout_s > 0 and math.isfinite(request_timeout_s)):
-        raise UsageError(f"--request-timeout-s {request_timeout_s:g}: must be a number of seconds above 0")
-    if args.model is not None and not args.model.strip():
-        raise UsageError("--model '': an empty model name")
-    if args.api_key:
-        api_key, source = args.api_key, API_KEY_OPTION
-    else:
-        api_key, source = api_key_from_environment(os.environ if environ is None else environ)
-    return ServerSettings(api_base, api_key, wait_s, request_timeout_s, source)
-
-
-def normalize_api_base(text: str) -> str:
-    """``http://host:8000``, ``http://host:8000/``, ``http://host:8000/v1`` and ``…/v1/`` all give
-    ``http://host:8000``; a path prefix before ``/v1`` (a proxy) is kept. :class:`UsageError` for anything but an
-    http(s) URL with a host."""
-    given = without_userinfo(text)
-    text = text.strip()
-    try:
-        parts = urlsplit(text)
-        _ = parts.port  # raises ValueError for a port that is not a number
-    except ValueError as exc:
-        raise UsageError(f"--api-base {given!r}: not a URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--api-base {given!r}: expected an http:// or https:// URL, e.g. {DEFAULT_API_BASE}")
-    if parts.query or parts.fragment:
-        raise UsageError(f"--api-base {given!r}: a base URL has no ?query or #fragment")
-    path = parts.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[: -len("/v1")].rstrip("/")
-    return f"{parts.scheme}://{parts.netloc}{path}"
-
-
-_USERINFO = re.compile(r"^([^/]*//)[^/?#]*@")
-
-
-def without_userinfo(url: str) -> str:
-    """``url`` without the ``user:password@`` of its host part, for what is printed or recorded (the request
-    itself keeps it). Works on text that is not a valid URL too, as an error message may quote one."""
-    return _USERINFO.sub(r"\1", url)
-
-
-API_KEY_OPTION = "--api-key"
-REDACTED = "<redacted>"
-
-
-def _is_api_key_option(text: str) -> bool:
-    # argparse takes any unambiguous prefix: --api-k, --api-ke (--api alone could be --api-base too)
-    return len(text) >= len("--api-k") and API_KEY_OPTION.startswith(text)
-
-
-def redacted_argv(argv: Iterable[str]) -> list[str]:
-    """``argv`` fit to be recorded: the value of ``--api-key`` (``--api-key KEY`` and ``--api-key=KEY``) replaced
-    by ``<redacted>``, and the ``user:password@`` of any URL dropped."""
-    redacted: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            redacted.append(REDACTED)
-            hide_next = False
-            continue
-        option, equals, _ = arg.partition("=")
-        if _is_api_key_option(option):
-            if equals:
-                redacted.append(f"{option}={REDACTED}")
-            else:
-                redacted.append(arg)
-                hide_next = True
-            continue
-        redacted.append(without_userinfo(arg))
-    return redacted
-
-
-def api_key_from_environment(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
-    """The key of the first of :data:`API_KEY_ENV` that is set and not empty, and ``$NAME`` of that variable."""
-    for name in API_KEY_ENV:
-        if environ.get(name):
-            return environ[name], f"${name}"
-    return None, None
-
-
-def number(value: str | float, option: str, what: str = "a number") -> float:
-    """An option's value as a float: given on the command line it is text (argparse is not asked to convert it, so
-    a bad one is the command's own error line); :class:`UsageError` naming ``option`` for anything else."""
-    try:
-        return float(value)
-    except ValueError:
-        raise UsageError(f"{option} {value!r}: not {what}") from None
-
-
-def whole_number(value: str | int, option: str) -> int:
-    """An option's value as an int (see :func:`number`); :class:`UsageError` naming ``option`` for anything else."""
-    if isinstance(value, int):
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise UsageError(f"{option} {value!r}: not a whole number") from None
-
-
-def positive_int_list(text: str, option: str) -> list[int]:
-    """``"1,2,4,8"`` → ``[1, 2, 4, 8]``; :class:`UsageError` naming ``option`` for anything else."""
-    values = []
-    for item in text.split(","):
-        item = item.strip()
-        try:
-            value = int(item)
-        except ValueError:
-            raise UsageError(f"{option} {text!r}: {item!r} is not a whole number (expected e.g. 1,2,4,8)") from None
-        if value < 1:
-            raise UsageError(f"{option} {text!r}: {value} is not 1 or more")
-        values.append(value)
-    return values
-
-
-def require_at_least(value: int, minimum: int, option: str) -> None:
-    if value < minimum:
-        raise UsageError(f"{option} {value}: must be {minimum} or more")
-
-
 # --- results ---------------------------------------------------------------------------------------------------
 
 
@@ -282,27 +102,6 @@ class Ready:
     attempts: int
     models: list[str]
     max_model_len: dict[str, int | None]
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One request's answer: tokens from ``usage``; times in seconds from sending the request.
-
-    ``ttft_s`` (the first chunk that carries a choice) only for a streamed request.
-    """
-
-    prompt_tokens: int | None
-    completion_tokens: int
-    latency_s: float
-    ttft_s: float | None = None
-
-
-def fewer_tokens_than_asked(tokens: Iterable[int], asked: int) -> str | None:
-    """A note when an answer generated fewer than the ``asked`` tokens: every request is sent with ``ignore_eos``
-    and ``max_tokens``, so only a server that ignores ``ignore_eos`` stops early; ``None`` when none did."""
-    if min(tokens, default=asked) < asked:
-        return f"asked for {asked}: does the server ignore ignore_eos?"
-    return None
 
 
 def resolve_model(served: list[str], requested: str | None, api_base: str) -> str:
@@ -336,112 +135,6 @@ def describe_exception(exc: BaseException, timeout_s: float | None = None) -> st
     if isinstance(exc, httpx.RemoteProtocolError):
         return f"the server broke the connection: {text}"
     return f"{type(exc).__name__}: {text}"
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def describe_http_error(status: int, body: bytes | str) -> str:
-    """``HTTP 404: The model `x` does not exist.``: the message of vLLM's error body, else the body itself."""
-    return f"HTTP {status}: {error_message(body)}"
-
-
-def error_message(body: bytes | str) -> str:
-    """The message of an error body (vLLM's ``{"error": {"message": …}}``, the older top-level ``message``, or
-    FastAPI's ``{"detail": …}``), else the body itself, shortened to one line."""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    message = None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            message = error["message"]
-        elif isinstance(error, str):
-            message = error
-        elif isinstance(data.get("message"), str):
-            message = data["message"]
-        elif isinstance(data.get("detail"), str):  # FastAPI's own answers, e.g. a route that does not exist
-            message = data["detail"]
-    if message is None:
-        message = text.strip() or "(empty body)"
-    return _short(message)
-
-
-def completion_body(model: str, prompt: str, max_tokens: int, *, stream: bool) -> dict[str, Any]:
-    """Greedy, exactly ``max_tokens`` tokens (``ignore_eos``), so decode (and MTP drafting) really runs."""
-    body: dict[str, Any] = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": stream,
-    }
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    return body
-
-
-def iter_sse_data(lines: Iterable[str]) -> Iterator[str]:
-    """The payloads of Server-Sent Events ``data:`` lines, up to (not including) ``[DONE]``.
-
-    Blank lines, comments (``:``) and other fields (``event:``, ``id:``) are skipped. :class:`RequestFailed` if the
-    stream ends without ``[DONE]``.
-    """
-    for raw in lines:
-        line = raw.rstrip("\r\n")
-        if not line.startswith("data:"):
-            continue
-        payload = line[len("data:") :].strip()
-        if payload == "[DONE]":
-            return
-        yield payload
-    raise RequestFailed("the stream ended without 'data: [DONE]'")
-
-
-def read_completion_stream(lines: Iterable[str], started: float, clock: Callable[[], float]) -> Completion:
-    """Time and count a streamed completion from its SSE lines (``started``: ``clock()`` when the request left)."""
-    ttft = None
-    usage = None
-    for payload in iter_sse_data(lines):
-        try:
-            chunk = json.loads(payload)
-        except ValueError:
-            raise RequestFailed(f"malformed stream chunk: {_short(payload, 120)!r}") from None
-        if not isinstance(chunk, dict):
-            raise RequestFailed(f"malformed stream chunk (not an object): {_short(payload, 120)!r}")
-        if "error" in chunk:
-            raise RequestFailed(f"error in the stream: {error_message(payload)}")
-        choices = chunk.get("choices")
-        if ttft is None and isinstance(choices, list) and choices:
-            ttft = clock() - started
-        if isinstance(chunk.get("usage"), dict):
-            usage = chunk["usage"]
-    latency = clock() - started
-    if usage is None:
-        raise RequestFailed("the stream carried no usage (does the server honour stream_options.include_usage?)")
-    completion_tokens = _completion_tokens(usage)
-    if ttft is None:
-        raise RequestFailed("the stream carried no choice (no token)")
-    return Completion(_int_or_none(usage.get("prompt_tokens")), completion_tokens, latency, ttft)
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _completion_tokens(usage: Any) -> int:
-    tokens = _int_or_none(usage.get("completion_tokens")) if isinstance(usage, dict) else None
-    if tokens is None:
-        raise RequestFailed(f"no usage.completion_tokens in the answer (usage: {_short(json.dumps(usage), 120)})")
-    if tokens < 1:
-        raise RequestFailed(f"the server generated no token (usage.completion_tokens={tokens})")
-    return tokens
 
 
 class ServingClient:
@@ -555,7 +248,9 @@ class ServingClient:
             data = models.json()["data"]
             cards = [card for card in data if isinstance(card["id"], str)]
         except (ValueError, KeyError, TypeError):
-            raise _NotYet(f"GET {self.url('/v1/models')}: not a model list ({_short(models.text, 120)!r})") from None
+            raise _NotYet(
+                f"GET {self.url('/v1/models')}: not a model list ({short_text(models.text, 120)!r})"
+            ) from None
         if not cards:
             raise _NotYet(f"GET {self.url('/v1/models')}: no model listed")
         return cards
@@ -582,11 +277,11 @@ class ServingClient:
         if response.status_code != 200:
             raise RequestFailed(f"POST {url}: {describe_http_error(response.status_code, response.content)}")
         try:
-            count = _int_or_none(response.json().get("count"))
+            count = int_or_none(response.json().get("count"))
         except (ValueError, AttributeError):
             count = None
         if count is None:
-            raise RequestFailed(f"POST {url}: no token count in the answer ({_short(response.text, 120)!r})")
+            raise RequestFailed(f"POST {url}: no token count in the answer ({short_text(response.text, 120)!r})")
         return count
 
     # completions -----------------------------------------------------------------------------------------------
@@ -612,14 +307,14 @@ class ServingClient:
         try:
             data = response.json()
         except ValueError:
-            raise RequestFailed(f"POST {url}: the answer is not JSON ({_short(response.text, 120)!r})") from None
+            raise RequestFailed(f"POST {url}: the answer is not JSON ({short_text(response.text, 120)!r})") from None
         if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
-            raise RequestFailed(f"POST {url}: the answer has no choices ({_short(response.text, 120)!r})")
+            raise RequestFailed(f"POST {url}: the answer has no choices ({short_text(response.text, 120)!r})")
         try:
-            tokens = _completion_tokens(data.get("usage"))
+            tokens = completion_tokens(data.get("usage"))
         except RequestFailed as exc:
             raise RequestFailed(f"POST {url}: {exc}") from None
-        return Completion(_int_or_none(data["usage"].get("prompt_tokens")), tokens, latency)
+        return Completion(int_or_none(data["usage"].get("prompt_tokens")), tokens, latency)
 
     def stream_complete(
         self, model: str, prompt: str, max_tokens: int, *, clock: Callable[[], float] = time.perf_counter
@@ -660,7 +355,7 @@ def wait_for_model(
 
 
 def _max_model_len(cards: list[dict[str, Any]]) -> dict[str, int | None]:
-    return {card["id"]: _int_or_none(card.get("max_model_len")) for card in cards}
+    return {card["id"]: int_or_none(card.get("max_model_len")) for card in cards}
 
 
 # --- concurrency -----------------------------------------------------------------------------------------------

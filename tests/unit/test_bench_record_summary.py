@@ -129,7 +129,13 @@ def test_cli_prints_the_report_with_the_older_record(tmp_path, capsys):
     rc, out, _ = _run(["summary", str(new), "--against", str(old)], capsys)
     assert rc == 0
     assert "model cases: 3 cases, 0 failed to run" in out
-    assert "qwen3.6-27b-tp2/B8/mtp4/ssm-fp32 graph_us: 1.900x, 20.00 us against 19.00 us" in out
+    # Each number says what it is: vLLM's own time (38), not the 2x target's (19), is the one called vLLM's.
+    assert (
+        "qwen3.6-27b-tp2/B8/mtp4/ssm-fp32 graph_us: caovan 20.00 us, vLLM 38.00 us, 1.900x; 2x target 19.00 us; "
+        "roofline 18.00 us" in out
+    )
+    eager_miss = "qwen3-next-80b-tp2/B8/mtp4/ssm-fp32 eager_us: caovan 50.00 us, vLLM 140.00 us, 2.800x; 3x target"
+    assert eager_miss + " 46.67 us" in out
     assert "ours: eager host-inclusive 1.000-1.000x (geomean 1.000x), CUDA graph 1.000-1.000x" in out
 
 

@@ -13,8 +13,9 @@ import pytest
 
 from caovan import serving_bench as sb
 from caovan import serving_client as sc
+from caovan import serving_errors as se
 from caovan.cli import benchmark
-from caovan.serving_client import Completion
+from caovan.serving_protocol import Completion
 
 
 def _run(argv: list[str]) -> int:
@@ -94,7 +95,7 @@ def test_percentile_by_linear_interpolation():
 def test_repeat_stats_on_known_numbers():
     outcomes = [
         Completion(prompt_tokens=10, completion_tokens=10, latency_s=1.0, ttft_s=0.1),
-        sc.RequestFailed("HTTP 500: boom"),
+        se.RequestFailed("HTTP 500: boom"),
         Completion(prompt_tokens=20, completion_tokens=10, latency_s=2.0, ttft_s=0.2),
         Completion(prompt_tokens=30, completion_tokens=1, latency_s=3.0, ttft_s=0.3),
     ]
@@ -112,7 +113,7 @@ def test_repeat_stats_on_known_numbers():
 
 
 def test_repeat_stats_with_every_request_failed_and_kept_errors_capped():
-    stats = sb.repeat_stats([sc.RequestFailed(f"e{i}") for i in range(9)], wall_s=1.0)
+    stats = sb.repeat_stats([se.RequestFailed(f"e{i}") for i in range(9)], wall_s=1.0)
     assert (stats["ok"], stats["error_rate"], stats["output_tokens_per_s"], stats["latency_p50_s"]) == (
         0,
         1,
@@ -421,7 +422,7 @@ def test_ctrl_c_is_130_and_writes_no_record(fake_openai, tmp_path, capsys, monke
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sc, "run_concurrently", interrupted)
+    monkeypatch.setattr(benchmark, "run_concurrently", interrupted)
     rc, record = _bench(fake_openai, tmp_path)
     assert rc == 130 and record is None
     assert capsys.readouterr().err == "caovan benchmark: error: interrupted (Ctrl-C); no record written\n"

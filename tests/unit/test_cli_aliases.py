@@ -48,8 +48,10 @@ def test_alias_usage_error_names_the_alias(capsys):
     assert "usage: caovan-sm75-check-model" in capsys.readouterr().err
 
 
-def test_alias_runs_the_command(tmp_path, capsys):
+def test_alias_runs_the_command_under_its_own_name(tmp_path, capsys):
     assert cli.check_model_alias([str(tmp_path)]) == 2  # no config.json: check-model's own usage error
+    assert capsys.readouterr().err.startswith("caovan-sm75-check-model: error: ")
+    assert cli.main(["check-model", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("caovan check-model: error: ")
 
 

@@ -99,6 +99,8 @@ def healthy(monkeypatch, tmp_path):
     monkeypatch.setattr(doctor, "entry_points", lambda group: [_EntryPoint()])
     for name in ("VLLM_PLUGINS", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if n.upper().startswith("CAOVAN_")]:  # doctor judges them: none but ours
+        monkeypatch.delenv(name)
     monkeypatch.setenv("CAOVAN_CACHE_DIR", str(tmp_path / "caovan-cache"))
     return tmp_path
 
@@ -251,3 +253,45 @@ def test_no_family_passing_names_why_on_the_result_line(healthy, capsys, monkeyp
     monkeypatch.setattr(doctor, "family_reports", lambda: [])
     monkeypatch.setattr(doctor, "_version", lambda dist: None if dist == "vllm" else "1.0")
     assert _verdicts(capsys)[2] == "result        FAIL: no GDN family passes (vLLM is not installed)"
+
+
+# --- caovan's environment settings, judged as start-up judges them (issue 32, defect 3) -----------------------------
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "enabled"])
+def test_a_require_value_start_up_refuses_fails(healthy, capsys, monkeypatch, value):
+    from caovan.options import CaovanConfigError, require_from_env
+
+    monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", value)
+    with pytest.raises(CaovanConfigError) as refused:  # what the plugin's start-up raises on
+        require_from_env()
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1
+    assert result == f"result        FAIL: {refused.value} (vLLM's start-up stops on it)"
+    assert facts["settings"] == [{"level": "FAIL", "setting": "CAOVAN_REQUIRE_TURBO3", "message": str(refused.value)}]
+    _, text = _doctor(capsys)
+    assert f"settings      FAIL CAOVAN_REQUIRE_TURBO3: {refused.value}" in text.splitlines()
+
+
+@pytest.mark.parametrize("value", ["1", "0", "yes", ""])
+def test_a_require_value_start_up_reads_passes(healthy, capsys, monkeypatch, value):
+    monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", value)
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 0 and result == "result        PASS family=gdn-test" and facts["settings"] == []
+
+
+def test_an_unknown_caovan_variable_is_a_warning_on_the_result_line(healthy, capsys, monkeypatch):
+    monkeypatch.setenv("CAOVAN_GDN_LEGACY_DISABLE", "1")  # a Turbo3 switch caovan does not read
+    ignored = "environment variables caovan ignores: CAOVAN_GDN_LEGACY_DISABLE (it has no effect, caovan has no legacy"
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 0 and result.startswith(f"result        PASS family=gdn-test; WARN: {ignored}")
+    assert [(s["level"], s["setting"]) for s in facts["settings"]] == [("WARN", "CAOVAN_*")]
+    _, text = _doctor(capsys)
+    assert any(line.startswith(f"settings      WARN CAOVAN_*: {ignored}") for line in text.splitlines())
+
+
+def test_doctor_command_exits_1_for_a_require_value_start_up_refuses():
+    # As a user runs it: CAOVAN_REQUIRE_TURBO3=maybe caovan doctor; echo $? said PASS and 0.
+    child = _caovan("doctor", CAOVAN_REQUIRE_TURBO3="maybe")
+    assert child.returncode == 1, child.stdout + child.stderr
+    assert "CAOVAN_REQUIRE_TURBO3='maybe' is not understood" in child.stdout.splitlines()[-1]

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from caovan.options import KNOWN_ENV, RETIRED_ENV, CaovanConfigError, parse_options, unknown_env
+from caovan.options import (
+    KNOWN_ENV,
+    RETIRED_ENV,
+    CaovanConfigError,
+    EnvFinding,
+    check_environment,
+    parse_options,
+    unknown_env,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,3 +61,27 @@ def test_every_caovan_variable_the_project_reads_is_known():
 def test_caovan_keys_in_another_letter_case_are_unknown_keys(config, message):
     with pytest.raises(CaovanConfigError, match=re.escape(message)):
         parse_options(config, {})
+
+
+def test_check_environment_fails_what_start_up_refuses_and_warns_the_rest():
+    env = {"CAOVAN_REQUIRE_TURBO3": "maybe", "CAOVAN_LOG_COUNTERS": "2", "CAOVAN_REQUIRE": "1", "HOME": "/"}
+    assert check_environment(env) == [
+        EnvFinding(
+            "FAIL",
+            "CAOVAN_REQUIRE_TURBO3",
+            "environment variable CAOVAN_REQUIRE_TURBO3='maybe' is not understood: use 1 (require) or 0 (do not)",
+        ),
+        EnvFinding(
+            "WARN",
+            "CAOVAN_LOG_COUNTERS",
+            "environment variable CAOVAN_LOG_COUNTERS='2' is not understood: use 1 (log the counters) or 0 (do not); "
+            "the dispatch counters are not logged",
+        ),
+        EnvFinding(
+            "WARN",
+            "CAOVAN_*",
+            "environment variables caovan ignores: CAOVAN_REQUIRE (not read by caovan; did you mean "
+            "CAOVAN_REQUIRE_TURBO3?)",
+        ),
+    ]
+    assert check_environment({"CAOVAN_REQUIRE_TURBO3": "yes", "CAOVAN_LOG_COUNTERS": "off", "CAOVAN_RUNNER": "x"}) == []

@@ -180,3 +180,33 @@ def test_an_inert_plugin_with_its_loader_check_says_nothing_more(fresh_state, mo
     monkeypatch.setattr(caovan.adapters, "select_adapter", _select(None, "no GDN family matches vLLM 9.9.9: x"))
     plugin.register()
     assert fresh_state[0].getMessage().endswith("plugin inert: no GDN family matches vLLM 9.9.9: x")
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},
+        {"CAOVAN_REQUIRE_TURBO3": "maybe"},
+        {"CAOVAN_REQUIRE_TURBO3": "0", "CAOVAN_GDN_LEGACY_DISABLE": "1"},
+        {"CAOVAN_LOG_COUNTERS": "sometimes", "CAOVAN_REQUIRE": "1"},
+        {"CAOVAN_REQUIRE_TURBO3": "on", "CAOVAN_LOG_COUNTERS": "1"},
+    ],
+)
+def test_start_up_acts_on_the_shared_environment_verdict(fresh_state, monkeypatch, environ):
+    # Issue 32: doctor said PASS for CAOVAN_REQUIRE_TURBO3=maybe, which start-up refuses. Start-up's verdict is
+    # options.check_environment's, the one doctor and serve report: a FAIL is its refusal, each WARN one warning line.
+    from caovan.options import FAIL, check_environment
+
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    findings = check_environment()
+    monkeypatch.setattr(caovan.adapters, "select_adapter", _select(_Adapter(), "family=gdn-linear-attn-v020"))
+    failures = [f.message for f in findings if f.level == FAIL]
+    if failures:
+        with pytest.raises(plugin.CaovanRequireError) as refused:
+            plugin.register()
+        assert str(refused.value) == "caovan_sm75_turbo3: " + "; ".join(failures)
+        return
+    plugin.register()
+    warnings = [r.getMessage() for r in fresh_state if r.levelno == logging.WARNING]
+    assert warnings == [f"caovan_sm75_turbo3: {f.message}" for f in findings]

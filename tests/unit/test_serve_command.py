@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from caovan import cli
+from caovan import cli, runtime_guards
 from caovan.cli import serve as serve_cli
 from caovan.model_check import check_model_dir
 from caovan.serve_command import (
@@ -235,6 +235,7 @@ def test_cli_dry_run_prints_the_command_and_runs_nothing(candidate, monkeypatch,
 
 def test_cli_execs_vllm_with_the_plan(candidate, monkeypatch, capsys):
     monkeypatch.setattr(serve_cli, "_vllm_env_names", lambda: ALL_TIMEOUTS)
+    monkeypatch.setattr(runtime_guards, "cuda_gpu_missing", lambda environ=None: None)  # a GPU, wherever this runs
     called = {}
 
     def fake_execve(path, argv, env):
@@ -361,7 +362,8 @@ def _dry_run(monkeypatch, capsys, entry, argv):
 
 
 @pytest.mark.parametrize(
-    ("entry", "prefix"), [(lambda argv: cli.main(["serve", *argv]), "caovan serve"), (cli.serve_alias, "caovan serve")]
+    ("entry", "prefix"),
+    [(lambda argv: cli.main(["serve", *argv]), "caovan serve"), (cli.serve_alias, "caovan-vllm-serve")],
 )
 def test_command_line_takes_vllm_options_anywhere(candidate, monkeypatch, capsys, entry, prefix):
     # argparse would stop at --model or --port ("unrecognized arguments"): the command hands them over unparsed.

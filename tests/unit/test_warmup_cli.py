@@ -147,7 +147,7 @@ def test_ctrl_c_is_130_with_a_fail_line(fake_openai, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sc, "run_concurrently", interrupted)
+    monkeypatch.setattr(warmup, "run_concurrently", interrupted)
     assert _run(["--api-base", fake_openai.url]) == 130
     out, err = _lines(capsys)
     assert out[-1] == "[Caovan] warmup=FAIL reason=interrupted (Ctrl-C)"

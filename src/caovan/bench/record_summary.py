@@ -169,6 +169,8 @@ def misses(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                         "time": key,
                         "speedup": _speedup(r, key),
                         "ours_us": r["ours"][key],
+                        "vllm_us": r["vllm"][key],
+                        "target": target,
                         "target_us": r["vllm"][key] / target,
                         "roofline_us": roof,
                         # the share of the roofline's bandwidth meeting the target would take, and ours
@@ -244,8 +246,10 @@ def format_report(record: dict[str, Any], old: dict[str, Any] | None = None) -> 
             if m["roofline_us"]
             else ""
         )
+        # Each number named: the target time is vLLM's divided by the target, not vLLM's own time.
         lines.append(
-            f"  {m['id']} {m['time']}: {m['speedup']:.3f}x, {m['ours_us']:.2f} us against {m['target_us']:.2f} us{roof}"
+            f"  {m['id']} {m['time']}: caovan {m['ours_us']:.2f} us, vLLM {m['vllm_us']:.2f} us, {m['speedup']:.3f}x; "
+            f"{m['target']:g}x target {m['target_us']:.2f} us{roof}"
         )
     if old is not None:
         c = compare(model, [r for r in old["cases"] if is_model_case(r)])

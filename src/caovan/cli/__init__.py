@@ -52,8 +52,15 @@ def _add_command(parser: argparse.ArgumentParser, module: ModuleType, version: s
     parser.epilog = module.EPILOG
     parser.add_argument("--version", action="version", version=version)
     module.add_arguments(parser)
-    parser.set_defaults(_run=module.run)
+    # _prog: the name the command's messages give, the one the user typed (argparse's usage already does).
+    parser.set_defaults(_run=module.run, _prog=parser.prog)
     return parser
+
+
+def prog(args: argparse.Namespace, name: str) -> str:
+    """The name command ``name`` was run under, for its ``PROG: error:`` lines: ``caovan NAME`` or its alias
+    (``caovan-sm75-warmup``). A namespace built without the parser (a test's) gives ``caovan NAME``."""
+    return getattr(args, "_prog", None) or f"caovan {name}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,7 +116,7 @@ def _discard_stdout(stream) -> None:
 _PARSER_FIRST = ("-h", "--help", "--version")
 
 
-def _raw(command: str, tokens: list[str]) -> argparse.Namespace | None:
+def _raw(command: str, tokens: list[str], alias: bool = False) -> argparse.Namespace | None:
     module = next((m for m in _commands() if m.NAME == command), None)
     if module is None or not hasattr(module, "raw_namespace"):
         return None
@@ -120,7 +127,11 @@ def _raw(command: str, tokens: list[str]) -> argparse.Namespace | None:
             return None
         if not token.startswith("-") or token == "--":
             break
-    return module.raw_namespace(tokens) if tokens else None
+    if not tokens:
+        return None
+    args = module.raw_namespace(tokens)
+    args._prog = module.ALIAS if alias else f"caovan {module.NAME}"
+    return args
 
 
 def _mark_parsers(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _alias(command: str, argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    raw = _raw(command, argv)
+    raw = _raw(command, argv, alias=True)
     return _run(raw if raw is not None else _parse(build_alias_parser(command), argv))
 
 

@@ -73,3 +73,27 @@ class GuardedStdout:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def same_destination(first: Any, second: Any) -> bool:
+    """Whether two streams end in the same place: one terminal, or one file or pipe (``2>&1``). False when either
+    has no file descriptor to ask (a closed stream, a test's capture)."""
+    try:
+        a, b = os.fstat(first.fileno()), os.fstat(second.fileno())
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def report_failure(prog: str, message: str, verdict: str) -> None:
+    """A failure of a command that ends with a verdict line for a gate (``[Caovan] warmup=FAIL reason=...``), said
+    once where the user reads it.
+
+    The verdict, which carries the message, always goes to stdout: the gate reads it there, whatever stderr is.
+    ``PROG: error: message`` goes to stderr only when stderr ends elsewhere (stdout sent to a file or a gate): on
+    one terminal, or with ``2>&1``, it would print the same message twice.  PROG is the name the user typed
+    (``caovan-sm75-warmup`` or ``caovan warmup``).
+    """
+    if not same_destination(sys.stdout, sys.stderr):
+        print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+    print(verdict, flush=True)

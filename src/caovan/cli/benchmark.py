@@ -39,8 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from caovan import serving_bench as sb
-from caovan import serving_client as sc
 from caovan.jsonfile import output_path_problem
+from caovan.redaction import redacted_argv
+from caovan.serving_args import add_server_arguments, require_at_least, server_settings
+from caovan.serving_client import ServingClient, run_concurrently, wait_for_model
+from caovan.serving_errors import ClientError, RequestFailed, UsageError
+from caovan.serving_protocol import fewer_tokens_than_asked
+
+from . import prog
 
 NAME = "benchmark"
 HELP = (
@@ -59,6 +65,10 @@ EPILOG = (
 
 DEFAULT_LOAD = "decode-heavy"
 
+#: The name this run's error and warning lines give: the one typed (``caovan-sm75-benchmark`` under the alias), set
+#: by run(); the helpers that print deep inside a run read it here instead of being handed the arguments.
+_prog = f"caovan {NAME}"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -70,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "and max. Run it once without the plugin (--label baseline --output base.json) and once with it, same "
         "flags, with --compare base.json; --compare BASE.json RECORD.json compares two records without a server."
     )
-    sc.add_server_arguments(parser, wait_s=60.0, request_timeout_s=900.0)
+    add_server_arguments(parser, wait_s=60.0, request_timeout_s=900.0)
     parser.add_argument(
         "--max-tokens", type=int, default=768, metavar="N", help="tokens out per request (default: 768)"
     )
@@ -126,7 +136,7 @@ def _loads(text: str) -> list[str]:
     loads = [item.strip() for item in text.split(",")]
     for item in loads:
         if item not in sb.LOADS:
-            raise sc.UsageError(f"--load {text!r}: {item!r} is not one of {', '.join(sb.LOADS)}")
+            raise UsageError(f"--load {text!r}: {item!r} is not one of {', '.join(sb.LOADS)}")
     return sb.in_run_order(loads)
 
 
@@ -137,7 +147,7 @@ def _read_record(target: str) -> dict[str, Any]:
     try:
         return sb.validate_record(read_json(Path(target), sb.RecordError, shown=shown), shown)
     except sb.RecordError as exc:
-        raise sc.UsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
 
 
 def _same_file(first: str, second: str) -> bool:
@@ -152,7 +162,7 @@ def _same_file(first: str, second: str) -> bool:
 
 def _refuse(differences: list[str], baseline_file: str, this_name: str = "this run") -> None:
     if differences:
-        raise sc.UsageError(
+        raise UsageError(
             f"--compare {baseline_file}: refusing to compare runs with different settings (baseline vs "
             f"{this_name}: {'; '.join(differences)}); Turbo3's rule: same model, flags, prompts and output length"
         )
@@ -162,15 +172,17 @@ def _refuse(differences: list[str], baseline_file: str, this_name: str = "this r
 
 
 def run(args: argparse.Namespace) -> int:
+    global _prog
+    _prog = prog(args, NAME)
     try:
         if args.compare and len(args.compare) == 2:
             return _compare_records(args)
         return _benchmark(args)
-    except sc.ClientError as exc:
-        print(f"caovan {NAME}: error: {exc}", file=sys.stderr)
+    except ClientError as exc:
+        print(f"{_prog}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"caovan {NAME}: error: interrupted (Ctrl-C); no record written", file=sys.stderr)
+        print(f"{_prog}: error: interrupted (Ctrl-C); no record written", file=sys.stderr)
         return 130
 
 
@@ -193,14 +205,12 @@ def _settings(args: argparse.Namespace, loads: list[str], sha256: str, count: in
 
 def _benchmark(args: argparse.Namespace) -> int:
     if args.compare and len(args.compare) > 2:
-        raise sc.UsageError(
-            f"--compare takes BASELINE.json, or BASELINE.json RECORD.json; got {len(args.compare)} files"
-        )
+        raise UsageError(f"--compare takes BASELINE.json, or BASELINE.json RECORD.json; got {len(args.compare)} files")
     problem = output_path_problem("--output", args.output)
     if problem:
-        raise sc.UsageError(problem)
+        raise UsageError(problem)
     if args.output and args.compare and _same_file(args.output, args.compare[0]):
-        raise sc.UsageError(
+        raise UsageError(
             f"--output {args.output} is the --compare baseline {args.compare[0]}: the run would overwrite the record "
             "it is compared with; write this run's record to another file"
         )
@@ -210,12 +220,12 @@ def _benchmark(args: argparse.Namespace) -> int:
         ("--requests", args.requests, 1),
         ("--concurrency", args.concurrency, 1),
     ):
-        sc.require_at_least(value, minimum, option)
+        require_at_least(value, minimum, option)
     if args.warmup_requests is None:  # one per batch size up to --concurrency
         args.warmup_requests = args.concurrency
-    sc.require_at_least(args.warmup_requests, 0, "--warmup-requests")
+    require_at_least(args.warmup_requests, 0, "--warmup-requests")
     loads = _loads(args.load)
-    server = sc.server_settings(args)
+    server = server_settings(args)
     baseline = _read_record(args.compare[0]) if args.compare else None
 
     planned = sb.plan(
@@ -231,8 +241,8 @@ def _benchmark(args: argparse.Namespace) -> int:
         _refuse(sb.settings_differences(baseline["settings"], settings, with_model=False), args.compare[0])
 
     started_utc = datetime.datetime.now(datetime.timezone.utc)
-    with sc.ServingClient(server, max_connections=args.concurrency) as client:
-        ready, model = sc.wait_for_model(client, server, args.model, NAME)
+    with ServingClient(server, max_connections=args.concurrency) as client:
+        ready, model = wait_for_model(client, server, args.model, NAME)
         settings["model"] = model
         if baseline is not None:
             _refuse(sb.settings_differences(baseline["settings"], settings), args.compare[0])
@@ -248,7 +258,7 @@ def _benchmark(args: argparse.Namespace) -> int:
     record = {
         "schema": sb.SCHEMA,
         "created_utc": started_utc.isoformat(timespec="seconds"),
-        "argv": sc.redacted_argv(sys.argv),  # no --api-key value, no user:password@
+        "argv": redacted_argv(sys.argv),  # no --api-key value, no user:password@
         "caovan_version": _caovan_version(),
         "label": args.label,
         "server": {
@@ -275,7 +285,7 @@ def _benchmark(args: argparse.Namespace) -> int:
 
 
 def _check_prompts_fit(
-    client: sc.ServingClient, model: str, max_model_len: int | None, planned: dict, max_tokens: int
+    client: ServingClient, model: str, max_model_len: int | None, planned: dict, max_tokens: int
 ) -> None:
     """Refuse, before any completion, a load whose longest prompt plus its output tokens exceeds the model's
     max_model_len: vLLM would answer each of its requests with an HTTP 400. Skipped, in one line, when the server
@@ -288,7 +298,7 @@ def _check_prompts_fit(
     for load, longest in sb.longest_prompts(planned).items():
         try:
             tokens = client.count_tokens(model, longest.prompt)
-        except sc.RequestFailed as exc:
+        except RequestFailed as exc:
             print(
                 f"[Caovan] benchmark: prompt lengths not checked against max_model_len {max_model_len}: {exc}",
                 flush=True,
@@ -300,7 +310,7 @@ def _check_prompts_fit(
         advice = "start the server with a larger --max-model-len"
         if out == max_tokens and tokens < max_model_len:  # a smaller --max-tokens would do too
             advice += f", pass --max-tokens {max_model_len - tokens} or less"
-        raise sc.UsageError(
+        raise UsageError(
             f"--load {load}: its longest prompt is {tokens} tokens and asks for {out} token{'s' if out > 1 else ''} "
             f"out, {tokens + out} in all, more than the max_model_len {max_model_len} of {model} on {client.api_base}: "
             f"{advice}, or leave {load} out with --load"
@@ -314,7 +324,7 @@ def _write_record(target: str, record: dict[str, Any]) -> bool:
 
     problem = write_record(target, json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     if problem is not None:
-        print(f"caovan {NAME}: error: --output {target}: {problem}", file=sys.stderr)
+        print(f"{_prog}: error: --output {target}: {problem}", file=sys.stderr)
         return False
     print(f"[Caovan] benchmark: record written to {target}")
     return True
@@ -336,9 +346,9 @@ def _print_errors(phases: list[dict[str, Any]], failed: int, sent: int, *, recor
     what = f"{len(counts)} distinct error{'s' if len(counts) > 1 else ''}"
     what += f", the first {shown} below" if shown < len(counts) else ""
     what += "; the record's per_request has every request's" if recorded else ""
-    print(f"caovan {NAME}: error: {failed} of {sent} requests failed ({what})", file=sys.stderr)
+    print(f"{_prog}: error: {failed} of {sent} requests failed ({what})", file=sys.stderr)
     for message, count in list(counts.items())[:shown]:
-        print(f"caovan {NAME}: error:   {message} ({count} request{'s' if count > 1 else ''})", file=sys.stderr)
+        print(f"{_prog}: error:   {message} ({count} request{'s' if count > 1 else ''})", file=sys.stderr)
 
 
 def _caovan_version() -> str:
@@ -348,7 +358,7 @@ def _caovan_version() -> str:
 
 
 def _run_load(
-    client: sc.ServingClient, model: str, load: str, by_phase: dict, concurrency: int, warned: list[str]
+    client: ServingClient, model: str, load: str, by_phase: dict, concurrency: int, warned: list[str]
 ) -> dict[str, Any]:
     result: dict[str, Any] = {"warmup": None, "repeats": []}
     repeats = [phase for phase in by_phase if phase != "warmup"]
@@ -374,12 +384,12 @@ def _run_load(
 
 def _warn_short_answers(load: str, phase: str, stats: dict[str, Any], asked: int, warned: list[str]) -> None:
     tokens = [r["completion_tokens"] for r in stats["per_request"] if "completion_tokens" in r]
-    note = sc.fewer_tokens_than_asked(tokens, asked)
+    note = fewer_tokens_than_asked(tokens, asked)
     if note:
         short = sum(1 for n in tokens if n < asked)
         warned.append(note)
         print(
-            f"caovan {NAME}: warning: {load} {phase}: {short} of {len(tokens)} answers generated fewer tokens than "
+            f"{_prog}: warning: {load} {phase}: {short} of {len(tokens)} answers generated fewer tokens than "
             f"asked (as few as {min(tokens)}; {note}); output tok/s and TPOT then measure less work than the "
             "settings say",
             file=sys.stderr,
@@ -387,9 +397,9 @@ def _warn_short_answers(load: str, phase: str, stats: dict[str, Any], asked: int
         )
 
 
-def _run_phase(client: sc.ServingClient, model: str, requests: list[sb.Planned], concurrency: int) -> dict[str, Any]:
+def _run_phase(client: ServingClient, model: str, requests: list[sb.Planned], concurrency: int) -> dict[str, Any]:
     started = time.perf_counter()
-    outcomes = sc.run_concurrently(
+    outcomes = run_concurrently(
         lambda i: client.stream_complete(model, requests[i].prompt, requests[i].max_tokens), len(requests), concurrency
     )
     return sb.repeat_stats(outcomes, time.perf_counter() - started)
@@ -452,7 +462,7 @@ def _print_comparison(baseline: dict[str, Any], record: dict[str, Any], baseline
     version = record.get("server", {}).get("vllm_version") if isinstance(record.get("server"), dict) else None
     if base_version != version:
         print(
-            f"caovan {NAME}: warning: the servers' vLLM versions differ (baseline {base_version or 'unknown'}, "
+            f"{_prog}: warning: the servers' vLLM versions differ (baseline {base_version or 'unknown'}, "
             f"{this_name} {version or 'unknown'}); Turbo3's rule: same vLLM version",
             file=sys.stderr,
         )
@@ -474,7 +484,7 @@ def _print_comparison(baseline: dict[str, Any], record: dict[str, Any], baseline
 def _compare_records(args: argparse.Namespace) -> int:
     baseline_file, record_file = args.compare
     if args.output is not None:
-        raise sc.UsageError("--output: nothing is run when --compare is given two records, so nothing to write")
+        raise UsageError("--output: nothing is run when --compare is given two records, so nothing to write")
     baseline, record = _read_record(baseline_file), _read_record(record_file)
     _refuse(sb.settings_differences(baseline["settings"], record["settings"]), baseline_file, "record")
     print(f"record: {record_file}")

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from caovan.model_check import ModelCheckError, check_model_dir, find_model_folder, format_report
 
+from . import prog
+
 NAME = "check-model"
 HELP = "static check: could caovan's GDN spec-decode kernels serve this model folder?"
 ALIAS = "caovan-sm75-check-model"
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             )
         report = check_model_dir(folder if folder is not None else args.model_dir)
     except ModelCheckError as error:
-        print(f"caovan {NAME}: error: {error}", file=sys.stderr)
+        print(f"{prog(args, NAME)}: error: {error}", file=sys.stderr)
         return EXIT_USAGE_ERROR
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))

@@ -1,8 +1,14 @@
-"""``caovan doctor``: what is installed, what vLLM will load, and which GDN family this vLLM belongs to."""
+"""``caovan doctor``: what is installed, what vLLM will load, and which GDN family this vLLM belongs to.
+
+caovan's environment settings are judged by the function the plugin's start-up uses
+(:func:`caovan.options.check_environment`): doctor says FAIL where start-up would stop and WARN where it would log a
+warning, never PASS for a value vLLM's start-up then refuses.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -12,17 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from .. import PLUGIN_NAME, __version__
-from ..options import vllm_plugins_leaves_out
+from ..options import FAIL, WARN, check_environment, vllm_plugins_leaves_out
 from . import cuda_visible_note
 from ._streams import stdout_to_stderr
 
 NAME = "doctor"
-HELP = "check Python, torch, Triton, CUDA, GPUs, vLLM, plugin discovery and the GDN interface family"
+HELP = (
+    "check Python, torch, Triton, CUDA, GPUs, vLLM, plugin discovery, the GDN interface family and caovan's "
+    "environment settings"
+)
 ALIAS = "caovan-sm75-doctor"
 EPILOG = (
-    "Exit status: 0 PASS (vLLM will load caovan, a GDN family matches this vLLM, the cache folders are usable "
-    "and the kernels compile); 1 FAIL, the result line (result.verdict in --json) says why; 2 a command line that "
-    "cannot be parsed (an unknown option), with a usage message."
+    "Exit status: 0 PASS (vLLM will load caovan, a GDN family matches this vLLM, the cache folders are usable, "
+    "the kernels compile and start-up accepts every CAOVAN_* setting; a setting start-up only warns about, such as "
+    "an unknown CAOVAN_* variable, is a WARN on the result line); 1 FAIL, the result line (result.verdict in --json) "
+    "says why; 2 a command line that cannot be parsed (an unknown option), with a usage message."
 )
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 
@@ -191,6 +201,7 @@ def collect() -> dict[str, Any]:
         "guards": guards,
         "caches": cache_facts(guards),
         "kernels": kernel_compile_facts(gpus),
+        "settings": [dataclasses.asdict(finding) for finding in check_environment()],
         "families": [r.as_dict() for r in reports],
         "family": passing[0].family_id if passing else None,
         "family_ok": bool(passing),
@@ -231,9 +242,11 @@ def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
     ]
     if not facts["kernels"]["ok"]:
         problems.append(f"caovan's kernels do not compile for {facts['kernels']['target']}")
+    problems += [f"{s['message']} (vLLM's start-up stops on it)" for s in facts["settings"] if s["level"] == FAIL]
     if problems:
         return False, "FAIL: " + "; ".join(problems)
-    return True, f"PASS family={facts['family']}"
+    warnings = [s["message"] for s in facts["settings"] if s["level"] == WARN]
+    return True, f"PASS family={facts['family']}" + "".join(f"; {WARN}: {w}" for w in warnings)
 
 
 def render(facts: dict[str, Any], verbose: bool = False) -> str:
@@ -282,6 +295,10 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         lines.append(f"cache         {c['cache']}: {c['path'] or repr(c['path'])} ({c['detail']})")
     k = facts["kernels"]
     lines.append(f"kernels       compile for {k['target']}: {'PASS' if k['ok'] else 'FAIL'} ({k['detail']})")
+    for setting in facts["settings"]:
+        lines.append(f"settings      {setting['level']} {setting['setting']}: {setting['message']}")
+    if not facts["settings"]:
+        lines.append("settings      PASS: vLLM's start-up accepts every CAOVAN_* variable set here")
     lines.append(f"result        {facts['result']['verdict']}")
     return "\n".join(lines)
 

@@ -12,6 +12,11 @@ import difflib
 import os
 import sys
 
+from caovan import runtime_guards
+from caovan.options import FAIL, check_environment
+
+from . import prog
+
 NAME = "serve"
 HELP = "run `vllm serve` with caovan on, AutoSpec's MTP speculative config and raised timeouts"
 ALIAS = "caovan-vllm-serve"
@@ -20,8 +25,9 @@ EPILOG = (
     "to `vllm serve` as written, except the --caovan-* options, which may come anywhere before a `--`. vLLM's own "
     "help: caovan serve --help=all (or MODEL --help, --help=GROUP), run as written with nothing added. Exit "
     "status: vLLM's own once it runs; 0 after --caovan-dry-run; 2 the arguments cannot be handed to vLLM "
-    "(no model, malformed --additional-config, a caovan key error, an unknown --caovan-* option) or vLLM is not "
-    "installed here."
+    "(no model, malformed --additional-config, a caovan key error, an unknown --caovan-* option, a CAOVAN_* "
+    "setting vLLM's start-up would refuse), vLLM is not installed here, or no CUDA GPU is (asked through NVML, as "
+    "vLLM does; CUDA_VISIBLE_DEVICES read as CUDA reads it)."
 )
 
 
@@ -75,8 +81,8 @@ def raw_namespace(tokens: list[str]) -> argparse.Namespace:
     )
 
 
-def _error(message: str) -> int:
-    print(f"caovan {NAME}: error: {message}", file=sys.stderr)
+def _error(args: argparse.Namespace, message: str) -> int:
+    print(f"{prog(args, NAME)}: error: {message}", file=sys.stderr)
     return 2
 
 
@@ -120,13 +126,20 @@ def run(args: argparse.Namespace) -> int:
 
     vllm_args = _split_caovan_options(args)
     if isinstance(vllm_args, str):
-        return _error(vllm_args)
+        return _error(args, vllm_args)
     model, vllm_args = split_model(vllm_args)
     env_names = _vllm_env_names()
     if isinstance(env_names, str):
-        return _error(env_names)
+        return _error(args, env_names)
+    help_asked = help_plan(model, vllm_args)
+    # The plugin's start-up judges the CAOVAN_* environment with this function in every vLLM process: a FAIL there
+    # comes after minutes of loading, so it is refused here; its warnings are said before vLLM's output buries them.
+    findings = [] if help_asked else check_environment(os.environ)
+    failures = [finding.message for finding in findings if finding.level == FAIL]
+    if failures:
+        return _error(args, "; ".join(failures))
     try:
-        plan = help_plan(model, vllm_args) or plan_serve(
+        plan = help_asked or plan_serve(
             model,
             vllm_args,
             os.environ,
@@ -135,8 +148,14 @@ def run(args: argparse.Namespace) -> int:
             vllm_env_names=env_names,
         )
     except ServeArgsError as exc:
-        return _error(str(exc))
+        return _error(args, str(exc))
+    if not (args.caovan_dry_run or help_asked):
+        missing = runtime_guards.cuda_gpu_missing(plan.environment(os.environ))
+        if missing:  # vLLM would end in a long traceback; --caovan-dry-run still shows the command
+            return _error(args, f"{missing}; vllm serve needs one (--caovan-dry-run prints the command without a GPU)")
     # stderr: vLLM's own output follows on both streams; these lines say what caovan changed before it starts.
+    for finding in findings:
+        print(f"[Caovan] serve: warning: {finding.message}", file=sys.stderr)
     for note in plan.notes:
         print(f"[Caovan] serve: {note}", file=sys.stderr)
     if args.caovan_dry_run:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
 
-from . import cuda_visible_note
+from . import cuda_visible_note, prog
+from ._streams import report_failure
 
 NAME = "verify"
 HELP = "run caovan's kernels on synthetic tensors at model shapes vs the float64 reference (GPU)"
@@ -41,14 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _not_run(message: str) -> None:
+def _not_run(message: str) -> str:
     # Turbo3's safety gate greps stdout for the verdict line: every exit that is not a PASS ends with one.
-    print(f"[Caovan] verify=FAIL (not run: {message})")
+    return f"[Caovan] verify=FAIL (not run: {message})"
 
 
-def _error(message: str, exit_code: int = 2) -> int:
-    print(f"caovan {NAME}: error: {message}", file=sys.stderr)
-    _not_run(message)
+def _error(args: argparse.Namespace, message: str, exit_code: int = 2) -> int:
+    report_failure(prog(args, NAME), message, _not_run(message))
     return exit_code
 
 
@@ -69,11 +68,11 @@ def run(args: argparse.Namespace) -> int:
         return _verify(args)
     except KeyboardInterrupt:
         # The gate reads the verdict line: an interrupted run must not end with none (or after some PASS lines).
-        return _error("interrupted (Ctrl-C)", 130)
+        return _error(args, "interrupted (Ctrl-C)", 130)
     except BrokenPipeError:
         raise  # stdout is gone (| head): nowhere to print the verdict; the caller ends quietly
     except Exception as exc:  # e.g. a CUDA driver error outside any case: the verdict line, then the traceback
-        _not_run(f"{type(exc).__name__}: {exc}")
+        print(_not_run(f"{type(exc).__name__}: {exc}"), flush=True)
         raise
 
 
@@ -81,23 +80,24 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         import torch
     except ImportError as exc:
-        return _error(f"PyTorch is not importable ({exc}); verify runs the kernels on a CUDA GPU")
+        return _error(args, f"PyTorch is not importable ({exc}); verify runs the kernels on a CUDA GPU")
     problem = _launch_config_problem(args.launch_config)
     if problem:  # before the GPU check: a misspelt entry is found on the machine where the command is written
-        return _error(problem)
+        return _error(args, problem)
     if not torch.cuda.is_available():
         return _error(
+            args,
             f"no CUDA GPU visible (torch.cuda.is_available() is False{cuda_visible_note()}); "
-            "verify runs the kernels on a GPU"
+            "verify runs the kernels on a GPU",
         )
     try:
         device = torch.device(args.device)
     except RuntimeError as exc:
-        return _error(f"--device {args.device!r}: {exc}")
+        return _error(args, f"--device {args.device!r}: {exc}")
     if device.type != "cuda":
-        return _error(f"--device {args.device!r}: verify runs on a CUDA device")
+        return _error(args, f"--device {args.device!r}: verify runs on a CUDA device")
     if device.index is not None and device.index >= torch.cuda.device_count():
-        return _error(f"--device {args.device!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
+        return _error(args, f"--device {args.device!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
 
     from caovan.bench.cases import VERIFY_CASES
 
@@ -106,10 +106,7 @@ def _verify(args: argparse.Namespace) -> int:
         from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS, config_for
         from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference
     except ImportError as exc:
-        message = f"caovan's kernels are not importable (broken install?): {exc}"
-        print(f"caovan {NAME}: FAIL {message}", file=sys.stderr)
-        _not_run(message)
-        return 1
+        return _error(args, f"caovan's kernels are not importable (broken install?): {exc}", 1)
 
     idx = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(idx)

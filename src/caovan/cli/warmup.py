@@ -9,7 +9,8 @@ served), then for each size in ``--batches`` sends that many concurrent greedy c
 tokens with ``ignore_eos`` (so decode, and with it MTP speculative decoding, runs that many steps) and checks each
 answer: HTTP 200, a ``choices`` list, ``usage.completion_tokens`` > 0. One line per step, then
 ``[Caovan] warmup=READY model=M requests=N seconds=T`` (T: the time the warmup requests took, without the wait);
-on failure ``[Caovan] warmup=FAIL reason=...`` on stdout and ``caovan warmup: error: ...`` on stderr.
+on failure ``[Caovan] warmup=FAIL reason=...`` on stdout, and ``caovan warmup: error: ...`` (under the name typed:
+``caovan-sm75-warmup: error: ...``) on stderr when stderr is not where stdout goes, so a terminal shows it once.
 
 Why a separate command: Turbo3 once warmed up automatically, by sending an HTTP request from inside the server
 process after start-up; that request raced the engine's own first compile and killed it, and the feature was removed
@@ -20,10 +21,15 @@ and waits for it to answer, cannot race the start-up.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
-from caovan import serving_client as sc
+from caovan.serving_args import add_server_arguments, positive_int_list, require_at_least, server_settings, whole_number
+from caovan.serving_client import ServingClient, run_concurrently, wait_for_model
+from caovan.serving_errors import ClientError, RequestFailed
+from caovan.serving_protocol import Completion, fewer_tokens_than_asked
+
+from . import prog
+from ._streams import report_failure
 
 NAME = "warmup"
 HELP = (
@@ -56,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-tokens tokens (ignore_eos, so decode and MTP run), checks each answer, and ends with "
         "[Caovan] warmup=READY."
     )
-    sc.add_server_arguments(parser, wait_s=600.0, request_timeout_s=900.0)
+    add_server_arguments(parser, wait_s=600.0, request_timeout_s=900.0)
     parser.add_argument(
         "--batches",
         default=DEFAULT_BATCHES,
@@ -71,23 +77,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _fail(reason: str) -> None:
-    print(f"[Caovan] warmup=FAIL reason={' '.join(reason.split())}", flush=True)
-
-
-def _error(message: str, exit_code: int) -> int:
-    print(f"caovan {NAME}: error: {message}", file=sys.stderr, flush=True)
-    _fail(message)
+def _error(args: argparse.Namespace, message: str, exit_code: int) -> int:
+    report_failure(prog(args, NAME), message, f"[Caovan] warmup=FAIL reason={' '.join(message.split())}")
     return exit_code
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         return _warmup(args)
-    except sc.ClientError as exc:
-        return _error(str(exc), exc.exit_code)
+    except ClientError as exc:
+        return _error(args, str(exc), exc.exit_code)
     except KeyboardInterrupt:
-        return _error("interrupted (Ctrl-C)", 130)
+        return _error(args, "interrupted (Ctrl-C)", 130)
 
 
 def _prompt(index: int) -> str:
@@ -97,35 +98,35 @@ def _prompt(index: int) -> str:
 def _tokens_text(tokens: list[int], asked: int) -> str:
     low, high = min(tokens), max(tokens)
     text = f"{low} tokens each" if low == high else f"{low}-{high} tokens"
-    note = sc.fewer_tokens_than_asked(tokens, asked)
+    note = fewer_tokens_than_asked(tokens, asked)
     return f"{text} ({note})" if note else text
 
 
 def _warmup(args: argparse.Namespace) -> int:
-    settings = sc.server_settings(args)
-    batches = sc.positive_int_list(args.batches, "--batches")
-    max_tokens = sc.whole_number(args.max_tokens, "--max-tokens")
-    sc.require_at_least(max_tokens, 1, "--max-tokens")
-    with sc.ServingClient(settings, max_connections=max(batches)) as client:
-        ready, model = sc.wait_for_model(client, settings, args.model, NAME)
+    settings = server_settings(args)
+    batches = positive_int_list(args.batches, "--batches")
+    max_tokens = whole_number(args.max_tokens, "--max-tokens")
+    require_at_least(max_tokens, 1, "--max-tokens")
+    with ServingClient(settings, max_connections=max(batches)) as client:
+        ready, model = wait_for_model(client, settings, args.model, NAME)
         print(f"[Caovan] warmup: server ready after {ready.seconds:.1f} s (model {model})", flush=True)
         started = time.perf_counter()
         requests = 0
         for batch in batches:
             batch_started = time.perf_counter()
-            results = sc.run_concurrently(
+            results = run_concurrently(
                 lambda i: client.complete(model, _prompt(i), max_tokens), batch, concurrency=batch
             )
             seconds = time.perf_counter() - batch_started
             requests += batch
-            answered = [r for r in results if isinstance(r, sc.Completion)]
-            failed = [r for r in results if isinstance(r, sc.ClientError)]
+            answered = [r for r in results if isinstance(r, Completion)]
+            failed = [r for r in results if isinstance(r, ClientError)]
             step = f"[Caovan] warmup: batch {batch}: {len(answered)}/{batch} ok"
             if answered:
                 step += ", " + _tokens_text([r.completion_tokens for r in answered], max_tokens)
             print(f"{step}, {seconds:.2f} s", flush=True)
             if failed:
-                raise sc.RequestFailed(f"batch {batch}: {len(failed)}/{batch} request(s) failed; first: {failed[0]}")
+                raise RequestFailed(f"batch {batch}: {len(failed)}/{batch} request(s) failed; first: {failed[0]}")
         total = time.perf_counter() - started
     print(f"[Caovan] warmup=READY model={model} requests={requests} seconds={total:.1f}", flush=True)
     return 0

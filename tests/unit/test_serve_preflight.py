@@ -1,0 +1,202 @@
+"""``caovan serve``'s checks before it hands over to vLLM (issue 32): the CAOVAN_* environment judged as the
+plugin's start-up judges it (defect 3), and a CUDA GPU to run on (defect 4)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from caovan import cli, runtime_guards
+from caovan.cli import serve as serve_cli
+from caovan.serve_command import COLD_START_TIMEOUTS
+from caovan.testing.tiny_models import write_tiny_qwen3_next
+
+
+@pytest.fixture(scope="module")
+def candidate(tmp_path_factory) -> Path:
+    return write_tiny_qwen3_next(tmp_path_factory.mktemp("models") / "next")
+
+
+@pytest.fixture
+def serve(monkeypatch, capsys):
+    """``caovan serve ARGS`` without starting vLLM: (exit status, stdout, stderr, the argv it would exec or None)."""
+    monkeypatch.setattr(serve_cli, "_vllm_env_names", lambda: set(COLD_START_TIMEOUTS))
+    for name in [n for n in os.environ if n.upper().startswith("CAOVAN_")]:
+        monkeypatch.delenv(name)
+    execed = []
+
+    def fake_execve(path, argv, env):
+        execed.append(argv)
+        return 0
+
+    monkeypatch.setattr(serve_cli.os, "execve", fake_execve)
+
+    def run(*argv: str) -> tuple[int, str, str, list[str] | None]:
+        status = cli.main(["serve", *argv])
+        out, err = capsys.readouterr()
+        return status, out, err, execed[-1] if execed else None
+
+    return run
+
+
+def test_a_require_value_start_up_refuses_is_refused_before_vllm(serve, candidate, monkeypatch):
+    monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", "maybe")
+    status, out, err, execed = serve(str(candidate), "--caovan-dry-run")
+    assert status == 2 and out == "" and execed is None
+    assert err == (
+        "caovan serve: error: environment variable CAOVAN_REQUIRE_TURBO3='maybe' is not understood: use 1 (require) "
+        "or 0 (do not)\n"
+    )
+
+
+def test_a_setting_start_up_warns_about_is_said_before_vllm_starts(serve, candidate, monkeypatch):
+    monkeypatch.setenv("CAOVAN_GDN_LEGACY_DISABLE", "1")
+    status, out, err, _ = serve(str(candidate), "--caovan-dry-run")
+    assert status == 0 and out.startswith("CAOVAN_SERVE_AUTOSPEC=3 ")
+    assert err.splitlines()[0] == (
+        "[Caovan] serve: warning: environment variables caovan ignores: CAOVAN_GDN_LEGACY_DISABLE (it has no effect, "
+        "caovan has no legacy bridge)"
+    )
+
+
+def test_help_is_given_whatever_the_environment(serve, monkeypatch):
+    monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", "maybe")  # help starts no server: nothing to refuse
+    status, out, _, _ = serve("--caovan-dry-run", "--help=all")
+    assert status == 0 and out == "vllm serve --help=all\n"
+
+
+# --- no CUDA GPU: one line before vLLM's traceback (defect 4) ----------------------------------------------------
+
+
+class _NVMLError(Exception):
+    pass
+
+
+class _FakeNVML:
+    """pynvml as a host shows it: ``gpus`` GPUs, or no driver (``init_error``)."""
+
+    def __init__(self, gpus: int = 0, init_error: str | None = None):
+        self.gpus, self.init_error, self.open = gpus, init_error, False
+
+    def nvmlInit(self):
+        if self.init_error:
+            raise _NVMLError(self.init_error)
+        self.open = True
+
+    def nvmlShutdown(self):
+        self.open = False
+
+    def nvmlDeviceGetCount(self):
+        return self.gpus
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetUUID(self, handle):
+        return f"GPU-{handle}0000000-0000-0000-0000-000000000000"
+
+
+NO_DRIVER = "NVML Shared Library Not Found"
+
+
+def _missing(monkeypatch, nvml, environ=None, vllm_version="0.21.0", exists=lambda path: False):
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    return runtime_guards.cuda_gpu_missing(environ or {}, vllm_version=vllm_version, exists=exists)
+
+
+@pytest.mark.parametrize(
+    ("nvml", "environ", "reason"),
+    [
+        (
+            _FakeNVML(init_error=NO_DRIVER),
+            {},
+            f"no CUDA GPU here (NVML, which vLLM asks for GPUs, cannot start: {NO_DRIVER})",
+        ),
+        (_FakeNVML(gpus=0), {}, "no CUDA GPU here (the NVIDIA driver lists none)"),
+        (
+            _FakeNVML(gpus=2),
+            {"CUDA_VISIBLE_DEVICES": ""},
+            "no CUDA GPU visible (CUDA_VISIBLE_DEVICES='' hides all 2 of this host's)",
+        ),
+        (
+            _FakeNVML(gpus=2),
+            {"CUDA_VISIBLE_DEVICES": "-1"},
+            "no CUDA GPU visible (CUDA_VISIBLE_DEVICES='-1' hides all 2",
+        ),
+        (_FakeNVML(gpus=1), {"CUDA_VISIBLE_DEVICES": "3"}, "no CUDA GPU visible (CUDA_VISIBLE_DEVICES='3' hides all 1"),
+    ],
+)
+def test_no_cuda_gpu_is_named(monkeypatch, nvml, environ, reason):
+    assert _missing(monkeypatch, nvml, environ).startswith(reason)
+    assert not nvml.open  # NVML is shut down again
+
+
+@pytest.mark.parametrize("environ", [{}, {"CUDA_VISIBLE_DEVICES": "1"}, {"CUDA_VISIBLE_DEVICES": "GPU-1"}])
+def test_a_visible_gpu_is_no_problem(monkeypatch, environ):
+    assert _missing(monkeypatch, _FakeNVML(gpus=2), environ) is None
+
+
+def test_hosts_where_vllm_runs_without_nvml_are_left_to_vllm(monkeypatch):
+    no_driver = _FakeNVML(init_error=NO_DRIVER)
+    assert _missing(monkeypatch, no_driver, vllm_version="0.21.0+cpu") is None  # vLLM's CPU build
+    for marker in ("/etc/nv_tegra_release", "/dev/kfd"):  # a Jetson; an AMD GPU (ROCm)
+        assert _missing(monkeypatch, no_driver, exists=lambda path, marker=marker: path == marker) is None
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no pynvml to ask: import fails
+    assert runtime_guards.cuda_gpu_missing({}, vllm_version="0.21.0", exists=lambda path: False) is None
+
+
+@pytest.fixture
+def host(monkeypatch):
+    """The host serve sees: set ``host(FakeNVML)``; nothing of this machine's own GPUs or files counts."""
+    check = runtime_guards.cuda_gpu_missing
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    def set_host(nvml):
+        monkeypatch.setitem(sys.modules, "pynvml", nvml)
+        monkeypatch.setattr(
+            runtime_guards,
+            "cuda_gpu_missing",
+            functools.partial(check, vllm_version="0.21.0", exists=lambda path: False),
+        )
+
+    return set_host
+
+
+def test_serve_without_a_cuda_gpu_is_one_line_not_vllms_traceback(serve, host, candidate):
+    host(_FakeNVML(init_error=NO_DRIVER))
+    status, out, err, execed = serve(str(candidate), "--port", "8001")
+    assert status == 2 and out == "" and execed is None
+    assert err == (
+        f"caovan serve: error: no CUDA GPU here (NVML, which vLLM asks for GPUs, cannot start: {NO_DRIVER}); vllm "
+        "serve needs one (--caovan-dry-run prints the command without a GPU)\n"
+    )
+
+
+def test_serve_with_every_gpu_hidden_is_one_line(serve, host, candidate, monkeypatch):
+    host(_FakeNVML(gpus=2))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    status, _, err, execed = serve(str(candidate))
+    assert status == 2 and execed is None and len(err.splitlines()) == 1
+    assert err.startswith("caovan serve: error: no CUDA GPU visible (CUDA_VISIBLE_DEVICES='' hides all 2 ")
+
+
+def test_without_a_gpu_dry_run_and_help_still_work(serve, host, candidate, capsys):
+    host(_FakeNVML(init_error=NO_DRIVER))
+    status, out, _, execed = serve(str(candidate), "--caovan-dry-run")
+    assert status == 0 and f"vllm serve {candidate} " in out and execed is None
+    status, _, _, execed = serve(str(candidate), "--help")  # vLLM's own help needs no GPU: run as written
+    assert status == 0 and execed[-2:] == [str(candidate), "--help"]
+    with pytest.raises(SystemExit) as stop:  # caovan serve's own
+        cli.main(["serve", "--help"])
+    assert stop.value.code == 0 and "MODEL [VLLM_ARGS ...]" in capsys.readouterr().out
+
+
+def test_serve_with_a_gpu_runs_vllm(serve, host, candidate):
+    host(_FakeNVML(gpus=1))
+    status, _, _, execed = serve(str(candidate))
+    assert status == 0 and execed[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", str(candidate)]
