@@ -157,7 +157,8 @@ def _reaches(state_write_bytes: int, threshold: int | None) -> bool:
 DATA_FILE = Path(__file__).with_name("launch_configs.json")
 
 
-def _entry(arch: str, entry: dict) -> ArchLaunchConfig:
+def load_entry(arch: str, entry: dict) -> ArchLaunchConfig:
+    """One architecture's entry of the data file, checked; KeyError, TypeError or ValueError says what is wrong."""
     config = ArchLaunchConfig(
         arch=arch,
         capability=tuple(entry["capability"]),
@@ -233,7 +234,7 @@ def _load(path: Path) -> dict[str, ArchLaunchConfig]:
     configs = {}
     for arch, entry in raw.items():
         try:
-            configs[arch] = _entry(arch, entry)
+            configs[arch] = load_entry(arch, entry)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: entry {arch!r}: {exc}") from None
     return configs
