@@ -45,7 +45,7 @@ from caovan.model_check import (
     find_model_folder,
     mtp_speculative_config,
 )
-from caovan.options import AUTOSPEC_ENV, CaovanConfigError, parse_options, vllm_plugins_leaves_out
+from caovan.plugin.options import AUTOSPEC_ENV, CaovanConfigError, parse_options, vllm_plugins_leaves_out
 
 #: What ``caovan serve`` adds to ``--additional-config`` when the user set none of caovan's switches.
 ENABLE_KEYS: dict[str, Any] = {"caovan": True, "caovan_mode": "auto"}

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from caovan import cli, runtime_guards
+from caovan import cli
 from caovan.cli import serve as serve_cli
 from caovan.model_check import check_model_dir
+from caovan.plugin import guards
 from caovan.serve_command import (
     COLD_START_TIMEOUTS,
     ServeArgsError,
@@ -235,7 +236,7 @@ def test_cli_dry_run_prints_the_command_and_runs_nothing(candidate, monkeypatch,
 
 def test_cli_execs_vllm_with_the_plan(candidate, monkeypatch, capsys):
     monkeypatch.setattr(serve_cli, "_vllm_env_names", lambda: ALL_TIMEOUTS)
-    monkeypatch.setattr(runtime_guards, "cuda_gpu_missing", lambda environ=None: None)  # a GPU, wherever this runs
+    monkeypatch.setattr(guards, "cuda_gpu_missing", lambda environ=None: None)  # a GPU, wherever this runs
     called = {}
 
     def fake_execve(path, argv, env):

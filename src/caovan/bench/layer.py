@@ -89,7 +89,7 @@ def bench_layer_case(case: LayerCase, workdir: Path, settings: BenchSettings, de
     import torch
     from vllm.forward_context import set_forward_context
 
-    from caovan.dispatch import counters
+    from caovan.plugin import counters
     from caovan.testing import vllm_gdn_layer as rig
 
     device = torch.device(device)

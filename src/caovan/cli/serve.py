@@ -12,8 +12,8 @@ import difflib
 import os
 import sys
 
-from caovan import runtime_guards
-from caovan.options import FAIL, check_environment
+from caovan.plugin import guards
+from caovan.plugin.options import FAIL, check_environment
 
 from . import prog
 
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     except ServeArgsError as exc:
         return _error(args, str(exc))
     if not (args.caovan_dry_run or help_asked):
-        missing = runtime_guards.cuda_gpu_missing(plan.environment(os.environ))
+        missing = guards.cuda_gpu_missing(plan.environment(os.environ))
         if missing:  # vLLM would end in a long traceback; --caovan-dry-run still shows the command
             return _error(args, f"{missing}; vllm serve needs one (--caovan-dry-run prints the command without a GPU)")
     # stderr: vLLM's own output follows on both streams; these lines say what caovan changed before it starts.
