@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 
-from caovan.serve_command import COLD_START_TIMEOUTS, VLLM_CLI_MODULE, plan_serve
+from caovan.serving.serve_command import COLD_START_TIMEOUTS, VLLM_CLI_MODULE, plan_serve
 from caovan.testing.tiny_models import write_tiny_qwen3_next
 
 pytestmark = pytest.mark.discovery

@@ -18,7 +18,7 @@ from caovan import cli
 from caovan.cli import serve as serve_cli
 from caovan.model_check import check_model_dir
 from caovan.plugin import guards
-from caovan.serve_command import (
+from caovan.serving.serve_command import (
     COLD_START_TIMEOUTS,
     ServeArgsError,
     find_flag,

@@ -13,7 +13,7 @@ import pytest
 from caovan import cli
 from caovan.cli import serve as serve_cli
 from caovan.plugin import guards
-from caovan.serve_command import COLD_START_TIMEOUTS
+from caovan.serving.serve_command import COLD_START_TIMEOUTS
 from caovan.testing.tiny_models import write_tiny_qwen3_next
 
 
