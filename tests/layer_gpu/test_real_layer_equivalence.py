@@ -39,8 +39,7 @@ from typing import Any
 import pytest
 import torch
 
-from caovan.cli import cuda_visible_note
-from caovan.testing.vllm_gdn_layer import (
+from caovan.bench.vllm_layer_rig import (
     NULL_BLOCK_ID,
     CoreInputs,
     MambaCache,
@@ -70,6 +69,7 @@ from caovan.testing.vllm_gdn_layer import (
     spec_request,
     write_model_dir,
 )
+from caovan.cli import cuda_visible_note
 
 pytestmark = pytest.mark.kernel
 

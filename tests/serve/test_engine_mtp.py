@@ -79,8 +79,7 @@ import pytest
 import serve_env
 import serve_workload
 import token_agreement
-
-from caovan.testing.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
+from helpers.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
 
 pytestmark = pytest.mark.serve
 

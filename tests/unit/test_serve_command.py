@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
 
 from caovan import cli
 from caovan.cli import serve as serve_cli
@@ -25,7 +26,6 @@ from caovan.serving.serve_command import (
     plan_serve,
     split_model,
 )
-from caovan.testing.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
 
 ALL_TIMEOUTS = set(COLD_START_TIMEOUTS)
 
