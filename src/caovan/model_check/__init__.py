@@ -5,7 +5,7 @@ No vLLM or torch import anywhere in this package: the check runs in a second on 
 
 from .architectures import GDN_ARCHITECTURES, GdnArchitecture
 from .checks import DEFAULT_NUM_SPECULATIVE_TOKENS, check_model_dir, mtp_speculative_config
-from .config import CONFIG_FILE_NAME, ModelCheckError, find_model_folder, load_config
+from .config import CONFIG_FILE_NAME, ModelCheckError, find_model_folder, is_local_path, load_config, model_folder
 from .report import (
     CANDIDATE_CAVEAT,
     JSON_SCHEMA_ID,
@@ -40,6 +40,8 @@ __all__ = [
     "find_model_folder",
     "format_report",
     "inspect_mtp_weights",
+    "is_local_path",
     "load_config",
+    "model_folder",
     "mtp_speculative_config",
 ]

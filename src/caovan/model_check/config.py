@@ -44,12 +44,23 @@ def parse_json_bytes(raw: bytes, where: str) -> Any:
         ) from None
 
 
+#: How a local path starts: vLLM and Hugging Face never read such a name as a repository id.
+LOCAL_PATH_PREFIXES = ("/", "./", "../", "~")
+
+
+def is_local_path(model: str) -> bool:
+    """Whether ``model`` names a local path (a folder, never a Hugging Face name): it starts like one or exists."""
+    return model in (".", "..") or model.startswith(LOCAL_PATH_PREFIXES) or Path(model).exists()
+
+
 def find_model_folder(model: str, revision: str | None = None) -> Path | None:
     """A local folder holding ``model``'s ``config.json``: the path itself (as vLLM will read it: no ``~``
     expansion), or the Hugging Face cache snapshot of ``model`` at ``revision`` (the default branch when None)."""
     path = Path(model)
     if path.is_dir():
         return path
+    if is_local_path(model):
+        return None
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
@@ -61,19 +72,35 @@ def find_model_folder(model: str, revision: str | None = None) -> Path | None:
     return Path(cached).parent if isinstance(cached, str) else None
 
 
+def model_folder(model: str, revision: str | None = None) -> Path | None:
+    """The folder ``model`` is read from, as ``caovan check-model`` and ``caovan serve`` both judge it.
+
+    A local path must be a folder holding a readable ``config.json``: a :class:`ModelCheckError` names the path and
+    what is wrong otherwise (vLLM could not load it either).  A Hugging Face name gives its cached snapshot, or None
+    when its ``config.json`` is not in the cache.
+    """
+    if not is_local_path(model):
+        return find_model_folder(model, revision)
+    if model.startswith("~") and not Path(model).exists():
+        raise ModelCheckError(f"model folder not found: {model} (vLLM does not expand ~: give the path without it)")
+    load_config(model)
+    return Path(model)
+
+
 def load_config(model_dir: str | Path) -> tuple[Path, dict[str, Any]]:
     """Return (path of config.json, its top-level object); ModelCheckError on any problem."""
     folder = Path(model_dir)
+    # Named as the user wrote it (Path drops a leading "./").
     if not folder.exists():
-        raise ModelCheckError(f"model folder not found: {folder}")
+        raise ModelCheckError(f"model folder not found: {model_dir}")
     if not folder.is_dir():
-        raise ModelCheckError(f"not a folder: {folder} (give the model folder holding config.json)")
+        raise ModelCheckError(f"not a folder: {model_dir} (give the model folder holding config.json)")
     config_path = folder / CONFIG_FILE_NAME
     if config_path.is_symlink() and not config_path.exists():
         # exists() follows the link: a dangling one would otherwise read as a missing file
         raise ModelCheckError(f"{config_path}: a broken link to {os.readlink(config_path)}")
     if not config_path.exists():
-        raise ModelCheckError(f"no {CONFIG_FILE_NAME} in {folder}")
+        raise ModelCheckError(f"no {CONFIG_FILE_NAME} in {model_dir}")
     config = read_json_file(config_path)
     if not isinstance(config, dict):
         raise ModelCheckError(f"{config_path}: top level must be a JSON object, got {json_type_name(config)}")
