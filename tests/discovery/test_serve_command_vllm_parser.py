@@ -18,9 +18,9 @@ import sys
 import textwrap
 
 import pytest
+from helpers.tiny_models import write_tiny_qwen3_next
 
-from caovan.serve_command import COLD_START_TIMEOUTS, VLLM_CLI_MODULE, plan_serve
-from caovan.testing.tiny_models import write_tiny_qwen3_next
+from caovan.serving.serve_command import COLD_START_TIMEOUTS, VLLM_CLI_MODULE, plan_serve
 
 pytestmark = pytest.mark.discovery
 

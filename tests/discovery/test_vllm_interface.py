@@ -8,6 +8,7 @@ import pytest
 from caovan import PLUGIN_NAME, plugin
 from caovan.adapters import ADAPTERS, probe_all, select_adapter
 from caovan.adapters.base import installed_vllm_version, version_in
+from caovan.plugin import startup
 
 pytestmark = pytest.mark.discovery
 
@@ -95,11 +96,11 @@ def test_vllm_plugins_filter_is_honoured(vllm_module, monkeypatch):
 
 
 def test_register_is_idempotent_in_real_vllm(vllm_module, monkeypatch):
-    monkeypatch.setattr(plugin, "_state", plugin._PluginState())
+    monkeypatch.setattr(startup, "_state", startup._PluginState())
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append
-    plugin.logger.addHandler(handler)
+    startup.logger.addHandler(handler)
     try:
         from vllm.plugins import load_plugins_by_group
 
@@ -107,11 +108,11 @@ def test_register_is_idempotent_in_real_vllm(vllm_module, monkeypatch):
         for _ in range(3):  # vLLM calls it once per process, plugins may be loaded repeatedly
             funcs[PLUGIN_NAME]()
     finally:
-        plugin.logger.removeHandler(handler)
+        startup.logger.removeHandler(handler)
     assert len(records) == 1
     line = records[0].getMessage()
     assert f"vLLM {vllm_module.__version__}" in line
-    assert plugin.status().family_id == select_adapter().family_id
+    assert startup.status().family_id == select_adapter().family_id
 
 
 def test_doctor_reports_family(vllm_module, capsys):

@@ -39,8 +39,7 @@ from typing import Any
 import pytest
 import torch
 
-from caovan.cli import cuda_visible_note
-from caovan.testing.vllm_gdn_layer import (
+from caovan.bench.vllm_layer_rig import (
     NULL_BLOCK_ID,
     CoreInputs,
     MambaCache,
@@ -70,6 +69,7 @@ from caovan.testing.vllm_gdn_layer import (
     spec_request,
     write_model_dir,
 )
+from caovan.cli import cuda_visible_note
 
 pytestmark = pytest.mark.kernel
 
@@ -234,7 +234,7 @@ def check_step(
     batch row i (not from ``spec_token_indx[i]``), so when a non-spec token precedes the spec tokens its spec
     outputs and SSM states are wrong; there caovan's spec part is judged by the reference alone.
     """
-    from caovan.dispatch import counters
+    from caovan.plugin import counters
 
     gdn_spec_decode_reference = _reference_kernel()
     model = rig.model
@@ -424,7 +424,7 @@ def test_cuda_graph_capture_and_replay(rig_factory, model) -> None:
     the step's activations are copied into the captured input tensors.  The replay must equal caovan's eager run
     of the same step (same kernels: up to 2 ulp) and match vLLM's eager core (``TOLERANCES``).
     """
-    from caovan.dispatch import counters
+    from caovan.plugin import counters
 
     rig = rig_factory(model)
     t = model.tokens_per_spec_request
@@ -504,7 +504,7 @@ def test_layer_forward_reaches_caovan_core_through_vllm_custom_op(rig_factory, m
     """``layer.forward`` -> in_proj -> ``torch.ops.vllm.gdn_attention_core`` -> the instance's ``_forward_core``."""
     from vllm.forward_context import set_forward_context
 
-    from caovan.dispatch import counters
+    from caovan.plugin import counters
 
     rig = rig_factory(model)
     where = f"[{model.id} / forward]"
@@ -572,8 +572,8 @@ def test_switch_off_keeps_in_tree_core_and_activation_line_logs_once(rig_factory
     """Without ``{"caovan": true}`` caovan's class keeps vLLM's core; with it the activation line appears once."""
     from vllm.model_executor.layers.mamba.gdn_linear_attn import GatedDeltaNetAttention
 
-    from caovan.dispatch import counters
     from caovan.log import logger as caovan_logger
+    from caovan.plugin import counters
 
     model = MODEL_CASES[0]
     rig = rig_factory(model)

@@ -313,7 +313,7 @@ def _best_effort(record: dict[str, Any], key: str, fn: Any) -> None:
 
 def plugin_facts() -> dict[str, Any]:
     import caovan
-    from caovan.plugin import status
+    from caovan.plugin.startup import status
 
     state = status()
     return {
@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             record["stock_spec_kernel_calls"] = stock.snapshot()
         _best_effort(record, "plugin", plugin_facts)
         try:
-            from caovan.dispatch import counters
+            from caovan.plugin import counters
 
             record["counters_in_process"] = counters.snapshot()
         except Exception as exc:

@@ -55,7 +55,7 @@ Require mode: ``require_mtp`` starts, dispatches, and agrees with ``enabled`` un
 ``require_no_spec`` fails at start-up with CaovanRequireError saying "speculative decoding is off";
 ``require_no_gdn`` fails at start-up with CaovanRequireError saying the model "has no GDN layer caovan can take
 over" (raised from the model loader, after vLLM built the model and found no layer to hand to caovan);
-``bad_option_type`` fails at start-up with the exact CaovanConfigError ``caovan.options`` gives for it.
+``bad_option_type`` fails at start-up with the exact CaovanConfigError ``caovan.plugin.options`` gives for it.
 
 Environment knobs: ``CAOVAN_SERVE_DTYPE`` (float16 | bfloat16, default float16 as on SM75),
 ``CAOVAN_SERVE_JOBS`` (engines at once, default all), ``CAOVAN_SERVE_TIMEOUT_S`` (per engine, default 540),
@@ -79,8 +79,7 @@ import pytest
 import serve_env
 import serve_workload
 import token_agreement
-
-from caovan.testing.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
+from helpers.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
 
 pytestmark = pytest.mark.serve
 
@@ -397,7 +396,7 @@ def test_require_mode_on_a_model_without_gdn_layers_fails_at_start_up(engine_run
 
 
 def test_malformed_caovan_option_fails_with_one_clear_error(engine_runs):
-    from caovan.options import CaovanConfigError, parse_options
+    from caovan.plugin.options import CaovanConfigError, parse_options
 
     with pytest.raises(CaovanConfigError) as expected:
         parse_options(engine_runs["bad_option_type"].case.additional_config, environ={})

@@ -14,8 +14,7 @@ from types import SimpleNamespace
 import engine_runner
 import pytest
 import serve_workload
-
-from caovan.testing.tiny_models import write_tiny_qwen3_next
+from helpers.tiny_models import write_tiny_qwen3_next
 
 
 @pytest.fixture

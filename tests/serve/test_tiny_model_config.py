@@ -9,9 +9,9 @@ import json
 
 import pytest
 import serve_workload
+from helpers import tiny_models
 
 from caovan.model_check import check_model_dir
-from caovan.testing import tiny_models
 
 
 @pytest.mark.parametrize("writer", [tiny_models.write_tiny_qwen3_next, tiny_models.write_tiny_qwen3_5])
@@ -131,9 +131,8 @@ def test_vllm_reads_the_tiny_dense_model_as_a_plain_model(tmp_path):
 @pytest.mark.discovery
 def test_vllm_loads_the_tiny_word_tokenizer(tmp_path):
     # The HTTP test of the serve tier sends text prompts through this tokenizer; vLLM loads it as it loads any.
+    from helpers.tiny_tokenizer import KNOWN_WORDS, write_word_tokenizer
     from vllm.tokenizers import get_tokenizer
-
-    from caovan.testing.tiny_tokenizer import KNOWN_WORDS, write_word_tokenizer
 
     folder = write_word_tokenizer(tiny_models.write_tiny_qwen3_next(tmp_path / "m"), 2048)
     tokenizer = get_tokenizer(str(folder))
@@ -145,7 +144,7 @@ def test_vllm_loads_the_tiny_word_tokenizer(tmp_path):
 
 
 def test_tiny_tokenizer_refuses_a_vocabulary_too_small(tmp_path):
-    from caovan.testing.tiny_tokenizer import write_word_tokenizer
+    from helpers.tiny_tokenizer import write_word_tokenizer
 
     with pytest.raises(ValueError, match="vocab_size=8 is smaller than its fixed words"):
         write_word_tokenizer(tmp_path, 8)

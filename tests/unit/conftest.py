@@ -41,7 +41,7 @@ def fake_openai():
 @pytest.fixture
 def no_api_key_env(monkeypatch):
     """No API key reaches a serving-client command from the environment the tests run in."""
-    from caovan.serving_client import API_KEY_ENV
+    from caovan.serving.client import API_KEY_ENV
 
     for name in API_KEY_ENV:
         monkeypatch.delenv(name, raising=False)

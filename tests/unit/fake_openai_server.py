@@ -1,6 +1,6 @@
 """A fake vLLM OpenAI-compatible server in a thread, for unit tests of caovan's HTTP clients (warmup, benchmark).
 
-It answers the routes caovan's client uses the way vLLM 0.21.0 does (see caovan.serving_client's docstring):
+It answers the routes caovan's client uses the way vLLM 0.21.0 does (see caovan.serving.client's docstring):
 /health (empty 200), /v1/models (ModelList), /version ({"version": ...}), /tokenize (``{"count", "max_model_len",
 "tokens"}``; a token is a word here, as in the completions' usage), /v1/completions (plain, or streamed as
 ``data: {chunk}`` + blank line, a last usage chunk with ``"choices": []``, then ``data: [DONE]``), errors as

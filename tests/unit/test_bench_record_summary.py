@@ -324,7 +324,7 @@ def test_a_schema_that_is_not_a_string_is_the_wrong_kind_not_a_traceback(tmp_pat
 
 
 def test_a_serving_benchmark_record_is_named_as_such(tmp_path, capsys):
-    from caovan.serving_bench import SCHEMA
+    from caovan.serving.benchmark import SCHEMA
 
     rc, out, err = _run(["summary", str(_record(tmp_path, ROWS, schema=SCHEMA))], capsys)
     assert rc == 2 and out == "" and f"a {SCHEMA!r} record (caovan-sm75-benchmark --output), the wrong kind" in err

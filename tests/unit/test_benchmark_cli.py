@@ -1,4 +1,4 @@
-"""``caovan benchmark`` and caovan.serving_bench: prompts, statistics, the record, --compare; against a fake server.
+"""``caovan benchmark`` and caovan.serving.benchmark: prompts, statistics, the record, --compare; against a fake server.
 
 These check logic (counts, settings, percentiles on known numbers), never speed.
 """
@@ -11,11 +11,11 @@ import socket
 
 import pytest
 
-from caovan import serving_bench as sb
-from caovan import serving_client as sc
-from caovan import serving_errors as se
 from caovan.cli import benchmark
-from caovan.serving_protocol import Completion
+from caovan.serving import benchmark as sb
+from caovan.serving import client as sc
+from caovan.serving import errors as se
+from caovan.serving.protocol import Completion
 
 
 def _run(argv: list[str]) -> int:

@@ -138,7 +138,7 @@ def test_check_imports_neither_vllm_nor_torch() -> None:
         "bad = sorted(m for m in ('vllm', 'torch', 'triton') if m in sys.modules); "
         "print(','.join(bad)); sys.exit(1 if bad else 0)"
     )
-    src = Path(model_check.__file__).resolve().parents[1]
+    src = Path(model_check.__file__).resolve().parents[2]
     result = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -260,7 +260,7 @@ def test_no_family_passing_names_why_on_the_result_line(healthy, capsys, monkeyp
 
 @pytest.mark.parametrize("value", ["maybe", "2", "enabled"])
 def test_a_require_value_start_up_refuses_fails(healthy, capsys, monkeypatch, value):
-    from caovan.options import CaovanConfigError, require_from_env
+    from caovan.plugin.options import CaovanConfigError, require_from_env
 
     monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", value)
     with pytest.raises(CaovanConfigError) as refused:  # what the plugin's start-up raises on

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("triton", reason="the launch configurations live in the kernels package")
 
 from caovan.adapters import gdn_linear_attn_v020_layer as layer_mod  # noqa: E402
-from caovan.options import CaovanRequireError  # noqa: E402
+from caovan.plugin.options import CaovanRequireError  # noqa: E402
 
 
 def _layer(**overrides):

@@ -7,10 +7,9 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 import caovan.adapters
-from caovan import plugin, runtime_guards
-from caovan.adapters import model_loader
 from caovan.adapters.registry import Selection
-from caovan.options import CaovanConfigError, CaovanRequireError
+from caovan.plugin import guards, model_loader, startup
+from caovan.plugin.options import CaovanConfigError, CaovanRequireError
 
 
 class _Loader:
@@ -21,9 +20,9 @@ class _Loader:
 @pytest.fixture
 def fake_loader(monkeypatch):
     # register() applies the environment guards: give them an environment of their own, never this process's.
-    apply_guards = runtime_guards.apply_guards
-    monkeypatch.setattr(runtime_guards, "apply_guards", lambda environ=None: apply_guards({}))
-    monkeypatch.setattr(runtime_guards, "nvml_capabilities", lambda environ=None: [])
+    apply_guards = guards.apply_guards
+    monkeypatch.setattr(guards, "apply_guards", lambda environ=None: apply_guards({}))
+    monkeypatch.setattr(guards, "nvml_capabilities", lambda environ=None: [])
     module = ModuleType(model_loader.LOADER_MODULE)
 
     class BaseModelLoader(_Loader):
@@ -36,12 +35,12 @@ def fake_loader(monkeypatch):
 
 @pytest.fixture
 def inert_plugin(monkeypatch, fake_loader):
-    monkeypatch.setattr(plugin, "_state", plugin._PluginState())
+    monkeypatch.setattr(startup, "_state", startup._PluginState())
     monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
     monkeypatch.setattr(
         caovan.adapters, "select_adapter", lambda: Selection("9.9.9", None, "no GDN family matches vLLM 9.9.9: x")
     )
-    plugin.register()
+    startup.register()
     return fake_loader
 
 
@@ -75,17 +74,17 @@ def test_install_failure_also_gets_the_inert_check(monkeypatch, fake_loader):
             model_loader.install(after=lambda *a: None)  # the family's check went in before the failure
             raise RuntimeError("GatedDeltaNetAttention is already replaced by other.Plugin")
 
-    monkeypatch.setattr(plugin, "_state", plugin._PluginState())
+    monkeypatch.setattr(startup, "_state", startup._PluginState())
     monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
     monkeypatch.setattr(caovan.adapters, "select_adapter", lambda: Selection("0.21.0", Broken(), "family=x"))
-    plugin.register()
+    startup.register()
     with pytest.raises(CaovanRequireError, match="installing its override failed"):
         _load(fake_loader, {"caovan": True, "caovan_require_turbo3": True})
 
 
 def test_install_wraps_once_replaces_checks_and_uninstall_restores(fake_loader):
     original = fake_loader.load_model
-    check = plugin.inert_check("x")
+    check = startup.inert_check("x")
     assert model_loader.install(before=check)
     wrapped = fake_loader.load_model
     assert wrapped._caovan_wrapped is original
@@ -101,11 +100,11 @@ def test_a_missing_or_different_loader_is_skipped_quietly(monkeypatch, fake_load
         return None
 
     monkeypatch.setattr(fake_loader, "load_model", load_model)
-    assert not model_loader.install(before=plugin.inert_check("x"))
+    assert not model_loader.install(before=startup.inert_check("x"))
     monkeypatch.delattr(sys.modules[model_loader.LOADER_MODULE], "BaseModelLoader")
-    assert not model_loader.install(before=plugin.inert_check("x"))
+    assert not model_loader.install(before=startup.inert_check("x"))
     monkeypatch.setitem(sys.modules, model_loader.LOADER_MODULE, None)  # import fails
-    assert not model_loader.install(before=plugin.inert_check("x"))
+    assert not model_loader.install(before=startup.inert_check("x"))
 
 
 def test_a_config_object_of_another_plugin_is_not_caovans_business(inert_plugin):
@@ -151,10 +150,10 @@ def test_inert_plugin_enforces_require_through_a_loader_of_its_own(monkeypatch, 
         def load_model(self, vllm_config, model_config, prefix=""):
             return "own"
 
-    monkeypatch.setattr(plugin, "_state", plugin._PluginState())
+    monkeypatch.setattr(startup, "_state", startup._PluginState())
     monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
     monkeypatch.setattr(caovan.adapters, "select_adapter", lambda: Selection("9.9.9", None, "no GDN family: x"))
-    plugin.register()
+    startup.register()
     with pytest.raises(CaovanRequireError, match="plugin is inert"):
         _load(OwnLoader, {"caovan": True, "caovan_require_turbo3": True})
 
@@ -197,7 +196,7 @@ def test_a_base_init_subclass_of_its_own_still_runs_and_comes_back(fake_loader):
         seen.append(cls.__name__)
 
     fake_loader.__init_subclass__ = classmethod(own)
-    assert model_loader.install(before=plugin.inert_check("x"))
+    assert model_loader.install(before=startup.inert_check("x"))
 
     class Later(fake_loader):
         def load_model(self, vllm_config, model_config, prefix=""):
@@ -212,7 +211,7 @@ def test_uninstall_leaves_an_inherited_load_model_inherited(fake_loader):
     # The stand-in BaseModelLoader inherits load_model from a mixin: uninstall used to leave a copy of it in the
     # class's own namespace, so vLLM was not put back exactly (a later patch of the mixin no longer reached it).
     assert "load_model" not in fake_loader.__dict__
-    assert model_loader.install(before=plugin.inert_check("x"))
+    assert model_loader.install(before=startup.inert_check("x"))
     assert model_loader.install(after=lambda *a: None)  # replacing the checks keeps what was vLLM's
     assert model_loader.uninstall()
     assert "load_model" not in fake_loader.__dict__
@@ -226,5 +225,5 @@ def test_a_load_model_whose_parameters_changed_order_is_not_wrapped(monkeypatch,
         return "model"
 
     monkeypatch.setattr(fake_loader, "load_model", load_model)
-    assert not model_loader.install(before=plugin.inert_check("x"))
+    assert not model_loader.install(before=startup.inert_check("x"))
     assert fake_loader.load_model is load_model

@@ -1,6 +1,6 @@
 import pytest
 
-from caovan.options import CaovanConfigError, CaovanOptions, parse_options, require_from_env
+from caovan.plugin.options import CaovanConfigError, CaovanOptions, parse_options, require_from_env
 
 NO_ENV: dict[str, str] = {}
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from caovan.options import (
+from caovan.plugin.options import (
     KNOWN_ENV,
     RETIRED_ENV,
     CaovanConfigError,

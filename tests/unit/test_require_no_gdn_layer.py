@@ -8,8 +8,8 @@ import pytest
 
 from caovan.adapters import gdn_linear_attn_v020_layer as layer_mod
 from caovan.adapters.gdn_linear_attn_v020_layer import check_required_model
-from caovan.adapters.model_loader import wrap_load_model
-from caovan.options import CaovanRequireError
+from caovan.plugin.model_loader import wrap_load_model
+from caovan.plugin.options import CaovanRequireError
 
 
 class _Model:

@@ -13,18 +13,19 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
 
-from caovan import cli, runtime_guards
+from caovan import cli
 from caovan.cli import serve as serve_cli
 from caovan.model_check import check_model_dir
-from caovan.serve_command import (
+from caovan.plugin import guards
+from caovan.serving.serve_command import (
     COLD_START_TIMEOUTS,
     ServeArgsError,
     find_flag,
     plan_serve,
     split_model,
 )
-from caovan.testing.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
 
 ALL_TIMEOUTS = set(COLD_START_TIMEOUTS)
 
@@ -235,7 +236,7 @@ def test_cli_dry_run_prints_the_command_and_runs_nothing(candidate, monkeypatch,
 
 def test_cli_execs_vllm_with_the_plan(candidate, monkeypatch, capsys):
     monkeypatch.setattr(serve_cli, "_vllm_env_names", lambda: ALL_TIMEOUTS)
-    monkeypatch.setattr(runtime_guards, "cuda_gpu_missing", lambda environ=None: None)  # a GPU, wherever this runs
+    monkeypatch.setattr(guards, "cuda_gpu_missing", lambda environ=None: None)  # a GPU, wherever this runs
     called = {}
 
     def fake_execve(path, argv, env):
@@ -489,12 +490,11 @@ def test_an_empty_model_name_is_one_error(args):
         plan_serve(*split_model(args), {})
 
 
-def test_autospec_checks_the_model_name_as_vllm_reads_it(candidate, monkeypatch):
-    # vLLM does not expand "~": a quoted ~/model would be looked up as a Hugging Face name, not as this folder.
+def test_the_model_path_is_checked_as_vllm_reads_it(candidate, monkeypatch):
+    # vLLM does not expand "~": a quoted ~/model is no folder vLLM can load, even when $HOME/model is this one.
     monkeypatch.setenv("HOME", str(candidate.parent))
-    result = plan(f"~/{candidate.name}", [])
-    assert "--speculative-config" not in result.vllm_args
-    assert any("is not a local folder" in note for note in result.notes)
+    with pytest.raises(ServeArgsError, match=f"model folder not found: ~/{candidate.name} .vLLM does not expand ~"):
+        plan(f"~/{candidate.name}", [])
 
 
 @pytest.mark.parametrize(
@@ -547,3 +547,61 @@ def test_autospec_looks_up_the_revision_vllm_will_load(candidate):
 def test_non_ascii_values_are_passed_as_written(candidate):
     result = plan(candidate, ["--additional-config", '{"label": "café"}'])
     assert '"label":"café"' in value_after(result.vllm_args, "--additional-config")
+
+
+# --- defect 5: a bad model folder is refused as check-model refuses it ------------------------------------------
+
+
+def _bad_folders(tmp_path: Path) -> dict[str, Path]:
+    no_config = tmp_path / "no-config"
+    no_config.mkdir()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"architectures": [')
+    return {"missing": tmp_path / "no" / "such" / "folder", "no_config": no_config, "broken": broken}
+
+
+@pytest.mark.parametrize("kind", ["missing", "no_config", "broken"])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_serve_refuses_a_bad_model_folder_as_check_model_does(tmp_path, monkeypatch, capsys, kind, dry_run):
+    folder = _bad_folders(tmp_path)[kind]
+    check_status = cli.main(["check-model", str(folder)])
+    _, check_err = capsys.readouterr()
+    flags = ["--caovan-dry-run"] if dry_run else []
+    status, out, err = _dry_run(monkeypatch, capsys, cli.main, ["serve", str(folder), *flags])
+    assert (status, check_status) == (2, 2)
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith("caovan serve: error: ") and str(folder) in err
+    # One shared judgement: the same words after each command's own prefix.
+    assert err.removeprefix("caovan serve: ") == check_err.removeprefix("caovan check-model: ")
+
+
+@pytest.mark.parametrize("spec", [[], ["--speculative-config", '{"method": "mtp"}'], ["--caovan-no-autospec"]])
+def test_a_bad_model_folder_is_refused_whatever_autospec_does(tmp_path, spec):
+    # vLLM could not load it either: refusing it does not depend on AutoSpec looking at it.
+    folder = _bad_folders(tmp_path)["missing"]
+    autospec = "--caovan-no-autospec" not in spec
+    args = [arg for arg in spec if arg != "--caovan-no-autospec"]
+    with pytest.raises(ServeArgsError, match=f"model folder not found: {re.escape(str(folder))}"):
+        plan(folder, args, autospec=autospec)
+    with pytest.raises(ServeArgsError, match=f"model folder not found: {re.escape(str(folder))}"):
+        plan_serve(None, ["--model", str(folder), *args], {}, autospec=autospec)
+
+
+@pytest.mark.parametrize("model", ["./no-such-model", "../no-such-model", "~/no-such-model", "no-such-dir/../x"])
+def test_a_relative_or_home_path_is_a_folder_never_a_hugging_face_name(tmp_path, monkeypatch, model):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    if model.startswith(("./", "../", "~/")):
+        with pytest.raises(ServeArgsError, match=f"model folder not found: {re.escape(model)}"):
+            plan(model, [])
+    else:  # org/name-like: a Hugging Face name that is not cached keeps AutoSpec's note
+        result = plan(model, [])
+        assert any("is not a local folder" in note for note in result.notes)
+
+
+def test_an_uncached_hugging_face_name_is_still_one_autospec_note():
+    result = plan("no-such-org/no-such-model", [])
+    assert "--speculative-config" not in result.vllm_args
+    notes = [note for note in result.notes if note.startswith("AutoSpec")]
+    assert len(notes) == 1 and "is not in the Hugging Face cache" in notes[0]

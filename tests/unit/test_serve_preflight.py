@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.tiny_models import write_tiny_qwen3_next
 
-from caovan import cli, runtime_guards
+from caovan import cli
 from caovan.cli import serve as serve_cli
-from caovan.serve_command import COLD_START_TIMEOUTS
-from caovan.testing.tiny_models import write_tiny_qwen3_next
+from caovan.plugin import guards
+from caovan.serving.serve_command import COLD_START_TIMEOUTS
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,7 @@ NO_DRIVER = "NVML Shared Library Not Found"
 
 def _missing(monkeypatch, nvml, environ=None, vllm_version="0.21.0", exists=lambda path: False):
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    return runtime_guards.cuda_gpu_missing(environ or {}, vllm_version=vllm_version, exists=exists)
+    return guards.cuda_gpu_missing(environ or {}, vllm_version=vllm_version, exists=exists)
 
 
 @pytest.mark.parametrize(
@@ -146,20 +147,20 @@ def test_hosts_where_vllm_runs_without_nvml_are_left_to_vllm(monkeypatch):
     for marker in ("/etc/nv_tegra_release", "/dev/kfd"):  # a Jetson; an AMD GPU (ROCm)
         assert _missing(monkeypatch, no_driver, exists=lambda path, marker=marker: path == marker) is None
     monkeypatch.setitem(sys.modules, "pynvml", None)  # no pynvml to ask: import fails
-    assert runtime_guards.cuda_gpu_missing({}, vllm_version="0.21.0", exists=lambda path: False) is None
+    assert guards.cuda_gpu_missing({}, vllm_version="0.21.0", exists=lambda path: False) is None
 
 
 @pytest.fixture
 def host(monkeypatch):
     """The host serve sees: set ``host(FakeNVML)``; nothing of this machine's own GPUs or files counts."""
-    check = runtime_guards.cuda_gpu_missing
+    check = guards.cuda_gpu_missing
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
     def set_host(nvml):
         monkeypatch.setitem(sys.modules, "pynvml", nvml)
         monkeypatch.setattr(
-            runtime_guards,
+            guards,
             "cuda_gpu_missing",
             functools.partial(check, vllm_version="0.21.0", exists=lambda path: False),
         )

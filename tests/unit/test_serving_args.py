@@ -1,5 +1,5 @@
-"""caovan.serving_args: the options warmup and benchmark share, checked into the client's settings; and
-caovan.redaction: no API key or URL password in what is recorded or printed."""
+"""caovan.serving.args: the options warmup and benchmark share, checked into the client's settings; and
+caovan.serving.redaction: no API key or URL password in what is recorded or printed."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import argparse
 
 import pytest
 
-from caovan import redaction
-from caovan import serving_args as sa
-from caovan import serving_errors as se
+from caovan.serving import args as sa
+from caovan.serving import errors as se
+from caovan.serving import redaction
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""caovan.serving_client against a fake vLLM OpenAI server (fake_openai_server.py): readiness, requests, and the wire
-format it reads (caovan.serving_protocol). The options that configure it: test_serving_args.py."""
+"""caovan.serving.client against a fake vLLM OpenAI server (fake_openai_server.py): readiness, requests, and the wire
+format it reads (caovan.serving.protocol). The options that configure it: test_serving_args.py."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from caovan import serving_args as sa
-from caovan import serving_client as sc
-from caovan import serving_errors as se
-from caovan import serving_protocol as sp
+from caovan.serving import args as sa
+from caovan.serving import client as sc
+from caovan.serving import errors as se
+from caovan.serving import protocol as sp
 
 
 def _client(url: str, api_key: str | None = None, timeout: float = 5.0) -> sc.ServingClient:

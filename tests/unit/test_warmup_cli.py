@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from caovan import serving_client as sc
 from caovan.cli import warmup
+from caovan.serving import client as sc
 
 
 def _run(argv: list[str]) -> int:

@@ -33,10 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import PLUGIN_NAME
-from ..dispatch import counters
 from ..log import logger
-from ..options import AUTOSPEC_ENV, CaovanRequireError, parse_options
-from . import model_loader
+from ..plugin import counters, model_loader
+from ..plugin.options import AUTOSPEC_ENV, CaovanRequireError, parse_options
 
 FAMILY_ID = "gdn-linear-attn-v020"
 IN_TREE_NAME = "GatedDeltaNetAttention"

@@ -8,7 +8,7 @@ on the metadata vLLM's own GDN metadata builder makes for a pure speculative-dec
 PIECEWISE CUDA graphs, where this core runs outside the graphs). Host-inclusive: metadata lookups, views,
 allocations and launches of both paths are in. The blocks of the two layers alternate (``time_eager_us``).
 
-Only the GDN head shapes matter to the core, so the model is the tiny one of ``caovan.testing.vllm_gdn_layer``
+Only the GDN head shapes matter to the core, so the model is the tiny one of ``caovan.bench.vllm_layer_rig``
 with the per-GPU head counts of Qwen3.6-27B and Qwen3-Next-80B at TP=2. Correctness is not checked here
 (``tests/layer_gpu`` checks that the two layers agree); a row records whether caovan's layer took the step.
 """
@@ -75,7 +75,7 @@ def layer_cases(quick: bool = False) -> list[LayerCase]:
 def tiny_model(case: LayerCase) -> Any:
     import torch
 
-    from caovan.testing.vllm_gdn_layer import TinyGdnModel
+    from caovan.bench.vllm_layer_rig import TinyGdnModel
 
     family, h, hv, k = LAYER_HEADS[case.head]
     return TinyGdnModel(
@@ -89,8 +89,8 @@ def bench_layer_case(case: LayerCase, workdir: Path, settings: BenchSettings, de
     import torch
     from vllm.forward_context import set_forward_context
 
-    from caovan.dispatch import counters
-    from caovan.testing import vllm_gdn_layer as rig
+    from caovan.bench import vllm_layer_rig as rig
+    from caovan.plugin import counters
 
     device = torch.device(device)
     model = tiny_model(case)

@@ -18,7 +18,7 @@ from typing import Any
 from caovan.bench import kernels, layer, tune
 from caovan.bench.cases import MODEL_HEADS
 from caovan.jsonfile import read_json
-from caovan.serving_bench import SCHEMA as BENCHMARK_SCHEMA
+from caovan.serving.benchmark import SCHEMA as BENCHMARK_SCHEMA
 
 #: Speedup targets of issue 3 (ours vs vLLM's spec path): CUDA-graph time and eager host-inclusive time.
 GRAPH_TARGET = 2.0

@@ -4,7 +4,7 @@ End-to-end speed of a running vLLM server through its OpenAI API, the way Turbo3
 run it once against the server without the plugin (``--label baseline --output base.json``), once with it, same
 flags, and compare (``--compare base.json``). Not ``caovan bench``, which times caovan's kernels alone on a GPU.
 
-For each ``--load`` (decode-heavy, prefill-heavy, mixed, run in that order: see :mod:`caovan.serving_bench`),
+For each ``--load`` (decode-heavy, prefill-heavy, mixed, run in that order: see :mod:`caovan.serving.benchmark`),
 ``--warmup-requests`` uncounted requests first, ``--concurrency`` in flight as in the repeats (first-request JIT is
 excluded, as Turbo3 taught; caovan's kernels compile once per batch size, so by default there are as many warmup
 requests as ``--concurrency``, sent together: the repeats' batch sizes are compiled before they are timed), then
@@ -38,13 +38,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from caovan import serving_bench as sb
 from caovan.jsonfile import output_path_problem
-from caovan.redaction import redacted_argv
-from caovan.serving_args import add_server_arguments, require_at_least, server_settings
-from caovan.serving_client import ServingClient, run_concurrently, wait_for_model
-from caovan.serving_errors import ClientError, RequestFailed, UsageError
-from caovan.serving_protocol import fewer_tokens_than_asked
+from caovan.serving import benchmark as sb
+from caovan.serving.args import add_server_arguments, require_at_least, server_settings
+from caovan.serving.client import ServingClient, run_concurrently, wait_for_model
+from caovan.serving.errors import ClientError, RequestFailed, UsageError
+from caovan.serving.protocol import fewer_tokens_than_asked
+from caovan.serving.redaction import redacted_argv
 
 from . import prog
 

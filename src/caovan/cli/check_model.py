@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from caovan.model_check import ModelCheckError, check_model_dir, find_model_folder, format_report
+from caovan.model_check import ModelCheckError, check_model_dir, format_report, model_folder
 
 from . import prog
 
@@ -49,14 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    folder = find_model_folder(args.model_dir)
     try:
-        if folder is None and not Path(args.model_dir).exists():
+        folder = model_folder(args.model_dir)
+        if folder is None:
             raise ModelCheckError(
                 f"model folder not found: {args.model_dir} (nor a Hugging Face name whose config.json is in the "
                 "local cache)"
             )
-        report = check_model_dir(folder if folder is not None else args.model_dir)
+        report = check_model_dir(folder)
     except ModelCheckError as error:
         print(f"{prog(args, NAME)}: error: {error}", file=sys.stderr)
         return EXIT_USAGE_ERROR

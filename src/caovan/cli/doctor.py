@@ -1,8 +1,8 @@
 """``caovan doctor``: what is installed, what vLLM will load, and which GDN family this vLLM belongs to.
 
 caovan's environment settings are judged by the function the plugin's start-up uses
-(:func:`caovan.options.check_environment`): doctor says FAIL where start-up would stop and WARN where it would log a
-warning, never PASS for a value vLLM's start-up then refuses.
+(:func:`caovan.plugin.options.check_environment`): doctor says FAIL where start-up would stop and WARN where it
+would log a warning, never PASS for a value vLLM's start-up then refuses.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import PLUGIN_NAME, __version__
-from ..options import FAIL, WARN, check_environment, vllm_plugins_leaves_out
+from ..plugin.options import FAIL, WARN, check_environment, vllm_plugins_leaves_out
 from . import cuda_visible_note
 from ._streams import stdout_to_stderr
 
@@ -120,7 +120,7 @@ def _writable(path: Path) -> tuple[bool, str]:
 
 
 def cache_facts(guards: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from ..runtime_guards import isolated_cache_dir
+    from ..plugin.guards import isolated_cache_dir
 
     triton_guard = next(g for g in guards if g["guard"] == "triton_cache")
     # Triton's own default when neither the user nor the SM75 guard sets TRITON_CACHE_DIR.
@@ -141,7 +141,7 @@ def cache_facts(guards: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def guard_facts(gpus: dict[str, Any]) -> list[dict[str, Any]]:
-    from ..runtime_guards import plan_guards
+    from ..plugin.guards import plan_guards
 
     caps = [tuple(int(x) for x in d["capability"].split(".")) for d in gpus.get("devices", [])]
     # plan_guards' reason already says why a guard does not apply (set by the user, or no SM75 GPU).

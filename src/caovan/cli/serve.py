@@ -1,8 +1,8 @@
 """``caovan serve MODEL [vllm serve arguments…]`` (Turbo3: ``caovan-vllm-serve``).
 
 Runs ``vllm serve`` with the user's own arguments, caovan switched on, AutoSpec's MTP speculative config when the
-user gave none, and vLLM's timeouts raised for the first compile (:mod:`caovan.serve_command` decides; this module
-prints the decisions and replaces itself with vLLM, so signals and the exit status are vLLM's own).
+user gave none, and vLLM's timeouts raised for the first compile (:mod:`caovan.serving.serve_command` decides;
+this module prints the decisions and replaces itself with vLLM, so signals and the exit status are vLLM's own).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import difflib
 import os
 import sys
 
-from caovan import runtime_guards
-from caovan.options import FAIL, check_environment
+from caovan.plugin import guards
+from caovan.plugin.options import FAIL, check_environment
 
 from . import prog
 
@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_caovan_options(parser)
     # One positional takes everything: argparse cannot leave vLLM's own options (--model among them) alone, so
-    # MODEL is found in it by caovan.serve_command.split_model and the top-level CLI hands the arguments over
+    # MODEL is found in it by caovan.serving.serve_command.split_model and the top-level CLI hands the arguments over
     # unparsed (raw_namespace).
     parser.add_argument(
         "vllm_args",
@@ -88,7 +88,7 @@ def _error(args: argparse.Namespace, message: str) -> int:
 
 def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
     """The vLLM arguments with the --caovan-* options taken out into ``args``; a message for an unknown one."""
-    from caovan.serve_command import flag_name, split_double_dash
+    from caovan.serving.serve_command import flag_name, split_double_dash
 
     picker = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     _add_caovan_options(picker)
@@ -122,7 +122,7 @@ def _vllm_env_names() -> set[str] | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from caovan.serve_command import ServeArgsError, help_plan, plan_serve, split_model
+    from caovan.serving.serve_command import ServeArgsError, help_plan, plan_serve, split_model
 
     vllm_args = _split_caovan_options(args)
     if isinstance(vllm_args, str):
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     except ServeArgsError as exc:
         return _error(args, str(exc))
     if not (args.caovan_dry_run or help_asked):
-        missing = runtime_guards.cuda_gpu_missing(plan.environment(os.environ))
+        missing = guards.cuda_gpu_missing(plan.environment(os.environ))
         if missing:  # vLLM would end in a long traceback; --caovan-dry-run still shows the command
             return _error(args, f"{missing}; vllm serve needs one (--caovan-dry-run prints the command without a GPU)")
     # stderr: vLLM's own output follows on both streams; these lines say what caovan changed before it starts.

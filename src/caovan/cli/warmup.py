@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from caovan.serving_args import add_server_arguments, positive_int_list, require_at_least, server_settings, whole_number
-from caovan.serving_client import ServingClient, run_concurrently, wait_for_model
-from caovan.serving_errors import ClientError, RequestFailed
-from caovan.serving_protocol import Completion, fewer_tokens_than_asked
+from caovan.serving.args import add_server_arguments, positive_int_list, require_at_least, server_settings, whole_number
+from caovan.serving.client import ServingClient, run_concurrently, wait_for_model
+from caovan.serving.errors import ClientError, RequestFailed
+from caovan.serving.protocol import Completion, fewer_tokens_than_asked
 
 from . import prog
 from ._streams import report_failure

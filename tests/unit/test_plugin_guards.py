@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from caovan import runtime_guards
-from caovan.runtime_guards import (
+from caovan.plugin import guards
+from caovan.plugin.guards import (
     GUARDS_ENV,
     apply_guards,
     base_cache_dir,
@@ -37,7 +37,7 @@ def test_non_sm75_host_is_left_alone():
 
 
 def test_apply_fills_defaults_only(monkeypatch, tmp_path):
-    monkeypatch.setattr(runtime_guards, "nvml_capabilities", lambda environ=None: [(7, 5)])
+    monkeypatch.setattr(guards, "nvml_capabilities", lambda environ=None: [(7, 5)])
     env = {"XDG_CACHE_HOME": str(tmp_path), "TRITON_CACHE_DIR": "/mine"}
     report = apply_guards(env)
     assert env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
@@ -67,7 +67,7 @@ def test_tokens_without_sm75_are_left_to_the_defaults():
 
 def test_processes_started_after_the_guard_still_report_it(monkeypatch, tmp_path):
     # vLLM's workers inherit the front end's environment: the guard's values must not read as the user's there.
-    monkeypatch.setattr(runtime_guards, "nvml_capabilities", lambda environ=None: [(7, 5), (8, 6)])
+    monkeypatch.setattr(guards, "nvml_capabilities", lambda environ=None: [(7, 5), (8, 6)])
     front_end = {"CAOVAN_CACHE_DIR": str(tmp_path)}
     assert apply_guards(front_end).tokens() == ("sm75=1/2 flashinfer_sampler=disabled-sm75-guard triton_cache=isolated")
     assert front_end[GUARDS_ENV] == "VLLM_USE_FLASHINFER_SAMPLER,TRITON_CACHE_DIR"

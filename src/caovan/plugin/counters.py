@@ -20,8 +20,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..log import logger
-from ..options import CaovanConfigError, env_flag
+from caovan.log import logger
+
+from .options import CaovanConfigError, env_flag
 
 ACTIVE_LINE = "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed"
 

@@ -1,7 +1,7 @@
 """The failures ``caovan warmup`` and ``caovan benchmark`` report about a vLLM server, each with its exit status.
 
-Their own module because both the argument checks (:mod:`caovan.serving_args`) and the HTTP client
-(:mod:`caovan.serving_client`) raise them, and the commands catch them in one place: a command prints the message as
+Their own module because both the argument checks (:mod:`caovan.serving.args`) and the HTTP client
+(:mod:`caovan.serving.client`) raise them, and the commands catch them in one place: a command prints the message as
 its one error line and exits with ``exit_code``.
 """
 

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from caovan.dispatch import counters
+from caovan.plugin import counters
 
 
 @pytest.fixture

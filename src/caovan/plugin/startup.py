@@ -5,7 +5,7 @@ subprocess) and does not guard the call: an exception here aborts vLLM.  So ``re
 user asked caovan to be required (``CAOVAN_REQUIRE_TURBO3=1``); otherwise it logs one status line and stays
 inert when anything is off.  The ``--additional-config`` switches are not visible here (vLLM's config exists only
 while the model is built); they are read when the GDN layers are constructed and, through a check on vLLM's model
-loader (``adapters/model_loader.py``), when the model is loaded: so an inert plugin still reports malformed caovan
+loader (``plugin/model_loader.py``), when the model is loaded: so an inert plugin still reports malformed caovan
 keys and still fails start-up when ``caovan_require_turbo3`` asks for it.
 """
 
@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import PLUGIN_NAME, __version__
-from .log import logger
+from caovan import PLUGIN_NAME, __version__
+from caovan.log import logger
+
 from .options import (
     FAIL,
     REQUIRE_ENV,
@@ -74,7 +75,7 @@ def _register() -> None:
         logger.warning("%s: %s", PLUGIN_NAME, finding.message)
     require = require_from_env()  # readable: check_environment found no FAIL
     try:
-        from .adapters import select_adapter
+        from caovan.adapters import select_adapter
 
         selection = select_adapter()
         family, reason, vllm_version = selection.family_id, selection.reason, selection.vllm_version
@@ -90,7 +91,7 @@ def _register() -> None:
             )
     _state.family_id = family
     try:
-        from .runtime_guards import apply_guards
+        from .guards import apply_guards
 
         guards = apply_guards().tokens()
     except Exception as exc:  # a guard is a convenience; it never stops vLLM
@@ -124,7 +125,7 @@ def inert_check(reason: str) -> Callable[[Any, Any], None]:
     is the usual ``CaovanConfigError``) and, under ``caovan_require_turbo3``, start-up fails with ``reason``."""
 
     def check(vllm_config: Any, model_config: Any) -> None:
-        from .adapters.model_loader import is_target_model
+        from .model_loader import is_target_model
 
         if not is_target_model(vllm_config, model_config):
             return  # the MTP draft: the served model's load already checked
@@ -140,7 +141,7 @@ def inert_check(reason: str) -> Callable[[Any, Any], None]:
 def _install_inert_check(reason: str) -> bool:
     """Whether the inert check is in place (False: vLLM has no loader of the shape it wraps, or wrapping failed)."""
     try:
-        from .adapters import model_loader
+        from . import model_loader
 
         return model_loader.install(before=inert_check(reason))
     except Exception:  # the check only serves require mode and bad keys; it never stops vLLM by failing itself

@@ -1,9 +1,9 @@
 """vLLM's OpenAI-compatible wire format as ``caovan warmup`` and ``caovan benchmark`` use it: the completion request
 body, the answer (:class:`Completion`), error bodies and the Server-Sent Events of a streamed completion.
 
-Pure functions of text and JSON, no network: :mod:`caovan.serving_client` sends the requests and hands the answers
+Pure functions of text and JSON, no network: :mod:`caovan.serving.client` sends the requests and hands the answers
 here, and the tests feed recorded answers straight in. The formats, and where vLLM 0.21.0 defines them, are listed in
-:mod:`caovan.serving_client`'s docstring.
+:mod:`caovan.serving.client`'s docstring.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from caovan.serving_errors import RequestFailed
+from caovan.serving.errors import RequestFailed
 
 
 @dataclass(frozen=True)

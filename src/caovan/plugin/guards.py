@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from . import __version__
+from caovan import __version__
 
 SM75 = (7, 5)
 

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from caovan.serving_protocol import Completion
+from caovan.serving.protocol import Completion
 
 #: Bump when the record's layout changes: --compare reads records of this schema only.
 #: 2: ``itl_p50_s``/``itl_p95_s`` renamed ``tpot_p50_s``/``tpot_p95_s`` (what they always were: vLLM's TPOT).

@@ -30,7 +30,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from .base import has_leading_arguments
+from caovan.adapters.base import has_leading_arguments
 
 LOADER_MODULE = "vllm.model_executor.model_loader.base_loader"
 LOADER_CLASS = "BaseModelLoader"

@@ -5,8 +5,9 @@ and one completion request (plain for warmup, streamed and timed for the benchma
 threads (:func:`run_concurrently`), so Ctrl-C ends a command at once instead of waiting for requests in flight.
 
 It takes checked settings (:class:`ServerSettings`) and knows no command line: the options that fill them in are
-:mod:`caovan.serving_args`. What it sends and reads back is :mod:`caovan.serving_protocol`, the failures it raises
-:mod:`caovan.serving_errors`, and every URL it names goes through :mod:`caovan.redaction` (no ``user:password@``).
+:mod:`caovan.serving.args`. What it sends and reads back is :mod:`caovan.serving.protocol`, the failures it raises
+:mod:`caovan.serving.errors`, and every URL it names goes through :mod:`caovan.serving.redaction`
+(no ``user:password@``).
 
 What this relies on in vLLM 0.21.0 (``vllm/entrypoints/…``):
 
@@ -45,9 +46,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from caovan.redaction import API_KEY_OPTION, without_userinfo
-from caovan.serving_errors import ClientError, ModelNotServed, NotReady, RequestFailed, UsageError
-from caovan.serving_protocol import (
+from caovan.serving.errors import ClientError, ModelNotServed, NotReady, RequestFailed, UsageError
+from caovan.serving.protocol import (
     Completion,
     completion_body,
     completion_tokens,
@@ -56,6 +56,7 @@ from caovan.serving_protocol import (
     read_completion_stream,
     short_text,
 )
+from caovan.serving.redaction import API_KEY_OPTION, without_userinfo
 
 #: Environment variables an API key is taken from when --api-key is not given, first set one wins. VLLM_API_KEY is
 #: what ``vllm serve`` itself reads for its key; OPENAI_API_KEY is what OpenAI clients read.
@@ -73,7 +74,7 @@ READY_PROBES = "GET /health then GET /v1/models"
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """The server and how to talk to it, checked (from the command line: :func:`caovan.serving_args.server_settings`).
+    """The server and how to talk to it, checked (from the command line: :func:`caovan.serving.args.server_settings`).
 
     ``api_base``: the server's root URL, userinfo kept (requests need it; messages use :attr:`shown_api_base`).
     """

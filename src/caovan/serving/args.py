@@ -1,9 +1,9 @@
 """The options ``caovan warmup`` and ``caovan benchmark`` share, and the checks of every option value they take.
 
 ``--api-base``/``--model``/``--api-key``/``--wait-s``/``--request-timeout-s`` (:func:`add_server_arguments`), checked
-into the client's :class:`~caovan.serving_client.ServerSettings` (:func:`server_settings`), and the number parsers the
+into the client's :class:`~caovan.serving.client.ServerSettings` (:func:`server_settings`), and the number parsers the
 commands use for their own options. argparse is asked to convert none of them: a bad value (``--wait-s abc``) is then
-the command's own error line (:class:`~caovan.serving_errors.UsageError`, exit 2) and, for warmup, its
+the command's own error line (:class:`~caovan.serving.errors.UsageError`, exit 2) and, for warmup, its
 ``[Caovan] warmup=FAIL`` line, which an argparse error would skip.
 
 Kept apart from the HTTP client so that the client takes checked settings and knows nothing of command lines.
@@ -17,9 +17,9 @@ import os
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from caovan.redaction import API_KEY_OPTION, without_userinfo
-from caovan.serving_client import API_KEY_ENV, READY_PROBES, ServerSettings
-from caovan.serving_errors import UsageError
+from caovan.serving.client import API_KEY_ENV, READY_PROBES, ServerSettings
+from caovan.serving.errors import UsageError
+from caovan.serving.redaction import API_KEY_OPTION, without_userinfo
 
 DEFAULT_API_BASE = "http://127.0.0.1:8000"
 

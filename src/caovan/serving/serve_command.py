@@ -43,9 +43,10 @@ from caovan.model_check import (
     ModelReport,
     check_model_dir,
     find_model_folder,
+    model_folder,
     mtp_speculative_config,
 )
-from caovan.options import AUTOSPEC_ENV, CaovanConfigError, parse_options, vllm_plugins_leaves_out
+from caovan.plugin.options import AUTOSPEC_ENV, CaovanConfigError, parse_options, vllm_plugins_leaves_out
 
 #: What ``caovan serve`` adds to ``--additional-config`` when the user set none of caovan's switches.
 ENABLE_KEYS: dict[str, Any] = {"caovan": True, "caovan_mode": "auto"}
@@ -451,6 +452,12 @@ def plan_serve(
     config_path, config = _config_file(args)
     model_positional = model is not None
     model = served_model(model, args, config)
+    revisions = find_flag(args, "--revision")
+    revision = revisions[-1].value if revisions else None
+    try:  # check-model's judgement, dry run included: a local folder vLLM cannot load is refused, AutoSpec or not
+        model_folder(model, revision)
+    except ModelCheckError as exc:
+        raise ServeArgsError(str(exc)) from None
     args, additional, notes = _merge_additional_config(args, config_path, config)
     try:
         options = parse_options(additional, environ, where="--additional-config")
@@ -477,8 +484,7 @@ def plan_serve(
             raise ServeArgsError("--caovan-mtp sets AutoSpec's depth, but --caovan-no-autospec turns AutoSpec off")
         plan.notes.append("AutoSpec: off (--caovan-no-autospec); no speculative decoding unless you ask vLLM for it")
     else:
-        revisions = find_flag(args, "--revision")
-        depth, note = _autospec(model, revisions[-1].value if revisions else None, mtp, locate, check)
+        depth, note = _autospec(model, revision, mtp, locate, check)
         if depth is None and mtp is not None:
             # The user asked for a depth: starting without speculative decoding would not be what they asked for.
             raise ServeArgsError(f"--caovan-mtp {mtp}: {note.removeprefix('AutoSpec: ')}")
