@@ -41,22 +41,22 @@ def test_every_hook_point_is_reported(vllm_module):
 
 
 def test_hooked_kernels_are_the_ones_vllm_calls(vllm_module):
-    """The adapter must target the names vLLM's GDN module calls, not the FLA package's originals."""
-    selection = select_adapter()
-    if selection.family_id != "gdn-linear-attn-v020":
-        pytest.skip(f"not the v020 family here: {selection.reason}")
+    """The family record must name the kernels vLLM's GDN module calls, not the FLA package's originals."""
+    import importlib
     import inspect
 
-    from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
-
-    source = inspect.getsource(gdn.GatedDeltaNetAttention._forward_core)
-    for name in ("causal_conv1d_update", "fused_sigmoid_gating_delta_rule_update", "spec_state_indices_tensor"):
-        assert name in source
+    selection = select_adapter()
+    assert selection.adapter is not None, selection.reason
+    family = selection.adapter.family
+    layer_cls = getattr(importlib.import_module(family.gdn_module), family.gdn_class)
+    source = inspect.getsource(getattr(layer_cls, family.core_method))
+    for name in (*(kernel for kernel, _ in family.spec_path), "spec_state_indices_tensor"):
+        assert name in source, f"{family.gdn_class}.{family.core_method} does not call {name}"
 
 
 def test_the_layer_has_what_the_envelope_check_reads(vllm_module):
     """The adapter judges a layer against the kernels' envelope from its heads, activation, conv weight and state
-    dtypes (``gdn_linear_attn_v020_layer.envelope_reasons``), right after vLLM's ``__init__``."""
+    dtypes (``layer_support.envelope_reasons``), right after vLLM's ``__init__``."""
     selection = select_adapter()
     if selection.family_id != "gdn-linear-attn-v020":
         pytest.skip(f"not the v020 family here: {selection.reason}")

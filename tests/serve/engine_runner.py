@@ -40,9 +40,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serve_workload  # noqa: E402  (sibling module; the script is run by path)
 
 SCHEMA = "caovan.serve-run/1"
-#: The v0.20 - v0.21 GDN module whose spec-decode kernel calls are counted (family gdn-linear-attn-v020).
-STOCK_GDN_MODULE = "vllm.model_executor.layers.mamba.gdn_linear_attn"
 STOCK_SPEC_KERNELS = ("causal_conv1d_update", "fused_sigmoid_gating_delta_rule_update")
+
+
+def stock_gdn_module() -> str:
+    """The GDN module of the installed vLLM's family, whose spec-decode kernel calls are counted."""
+    from caovan.adapters.registry import installed_family
+
+    return installed_family().gdn_module
+
+
+def stock_gdn_class() -> type:
+    """The installed vLLM's in-tree GDN layer class (caovan's override subclasses it)."""
+    from caovan.adapters.override import in_tree_class
+    from caovan.adapters.registry import installed_family
+
+    return in_tree_class(installed_family())
+
+
 #: Hugging Face's ``initializer_range`` of the Qwen3-Next config (std of the normal init of every matrix).
 INITIALIZER_RANGE = 0.02
 #: Environment this runner needs: in-process engine (see module docstring); FlashInfer's sampler is absent on
@@ -181,10 +196,10 @@ class StockSpecKernelCalls:
         return counted
 
     def install(self) -> None:
-        module = importlib.import_module(STOCK_GDN_MODULE)
+        module = importlib.import_module(stock_gdn_module())
         for name in STOCK_SPEC_KERNELS:
             setattr(module, name, self._counted(name, getattr(module, name)))
-        self.module = STOCK_GDN_MODULE
+        self.module = module.__name__
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -196,9 +211,8 @@ class StockSpecKernelCalls:
 
 def gdn_layer_facts(model: Any) -> dict[str, Any]:
     """Which GDN layers the engine built, and which carry caovan's core (bound on the instance)."""
-    from vllm.model_executor.layers.mamba.gdn_linear_attn import GatedDeltaNetAttention
-
-    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, GatedDeltaNetAttention)]
+    gdn_class = stock_gdn_class()
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, gdn_class)]
     return {
         "gdn_layers": [name for name, _ in layers],
         "classes": sorted({type(m).__qualname__ for _, m in layers}),
@@ -227,8 +241,8 @@ def hf_init_weights(model: Any) -> dict[str, Any]:
     import torch
     from vllm.model_executor.layers.fused_moe import FusedMoE
     from vllm.model_executor.layers.layernorm import GemmaRMSNorm, RMSNormGated
-    from vllm.model_executor.layers.mamba.gdn_linear_attn import GatedDeltaNetAttention
 
+    GatedDeltaNetAttention = stock_gdn_class()  # the family's in-tree layer class
     moe_blocks = [name for name, m in model.named_modules() if any(isinstance(c, FusedMoE) for c in m.children())]
     rules: Counter[str] = Counter()
     untouched: list[str] = []
@@ -356,7 +370,7 @@ def run_engine(
     try:
         stock.install()
     except Exception as exc:  # recorded; the test fails the checks that need the count, with this reason
-        record["stock_spec_kernel_calls"] = {"error": f"cannot count {STOCK_GDN_MODULE} calls: {exc!r}"}
+        record["stock_spec_kernel_calls"] = {"error": f"cannot count vLLM's spec kernel calls: {exc!r}"}
 
     started = time.monotonic()
     print(f"[serve-runner] building vllm.LLM({json.dumps(kwargs, sort_keys=True)})", flush=True)

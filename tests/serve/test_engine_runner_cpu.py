@@ -145,7 +145,8 @@ def _tree():
     from torch import nn
     from vllm.model_executor.layers.fused_moe import FusedMoE
     from vllm.model_executor.layers.layernorm import GemmaRMSNorm, RMSNormGated
-    from vllm.model_executor.layers.mamba.gdn_linear_attn import GatedDeltaNetAttention
+
+    GatedDeltaNetAttention = engine_runner.stock_gdn_class()
 
     class Tree(nn.Module):
         def __init__(self):
@@ -216,7 +217,7 @@ def test_gdn_layer_facts_tell_bound_cores_apart():
 def test_stock_kernel_counter_wraps_the_functions_vllm_calls(monkeypatch):
     import importlib
 
-    module = importlib.import_module(engine_runner.STOCK_GDN_MODULE)
+    module = importlib.import_module(engine_runner.stock_gdn_module())
     originals = {}
     for name in engine_runner.STOCK_SPEC_KERNELS:
         originals[name] = getattr(module, name)
@@ -226,4 +227,4 @@ def test_stock_kernel_counter_wraps_the_functions_vllm_calls(monkeypatch):
     for name in engine_runner.STOCK_SPEC_KERNELS:
         assert getattr(module, name) is not originals[name]
         assert getattr(module, name).__wrapped__ is originals[name]
-    assert counter.snapshot()["module"] == engine_runner.STOCK_GDN_MODULE
+    assert counter.snapshot()["module"] == engine_runner.stock_gdn_module()

@@ -100,7 +100,11 @@ def test_refusal_says_why(monkeypatch):
     monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.23.1")
     sel = registry.select_adapter((_Failing,))
     assert sel.adapter is None
-    assert sel.reason.startswith("no GDN family matches vLLM 0.23.1: fam-fail: missing caovan_no_such_module_xyz")
+    assert sel.reason.startswith(
+        "no GDN family matches vLLM 0.23.1: closest family fam-fail (1 of 3 hook points found); "
+        "moved: caovan_no_such_module_xyz (import failed: ModuleNotFoundError"
+    )
+    assert sel.reason.endswith("; c (gone)")
 
 
 def test_no_vllm(monkeypatch):
@@ -144,49 +148,34 @@ def test_discovery_tier_fails_for_a_release_no_adapter_serves(monkeypatch):
 
 def test_discovery_tier_passes_a_release_that_lands_by_probing(monkeypatch):
     discovery = _discovery_test_module()
-    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.23.1")
-    monkeypatch.setattr("caovan.adapters.base.installed_vllm_version", lambda: "0.23.1")
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.19.5")
+    monkeypatch.setattr("caovan.adapters.base.installed_vllm_version", lambda: "0.19.5")
     landed = registry.select_adapter((_Passing,))
-    monkeypatch.setattr(discovery, "installed_vllm_version", lambda: "0.23.1")
+    monkeypatch.setattr(discovery, "installed_vllm_version", lambda: "0.19.5")
     monkeypatch.setattr(discovery, "select_adapter", lambda: landed)
-    discovery.test_installed_vllm_lands_in_its_family(types.SimpleNamespace(__version__="0.23.1"))
+    discovery.test_installed_vllm_lands_in_its_family(types.SimpleNamespace(__version__="0.19.5"))
 
 
-def test_no_unserved_family_marker_names_a_module_an_adapter_probes():
-    # A marker for a family that now has an adapter would tell users of a release that fails its probe that
-    # "no caovan adapter serves" that family: the adapter that adds the family removes the marker.
-    probed = {hook.name for cls in registry.ADAPTERS for hook in cls().probe().hook_points}
-    stale = [module for module, _ in registry.UNSERVED_FAMILY_MARKERS if module in probed]
-    assert not stale, f"remove these from UNSERVED_FAMILY_MARKERS, an adapter probes them: {stale}"
-
-
-def test_the_marker_check_sees_an_adapter_that_probes_a_marker_module(monkeypatch):
-    class _ServesMarked(_Adapter):
-        family_id = "fam-marked"
-        version_hint = ">=0.22"
+def test_the_closest_family_is_the_one_with_the_most_hook_points_found(monkeypatch):
+    class _Closer(_Adapter):
+        family_id = "fam-closer"
+        version_hint = ">=0.30"
         description = ""
 
         def _probe(self, p: Prober) -> None:
-            p.module(registry.UNSERVED_FAMILY_MARKERS[0][0])
+            for name in "abcdefgh":
+                p.record(name, True, "present")
+            for name in "stuvwxyz":
+                p.record(name, False, f"{name} moved")
 
-    monkeypatch.setattr(registry, "ADAPTERS", (*registry.ADAPTERS, _ServesMarked))
-    with pytest.raises(AssertionError, match="remove these from UNSERVED_FAMILY_MARKERS"):
-        test_no_unserved_family_marker_names_a_module_an_adapter_probes()
-
-
-def test_a_marker_package_that_fails_to_import_is_a_refusal_not_a_crash(monkeypatch, tmp_path):
-    # find_spec imports the marker's parent package; a vLLM package whose import raises (a RuntimeError from a
-    # platform check, say) made select_adapter raise, and register() then logged "probe crashed" with none of the
-    # families' reasons.
-    package = tmp_path / "caovan_qa_broken_pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("raise RuntimeError('no platform')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(registry, "UNSERVED_FAMILY_MARKERS", (("caovan_qa_broken_pkg.layer", "Broken layout"),))
     monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.23.1")
-    sel = registry.select_adapter((_Failing,))
+    sel = registry.select_adapter((_Failing, _Closer))
     assert sel.adapter is None
-    assert sel.reason.startswith("no GDN family matches vLLM 0.23.1: fam-fail: missing caovan_no_such_module_xyz")
+    assert sel.reason == (
+        "no GDN family matches vLLM 0.23.1: closest family fam-closer (8 of 16 hook points found); moved: "
+        "s (s moved); t (t moved); u (u moved); v (v moved); w (w moved); x (x moved); +2 more"
+    )
+    assert [r.family_id for r in sel.reports] == ["fam-fail", "fam-closer"], "every family probed for a refusal"
 
 
 class _RaisingOwner:

@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("triton", reason="the launch configurations live in the kernels package")
 
-from caovan.adapters import gdn_linear_attn_v020_layer as layer_mod  # noqa: E402
+from caovan.adapters import layer_support as layer_mod  # noqa: E402
+from caovan.adapters.families import GDN_LINEAR_ATTN_V020  # noqa: E402
 from caovan.plugin.options import CaovanRequireError  # noqa: E402
 
 
@@ -60,8 +61,8 @@ def on_sm70(monkeypatch):
 
 def test_layer_on_sm70_stays_vllms_with_one_line(on_sm70, caovan_records):
     on_sm70({"caovan": True})
-    assert layer_mod.plan_for_layer(_layer()) is None
-    assert layer_mod.plan_for_layer(_layer()) is None
+    assert layer_mod.plan_for_layer(_layer(), GDN_LINEAR_ATTN_V020) is None
+    assert layer_mod.plan_for_layer(_layer(), GDN_LINEAR_ATTN_V020) is None
     assert len(caovan_records) == 1
     assert caovan_records[0].levelno == logging.WARNING
     assert "GPU sm70 is older than the kernels' sm_75 target" in caovan_records[0].getMessage()
@@ -70,4 +71,4 @@ def test_layer_on_sm70_stays_vllms_with_one_line(on_sm70, caovan_records):
 def test_layer_on_sm70_fails_start_up_under_require(on_sm70):
     on_sm70({"caovan": True, "caovan_require_turbo3": True})
     with pytest.raises(CaovanRequireError, match="GPU sm70 is older than the kernels' sm_75 target"):
-        layer_mod.plan_for_layer(_layer())
+        layer_mod.plan_for_layer(_layer(), GDN_LINEAR_ATTN_V020)

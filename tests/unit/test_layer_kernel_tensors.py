@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from caovan.adapters.gdn_linear_attn_v020_layer import kernel_tensors  # noqa: E402
+from caovan.adapters.layer_support import kernel_tensors  # noqa: E402
 
 DIM, WIDTH, HV = 12, 4, 3
 

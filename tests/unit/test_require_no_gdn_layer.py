@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from caovan.adapters import gdn_linear_attn_v020_layer as layer_mod
-from caovan.adapters.gdn_linear_attn_v020_layer import check_required_model
+from caovan.adapters import layer_support as layer_mod
+from caovan.adapters.layer_support import check_required_model
 from caovan.plugin.model_loader import wrap_load_model
 from caovan.plugin.options import CaovanRequireError
 

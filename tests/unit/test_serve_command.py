@@ -280,7 +280,7 @@ def test_cli_without_vllm_is_one_error(candidate, monkeypatch, capsys):
     ],
 )
 def test_routing_line_says_auto_only_for_autospecs_depth(environ, token):
-    from caovan.adapters.gdn_linear_attn_v020_layer import speculative_config_token
+    from caovan.adapters.layer_support import speculative_config_token
 
     assert speculative_config_token(3, environ) == token
 

@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton", reason="the kernel entry imports the Triton kernels")
 
 from caovan import model_check  # noqa: E402
-from caovan.adapters import gdn_linear_attn_v020_layer as layer_mod  # noqa: E402
+from caovan.adapters import layer_support as layer_mod  # noqa: E402
 from caovan.kernels.gdn_spec_decode import launcher, validation  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "data" / "model_configs" / "qwen3_6_27b" / "config.json"

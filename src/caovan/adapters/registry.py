@@ -1,27 +1,22 @@
 """Pick the adapter for the installed vLLM by probing every known family.
 
 Adapters whose version hint matches are probed first, then the rest: a release nobody listed still lands
-in the family whose hook points it has.  When none passes, the refusal says why, and — where the installed
-vLLM shows the marks of a family caovan has no adapter for yet — which family it looks like.
+in the family whose hook points it has.  When none passes, the refusal names the closest family (the one with the
+most hook points found) and each of its hook points that moved.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 
 from .base import GdnAdapter, ProbeReport, installed_vllm_version, version_in
-from .gdn_linear_attn_v020 import GdnLinearAttnV020Adapter
+from .families import FAMILIES
+from .family import GdnFamily
+from .family_adapter import adapter_class
 
-ADAPTERS: tuple[type[GdnAdapter], ...] = (GdnLinearAttnV020Adapter,)
-
-#: Module paths that identify GDN families caovan does not serve (yet); see vllm-gdn-families.md.
-UNSERVED_FAMILY_MARKERS: tuple[tuple[str, str], ...] = (
-    (
-        "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
-        "QwenGatedDeltaNetAttention (vLLM >= 0.22 layout, families F8-F11)",
-    ),
-)
+ADAPTERS: tuple[type[GdnAdapter], ...] = tuple(adapter_class(family) for family in FAMILIES)
+#: How many moved hook points a refusal names before it says how many more there are.
+MOVED_SHOWN = 6
 
 
 @dataclass(frozen=True)
@@ -38,11 +33,17 @@ class Selection:
         return self.adapter.family_id if self.adapter is not None else None
 
 
-def _module_exists(dotted: str) -> bool:
-    try:
-        return importlib.util.find_spec(dotted) is not None
-    except Exception:  # find_spec imports the parent packages: whatever their import raises, the marker is absent
-        return False
+def closest(reports: tuple[ProbeReport, ...] | list[ProbeReport]) -> str | None:
+    """The family with the most hook points found, and each of its hook points that moved; None if none probed."""
+    probed = [r for r in reports if r.hook_points]
+    if not probed:
+        return None
+    best = max(probed, key=lambda r: sum(h.found for h in r.hook_points))  # first of equals: the hinted order
+    moved = [h for h in best.hook_points if not h.found]
+    shown = "; ".join(f"{h.name} ({h.detail})" for h in moved[:MOVED_SHOWN])
+    more = f"; +{len(moved) - MOVED_SHOWN} more" if len(moved) > MOVED_SHOWN else ""
+    found = f"{len(best.hook_points) - len(moved)} of {len(best.hook_points)} hook points found"
+    return f"closest family {best.family_id} ({found}); moved: {shown}{more}"
 
 
 def select_adapter(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> Selection:
@@ -63,13 +64,20 @@ def select_adapter(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> Selecti
         # The version this selection ordered the families by, which its reports carry too.
         hint = "" if version_in(vllm_version, chosen.version_hint) else " (outside its version hint; chosen by probing)"
         return Selection(vllm_version, chosen, f"family={chosen.family_id}{hint}", tuple(reports))
-    looks_like = [label for module, label in UNSERVED_FAMILY_MARKERS if _module_exists(module)]
-    why = "; ".join(f"{r.family_id}: {r.reason}" for r in reports)
-    if looks_like:
-        why = f"this vLLM has {looks_like[0]}, which no caovan adapter serves yet; {why}"
+    why = closest(reports) or "no family probed"
     return Selection(vllm_version, None, f"no GDN family matches vLLM {vllm_version}: {why}", tuple(reports))
 
 
 def probe_all(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> tuple[ProbeReport, ...]:
     """Every family's report (``caovan doctor`` shows them all, not just the first that passes)."""
     return tuple(cls().probe() for cls in adapters)
+
+
+def installed_family() -> GdnFamily:
+    """The record of the family the installed vLLM lands in, for the test rig, the bench baseline and the serve
+    runner (which build and time vLLM's own layer the way that family lays it out); RuntimeError when none does."""
+    selection = select_adapter()
+    family = getattr(selection.adapter, "family", None)
+    if family is None:
+        raise RuntimeError(f"caovan cannot serve this vLLM: {selection.reason}")
+    return family

@@ -33,12 +33,17 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-#: Where vLLM 0.19-0.21 keep the GDN layer (and, bound by import, the kernels its core calls).
-VLLM_GDN_MODULE = "vllm.model_executor.layers.mamba.gdn_linear_attn"
 
+def load_vllm_gdn_module(name: str | None = None) -> ModuleType:
+    """Import vLLM's GDN layer module (where the installed vLLM's family keeps it, and, bound by import, the
+    kernels its core calls); ImportError names the module and the cause."""
+    if name is None:
+        from caovan.adapters.registry import installed_family
 
-def load_vllm_gdn_module(name: str = VLLM_GDN_MODULE) -> ModuleType:
-    """Import vLLM's GDN layer module; ImportError names the module and the cause."""
+        try:
+            name = installed_family().gdn_module
+        except RuntimeError as exc:
+            raise ImportError(str(exc)) from exc
     try:
         return importlib.import_module(name)
     except Exception as exc:  # vLLM import failures are not always ImportError
@@ -54,7 +59,7 @@ class VllmSpecCore:
         mod = module if module is not None else load_vllm_gdn_module()
         missing = [f for f in ("causal_conv1d_update", "fused_sigmoid_gating_delta_rule_update") if not hasattr(mod, f)]
         if missing:
-            raise ImportError(f"{mod.__name__} has no {', '.join(missing)}: not vLLM 0.19-0.21's GDN module")
+            raise ImportError(f"{mod.__name__} has no {', '.join(missing)}: not a GDN module caovan knows")
         self.module_name = mod.__name__
         self.causal_conv1d_update = mod.causal_conv1d_update
         self.fused_sigmoid_gating_delta_rule_update = mod.fused_sigmoid_gating_delta_rule_update

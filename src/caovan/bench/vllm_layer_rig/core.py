@@ -152,7 +152,9 @@ def fla_autotune_first_config_only() -> Iterator[int]:
     hands prefill tokens to vLLM's own core in both the reference and the caovan run, which then use the same
     single configuration).  Yields how many autotuners were restricted; restores them on exit.
     """
-    import vllm.model_executor.layers.fla.ops as fla_ops
+    from caovan.adapters.registry import installed_family
+
+    fla_ops = importlib.import_module(installed_family().fla_ops_module)
 
     restricted: list[tuple[Any, list[Any]]] = []
     for info in pkgutil.iter_modules(fla_ops.__path__):

@@ -218,11 +218,12 @@ def shutdown_distributed() -> None:
 
 @contextlib.contextmanager
 def _oot_entry(layer_cls: type | None) -> Iterator[None]:
-    """vLLM's PluggableLayer registry entry for GatedDeltaNetAttention set to ``layer_cls`` (None: no entry)."""
+    """vLLM's PluggableLayer registry entry for the family's GDN layer set to ``layer_cls`` (None: no entry)."""
     from vllm.model_executor.custom_op import op_registry_oot
 
-    from caovan.adapters.gdn_linear_attn_v020_layer import IN_TREE_NAME
+    from caovan.adapters.registry import installed_family
 
+    IN_TREE_NAME = installed_family().oot_key
     saved = op_registry_oot.pop(IN_TREE_NAME, None)
     try:
         if layer_cls is not None:
@@ -241,25 +242,29 @@ def caovan_override_class() -> type:
     """caovan's OOT subclass, built once per process like ``install()`` does."""
     global _override_class
     if _override_class is None:
-        from vllm.model_executor.layers.mamba.gdn_linear_attn import GatedDeltaNetAttention
+        from caovan.adapters.override import build_override_class, in_tree_class
+        from caovan.adapters.registry import installed_family
 
-        from caovan.adapters.gdn_linear_attn_v020_layer import build_override_class
-
-        _override_class = build_override_class(GatedDeltaNetAttention)
+        family = installed_family()
+        _override_class = build_override_class(in_tree_class(family), family)
     return _override_class
 
 
 def build_gdn_layer(vllm_config: Any, model: TinyGdnModel, prefix: str, device: torch.device, *, caovan: bool) -> Any:
-    """Construct the layer through ``GatedDeltaNetAttention(...)`` as the model code does.
+    """Construct the layer through the family's in-tree class (``GatedDeltaNetAttention(...)`` in vLLM 0.21) as
+    the model code does.
 
     ``caovan=True``: caovan's class is registered as the OOT replacement (what ``install()`` does in a serving
     process), so PluggableLayer.__new__ hands back caovan's subclass; ``caovan=False``: no replacement is
     registered, the in-tree class is built.  The registry is restored afterwards either way.
     """
     from vllm.config import set_current_vllm_config
-    from vllm.model_executor.layers.mamba.gdn_linear_attn import GatedDeltaNetAttention
     from vllm.utils.torch_utils import set_default_torch_dtype
 
+    from caovan.adapters.override import in_tree_class
+    from caovan.adapters.registry import installed_family
+
+    in_tree = in_tree_class(installed_family())
     replacement = caovan_override_class() if caovan else None
     with (
         _oot_entry(replacement),
@@ -267,15 +272,15 @@ def build_gdn_layer(vllm_config: Any, model: TinyGdnModel, prefix: str, device: 
         set_default_torch_dtype(vllm_config.model_config.dtype),
         torch.device(device),
     ):
-        layer = GatedDeltaNetAttention(
+        layer = in_tree(
             config=vllm_config.model_config.hf_text_config,
             vllm_config=vllm_config,
             prefix=prefix,
             gqa_interleaved_layout=model.gqa_interleaved_layout,
         )
-    expected = replacement or GatedDeltaNetAttention
+    expected = replacement or in_tree
     if type(layer) is not expected:
-        raise AssertionError(f"GatedDeltaNetAttention(...) built {type(layer).__qualname__}, expected {expected}")
+        raise AssertionError(f"{in_tree.__name__}(...) built {type(layer).__qualname__}, expected {expected}")
     return layer
 
 

@@ -1,31 +1,11 @@
-"""caovan's out-of-tree ``GatedDeltaNetAttention`` for vLLM 0.20 – 0.21 (family ``gdn-linear-attn-v020``).
-
-Patch of upstream behaviour, documented in place:
-
-* Why: vLLM's speculative-decode (MTP verify) core for GDN runs the conv update, a split/cat rearrange and
-  the recurrent kernel as separate launches with a lot of Python around them; caovan does the same maths in
-  two Triton kernels (shared Q/K conv prep, fused V-conv + GDN update) writing straight into vLLM's buffers.
-* How: ``GatedDeltaNetAttention.register_oot`` (the family's ``PluggableLayer`` mechanism) makes vLLM build
-  this subclass wherever it builds the in-tree layer; its ``__init__`` runs the in-tree ``__init__`` untouched
-  and then, only when caovan is enabled and the layer is supported, binds ``_forward_core`` on the instance.
-  The custom op ``vllm::gdn_attention_core`` looks ``_forward_core`` up on the instance at every call, so a
-  disabled or unsupported layer keeps the in-tree method with zero overhead.
-* Upstream code replaced: ``vllm/model_executor/layers/mamba/gdn_linear_attn.py``,
-  ``GatedDeltaNetAttention._forward_core``, speculative branch (``spec_sequence_masks is not None``), vLLM 0.21.0.
-  Everything else — prefill, plain decode, warm-up/profile calls without metadata — still runs the in-tree code.
-  In mixed prefill + spec batches the spec tokens are ours and the rest is handed to the in-tree core.
-* Remove when: this family leaves the matrix (vLLM 0.22 moved the class to ``layers/mamba/gdn/``).
-
-A second, smaller patch serves a model without any GDN layer, which never builds this class, so nothing here
-would notice that caovan cannot act: ``install()`` wraps vLLM's model loader (``model_loader.py``) so that, after
-the *target* model is built (not the MTP draft, which has no GDN layer of its own), require mode fails start-up
-when no layer of the model was taken over, and an enabled caovan says in one line when the model has no GDN layer.
-Remove together with the layer override.
+"""What caovan decides about one vLLM GDN layer, in every family: whether it takes the layer over, and the layer's
+tensors as the kernels take them. The override (``override.py``) calls these; nothing here depends on where a
+family keeps its layer class, except what the family record (``family.py``) says.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
 import logging
 import os
 from collections.abc import Mapping
@@ -36,11 +16,7 @@ from .. import PLUGIN_NAME
 from ..log import logger
 from ..plugin import counters, model_loader
 from ..plugin.options import AUTOSPEC_ENV, CaovanRequireError, parse_options
-
-FAMILY_ID = "gdn-linear-attn-v020"
-IN_TREE_NAME = "GatedDeltaNetAttention"
-#: vLLM >= 0.20 marks null/padded state slots with block id 0 (NULL_BLOCK_ID).
-NULL_SLOT_MAX = 0
+from .family import GdnFamily
 
 _announced: set[str] = set()
 
@@ -212,10 +188,9 @@ def speculative_config_token(num_spec: int, environ: Mapping[str, str] | None = 
     return f"speculative_config{'=auto' if chosen else ''} MTP={num_spec}"
 
 
-def plan_for_layer(layer: Any) -> LayerPlan | None:
+def plan_for_layer(layer: Any, family: GdnFamily) -> LayerPlan | None:
     """Decide, once per layer at construction, whether caovan takes this layer's spec-decode core."""
     from vllm.config import get_current_vllm_config
-    from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
     from vllm.platforms import current_platform
 
     options = parse_options(get_current_vllm_config().additional_config)  # malformed -> clear error at start-up
@@ -242,7 +217,7 @@ def plan_for_layer(layer: Any) -> LayerPlan | None:
         logging.INFO,
         "%s: family=%s caovan_mode=%s require=%s %s: GDN spec-decode core routed to caovan",
         PLUGIN_NAME,
-        FAMILY_ID,
+        family.family_id,
         options.mode,
         options.require,
         speculative_config_token(layer.num_spec),
@@ -252,100 +227,16 @@ def plan_for_layer(layer: Any) -> LayerPlan | None:
         num_v_heads=layer.num_v_heads // layer.tp_size,
         head_k_dim=layer.head_k_dim,
         head_v_dim=layer.head_v_dim,
-        conv_dim_first=bool(gdn.is_conv_state_dim_first()),
+        conv_dim_first=conv_dim_first(family),
     )
 
 
-def build_override_class(base: type) -> type:
-    """The subclass registered under ``GatedDeltaNetAttention`` (it must subclass ``base`` for __init__ to run)."""
-    from vllm.forward_context import get_forward_context
-
-    from ..kernels.gdn_spec_decode import KERNEL_NAMES, gdn_spec_decode
-
-    in_tree_core = base._forward_core
-
-    class CaovanGatedDeltaNetAttention(base):  # type: ignore[misc, valid-type]
-        _caovan_override = True
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._caovan_plan = plan_for_layer(self)
-            if self._caovan_plan is not None:
-                self._forward_core = self._caovan_forward_core
-
-        def _caovan_spec(self, md: Any, mixed_qkv: Any, b: Any, a: Any, out: Any, token_index: Any) -> None:
-            plan = self._caovan_plan
-            A_log, dt_bias, conv_weight, conv_bias, conv_state, ssm_state = kernel_tensors(self, plan.conv_dim_first)
-            n = md.num_spec_decodes
-            query_start_loc = md.spec_query_start_loc
-            if query_start_loc.shape[0] != n + 1:  # vLLM's pure-spec batches already have n + 1 entries
-                query_start_loc = query_start_loc[: n + 1]
-            gdn_spec_decode(
-                mixed_qkv,
-                a,
-                b,
-                A_log,
-                dt_bias,
-                conv_weight,
-                conv_bias,
-                conv_state,
-                ssm_state,
-                query_start_loc,
-                md.spec_state_indices_tensor,
-                md.num_accepted_tokens,
-                out,
-                num_k_heads=plan.num_k_heads,
-                head_k_dim=plan.head_k_dim,
-                head_v_dim=plan.head_v_dim,
-                ssm_layout="vk",
-                null_slot_max=NULL_SLOT_MAX,
-                token_index=token_index,
-            )
-
-        def _caovan_forward_core(self, mixed_qkv: Any, b: Any, a: Any, core_attn_out: Any) -> None:
-            raw = get_forward_context().attn_metadata
-            if raw is None:
-                counters.record_fallback("no-metadata")  # warm-up / profile run
-                return in_tree_core(self, mixed_qkv, b, a, core_attn_out)
-            md = raw[self.prefix]
-            if md.spec_sequence_masks is None:
-                counters.record_fallback("no-spec-tokens")  # prefill / plain decode batch
-                return in_tree_core(self, mixed_qkv, b, a, core_attn_out)
-            if md.num_prefills == 0 and md.num_decodes == 0:
-                self._caovan_spec(md, mixed_qkv, b, a, core_attn_out, None)
-                counters.record_dispatch("spec", FAMILY_ID, KERNEL_NAMES, self.prefix)
-                return None
-            self._caovan_mixed(raw, md, mixed_qkv, b, a, core_attn_out)
-            counters.record_dispatch("mixed", FAMILY_ID, KERNEL_NAMES, self.prefix)
-            return None
-
-        def _caovan_mixed(self, raw: dict, md: Any, mixed_qkv: Any, b: Any, a: Any, core_attn_out: Any) -> None:
-            """Spec tokens through caovan (gathered by index), the rest through the in-tree core."""
-            self._caovan_spec(md, mixed_qkv, b, a, core_attn_out, md.spec_token_indx)
-            idx = md.non_spec_token_indx
-            num_non_spec = md.num_prefill_tokens + md.num_decode_tokens
-            non_spec_md = dataclasses.replace(
-                md,
-                num_spec_decodes=0,
-                num_spec_decode_tokens=0,
-                num_actual_tokens=num_non_spec,
-                spec_query_start_loc=None,
-                spec_state_indices_tensor=None,
-                spec_sequence_masks=None,
-                spec_token_indx=None,
-                non_spec_token_indx=None,
-                num_accepted_tokens=None,
-            )
-            out = core_attn_out.new_zeros((num_non_spec, *core_attn_out.shape[1:]))
-            raw[self.prefix] = non_spec_md
-            try:
-                in_tree_core(self, mixed_qkv.index_select(0, idx), b.index_select(0, idx), a.index_select(0, idx), out)
-            finally:
-                raw[self.prefix] = md
-            core_attn_out.index_copy_(0, idx, out)
-
-    CaovanGatedDeltaNetAttention.__qualname__ = "CaovanGatedDeltaNetAttention"
-    return CaovanGatedDeltaNetAttention
+def conv_dim_first(family: GdnFamily) -> bool:
+    """Whether this vLLM stores the conv state dim-first, asked as the family's own GDN module asks it."""
+    if family.conv_dim_first_function is None:
+        return False
+    gdn = importlib.import_module(family.gdn_module)
+    return bool(getattr(gdn, family.conv_dim_first_function)())
 
 
 def check_required_model(vllm_config: Any, model_config: Any, model: Any) -> None:
@@ -367,41 +258,3 @@ def check_required_model(vllm_config: Any, model_config: Any, model: Any) -> Non
         raise CaovanRequireError(f"{PLUGIN_NAME}: require mode is on but {what}")
     if not plans:
         _once("no-gdn-layer", logging.WARNING, "%s: caovan is enabled but %s: vLLM's own path runs", PLUGIN_NAME, what)
-
-
-def install() -> str:
-    """Register the override once per process; returns what happened (for the status line)."""
-    from vllm.model_executor.custom_op import op_registry_oot
-    from vllm.model_executor.layers.mamba import gdn_linear_attn as gdn
-
-    existing = op_registry_oot.get(IN_TREE_NAME)
-    if existing is not None:
-        if getattr(existing, "_caovan_override", False):
-            return "already installed"
-        raise RuntimeError(
-            f"{IN_TREE_NAME} is already replaced by {existing.__module__}.{existing.__qualname__}; "
-            "two plugins cannot both replace it"
-        )
-    # All or nothing: the plugin reports a failed install as inert, so nothing of it may stay behind (a loader
-    # left with this family's check would fail a require-mode start-up with "no GDN layer caovan can take over"
-    # instead of the install error, and would outlive the plugin's own inert check should installing that fail).
-    try:
-        if not model_loader.install(after=check_required_model):
-            raise RuntimeError(f"{model_loader.LOADER_CLASS}.load_model(vllm_config, model_config) not found")
-        gdn.GatedDeltaNetAttention.register_oot(build_override_class(gdn.GatedDeltaNetAttention), name=IN_TREE_NAME)
-    except BaseException:
-        uninstall()
-        raise
-    return "installed"
-
-
-def uninstall() -> bool:
-    """Remove the override (tests; ``pip uninstall`` needs nothing: vLLM then never loads caovan)."""
-    from vllm.model_executor.custom_op import op_registry_oot
-
-    model_loader.uninstall()
-    existing = op_registry_oot.get(IN_TREE_NAME)
-    if existing is not None and getattr(existing, "_caovan_override", False):
-        del op_registry_oot[IN_TREE_NAME]
-        return True
-    return False
