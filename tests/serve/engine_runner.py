@@ -50,6 +50,17 @@ def stock_gdn_module() -> str:
     return installed_family().gdn_module
 
 
+def moe_layer_class() -> type:
+    """vLLM's fused-MoE layer class: ``FusedMoE`` up to vLLM 0.23; from 0.24 ``FusedMoE`` is a factory of runners."""
+    from vllm.model_executor.layers.fused_moe import FusedMoE
+
+    if isinstance(FusedMoE, type):
+        return FusedMoE
+    from vllm.model_executor.layers.fused_moe.runner.moe_runner_interface import MoERunnerInterface
+
+    return MoERunnerInterface
+
+
 def stock_gdn_class() -> type:
     """The installed vLLM's in-tree GDN layer class (caovan's override subclasses it)."""
     from caovan.adapters.override import in_tree_class
@@ -239,11 +250,11 @@ def hf_init_weights(model: Any) -> dict[str, Any]:
     dummy weights too (only tensors it shares with the target change).
     """
     import torch
-    from vllm.model_executor.layers.fused_moe import FusedMoE
     from vllm.model_executor.layers.layernorm import GemmaRMSNorm, RMSNormGated
 
     GatedDeltaNetAttention = stock_gdn_class()  # the family's in-tree layer class
-    moe_blocks = [name for name, m in model.named_modules() if any(isinstance(c, FusedMoE) for c in m.children())]
+    moe = moe_layer_class()
+    moe_blocks = [name for name, m in model.named_modules() if any(isinstance(c, moe) for c in m.children())]
     rules: Counter[str] = Counter()
     untouched: list[str] = []
     with torch.inference_mode():
