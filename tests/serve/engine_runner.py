@@ -51,11 +51,13 @@ def stock_gdn_module() -> str:
 
 
 def moe_layer_class() -> type:
-    """vLLM's fused-MoE layer class: ``FusedMoE`` up to vLLM 0.23; from 0.24 ``FusedMoE`` is a factory of runners."""
-    from vllm.model_executor.layers.fused_moe import FusedMoE
+    """vLLM's fused-MoE layer class: ``FusedMoE`` up to vLLM 0.23; from 0.24 the runners ``FusedMoE`` makes (0.27
+    drops the name), all ``MoERunnerInterface``."""
+    from vllm.model_executor.layers import fused_moe
 
-    if isinstance(FusedMoE, type):
-        return FusedMoE
+    legacy = getattr(fused_moe, "FusedMoE", None)
+    if isinstance(legacy, type):
+        return legacy
     from vllm.model_executor.layers.fused_moe.runner.moe_runner_interface import MoERunnerInterface
 
     return MoERunnerInterface
