@@ -150,7 +150,7 @@ def test_the_forms_caovan_serve_refuses_still_mislead_vllm(tmp_path):
 
 #: Cold-start timeouts vLLM stopped reading, and the release that did: caovan serve skips them there (it sets only
 #: what the installed vLLM reads), and keeps them for the older rows that still read them.
-DROPPED_TIMEOUTS = {"VLLM_RPC_TIMEOUT": "0.23.0"}
+DROPPED_TIMEOUTS = {"VLLM_RPC_TIMEOUT": "0.23.0", "VLLM_ENGINE_ITERATION_TIMEOUT_S": "0.33.0"}
 
 
 def test_vllm_reads_the_timeouts_caovan_serve_raises():
