@@ -250,6 +250,15 @@ def test_no_family_passing_names_why_on_the_result_line(healthy, capsys, monkeyp
         "result        FAIL: no GDN family passes (gdn-test: missing vllm.model_executor.layers.mamba.gdn_linear_attn: "
         "import failed: ImportError: libcudart (+1 more))"
     )
+    # A release outside every version hint: the family it comes closest to, and each hook point that moved.
+    closer = ProbeReport(
+        "gdn-close", "<0.1", "0.21.0", (HookPoint("a", True, "present"), HookPoint("b", False, "gone"))
+    )
+    monkeypatch.setattr(doctor, "family_reports", lambda: [other, closer])
+    assert _verdicts(capsys)[2] == (
+        "result        FAIL: no GDN family passes "
+        "(closest family gdn-close (1 of 2 hook points found); moved: b (gone))"
+    )
     monkeypatch.setattr(doctor, "family_reports", lambda: [])
     monkeypatch.setattr(doctor, "_version", lambda dist: None if dist == "vllm" else "1.0")
     assert _verdicts(capsys)[2] == "result        FAIL: no GDN family passes (vLLM is not installed)"

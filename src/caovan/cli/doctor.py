@@ -184,6 +184,12 @@ def family_reports() -> list[Any]:
     return list(probe_all()) if installed_vllm_version() else []
 
 
+def _closest(reports: list[Any]) -> str | None:
+    from ..adapters.registry import closest
+
+    return closest(reports)
+
+
 def collect() -> dict[str, Any]:
     reports = family_reports()
     passing = [r for r in reports if r.ok]
@@ -203,6 +209,7 @@ def collect() -> dict[str, Any]:
         "kernels": kernel_compile_facts(gpus),
         "settings": [dataclasses.asdict(finding) for finding in check_environment()],
         "families": [r.as_dict() for r in reports],
+        "closest_family": _closest(reports),
         "family": passing[0].family_id if passing else None,
         "family_ok": bool(passing),
     }
@@ -218,8 +225,13 @@ def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
     if not facts["family_ok"]:
         # The result line is what a user reads (and greps): it names why, e.g. a vLLM that is there but fails to
         # import (a torch of another CUDA build), not only that no family passed.
-        tried = [f for f in facts["families"] if f["hint_matches"]] or facts["families"]
-        why = f"{tried[0]['family']}: {tried[0]['reason']}" if tried else "vLLM is not installed"
+        # The family this vLLM's version points at says best what broke (a vLLM that fails to import, say); a
+        # release outside every hint is named by the family it comes closest to, and what moved.
+        tried = [f for f in facts["families"] if f["hint_matches"]]
+        if tried:
+            why = f"{tried[0]['family']}: {tried[0]['reason']}"
+        else:
+            why = facts.get("closest_family") or "vLLM is not installed"
         problems.append(f"no GDN family passes ({why})")
     disc = facts["discovery"]
     if not disc["discovered"]:
