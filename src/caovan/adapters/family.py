@@ -48,7 +48,11 @@ class PatchNote:
 
 @dataclass(frozen=True)
 class GdnFamily:
-    """What one family of vLLM releases looks like to caovan. Every field is probed or read, none is assumed."""
+    """What one family of vLLM releases looks like to caovan. Every field is probed or read, none is assumed.
+
+    Every family here replaces its layer through ``PluggableLayer.register_oot`` keyed by ``gdn_class`` (vLLM
+    0.19 on); the releases before it, whose class methods would be patched instead, have no record yet.
+    """
 
     #: Shown to users (status line, doctor, docs/compat.md) and recorded in matrix results.
     family_id: str
@@ -66,9 +70,6 @@ class GdnFamily:
     #: Where vLLM's FLA ops package lives (the bench baseline and the test rig import its kernels from there).
     fla_ops_module: str
     patch: PatchNote
-    #: ``register_oot``: ``PluggableLayer.register_oot`` keyed by ``gdn_class``; ``class_patch``: methods set on
-    #: the class object (releases before PluggableLayer), undone on uninstall.
-    install: Literal["register_oot", "class_patch"] = "register_oot"
     core_method: str = "_forward_core"
     core_arguments: tuple[str, ...] = CORE_ARGUMENTS
     #: nn.Module attributes the override reads, assigned in the layer's ``__init__``.

@@ -15,8 +15,7 @@ def probe_family(p: Prober, family: GdnFamily) -> None:
     gdn = p.module(family.gdn_module)
     layer_cls = p.attribute(gdn, family.gdn_class, f"{family.gdn_class} class")
     short = family.gdn_module.rsplit(".", 1)[-1]
-    if family.install == "register_oot":
-        _probe_pluggable(p, family, layer_cls)
+    _probe_pluggable(p, family, layer_cls)
     p.arguments(
         lookup(layer_cls, family.core_method),
         family.core_arguments,
