@@ -28,7 +28,7 @@
 # vllm.model_executor loads vllm._C (vLLM 0.21.0).
 #
 # Usage (from the repository root): tools/run-gpu-row-offline.sh BUNDLE ROW RUNNER OUT [run-here options]
-# (options: --tiers a,b --redo --strict; default: --tiers discovery,kernel --redo). Writes
+# (options: --tiers a,b --redo --strict; default: --tiers discovery,numerics,kernel --redo). Writes
 # matrix/results/RUNNER/ROW.json through `python -m caovan.matrix run-here` (install mode
 # "current-environment" is recorded in the file) and copies it to OUT. CAOVAN_SITE (default
 # /tmp/caovan-site) is the `pip install --target` folder put on PYTHONPATH; it may already hold the row's
@@ -52,7 +52,7 @@ if [ $# -lt 4 ]; then
 fi
 bundle=$1 row=$2 runner=$3 out=$4
 shift 4
-[ $# -gt 0 ] || set -- --tiers discovery,kernel --redo
+[ $# -gt 0 ] || set -- --tiers discovery,numerics,kernel --redo
 
 # The run-here options this script passes on (--runner is its own argument; --wheelhouse has no use here).
 args=("$@")
@@ -62,17 +62,17 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     --tiers | --tiers=*)
         if [ "${args[i]}" = --tiers ]; then
             i=$((i + 1))
-            [ $i -lt ${#args[@]} ] || die "--tiers needs a value (discovery, kernel, serve, comma-separated)"
+            [ $i -lt ${#args[@]} ] || die "--tiers needs a value (discovery, numerics, kernel, serve, comma-separated)"
             tiers=${args[i]}
         else
             tiers=${args[i]#--tiers=}
         fi
-        [ -n "$tiers" ] || die "--tiers needs a value (discovery, kernel, serve, comma-separated)"
+        [ -n "$tiers" ] || die "--tiers needs a value (discovery, numerics, kernel, serve, comma-separated)"
         IFS=, read -r -a tier_list <<<"$tiers"
         for tier in "${tier_list[@]}"; do
             case $tier in
-            discovery | kernel | serve) ;;
-            *) die "--tiers: unknown tier '$tier' (known: discovery, kernel, serve)" ;;
+            discovery | numerics | kernel | serve) ;;
+            *) die "--tiers: unknown tier '$tier' (known: discovery, numerics, kernel, serve)" ;;
             esac
         done
         ;;

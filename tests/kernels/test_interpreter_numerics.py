@@ -1,31 +1,25 @@
-"""GDN spec-decode kernels vs the float64 oracle under the Triton interpreter (CPU, tiny shapes),
-the rule against vLLM 0.21.0's own kernels, and the entry's input validation.
+"""GDN spec-decode kernels vs the float64 oracle under the Triton interpreter (CPU, tiny shapes), and the entry's
+input validation.
 
-How the interpreter is switched on (triton 3.6): ``triton.jit`` reads TRITON_INTERPRET when a
-kernel is *decorated*, i.e. when its module is imported; flipping the variable later changes
-nothing, and setting it for the whole pytest process would turn every other Triton test of the
-session (GPU tiers, the sm_75 gate) into interpreter runs. So all scenarios run in one child
-process started with TRITON_INTERPRET=1 (``gdn_interpreter_cases.py``), which writes a JSON
-result per scenario; each scenario is one test here. The validation tests run in-process: they
-fail before any launch.
+All scenarios run in one child process started with TRITON_INTERPRET=1 (``gdn_interpreter_cases.py``; why a child:
+``helpers/interpreter_child.py``), which writes a JSON result per scenario; each scenario is one test here. The
+validation tests run in-process: they fail before any launch. The comparison with the installed vLLM's own kernels
+is the matrix's numerics tier (``tests/numerics/``).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.interpreter_child import run_interpreter_child
 
 pytestmark = pytest.mark.interpreter
 
 _CASES_FILE = Path(__file__).resolve().with_name("gdn_interpreter_cases.py")
-_CHILD_TIMEOUT_S = 900
 
 
 def _load_cases():
@@ -37,27 +31,11 @@ def _load_cases():
 
 
 cases = _load_cases()
-_RULE_IDS = [s.id for s in cases.SCENARIOS if s.vllm_rule]
 
 
 @pytest.fixture(scope="module")
 def interpreter_results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gdn_interpreter") / "results.json"
-    env = dict(os.environ)
-    env["TRITON_INTERPRET"] = "1"
-    env["CUDA_VISIBLE_DEVICES"] = ""  # vLLM imports without a GPU only with this set
-    # The child must import the same caovan/vLLM as this process, however it was put on the path.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    proc = subprocess.run(
-        [sys.executable, str(_CASES_FILE), "--out", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=_CHILD_TIMEOUT_S,
-    )
-    results = json.loads(out.read_text()) if out.exists() else {}
-    log = (proc.stdout + "\n" + proc.stderr)[-6000:]
-    return results, proc.returncode, log
+    return run_interpreter_child(_CASES_FILE, tmp_path_factory.mktemp("gdn_interpreter") / "results.json")
 
 
 def _result(interpreter_results, scenario_id):
@@ -71,17 +49,6 @@ def _result(interpreter_results, scenario_id):
 def test_kernels_match_fp64_oracle(interpreter_results, scenario_id):
     res = _result(interpreter_results, scenario_id)
     assert res["ok"], f"{scenario_id}: {res['detail']} (errors {res.get('errors')})"
-
-
-@pytest.mark.parametrize("scenario_id", _RULE_IDS)
-def test_error_not_above_vllm_0_21(interpreter_results, scenario_id):
-    """Our max |error| vs fp64 <= vLLM 0.21.0's (causal_conv1d_update + fused_sigmoid_gating_
-    delta_rule_update under the interpreter) + FLOOR_ULPS ulps, for output and SSM state."""
-    res = _result(interpreter_results, scenario_id)
-    if res.get("rule_skip"):
-        pytest.skip(res["rule_skip"])
-    assert "rule_ok" in res, f"{scenario_id}: rule not evaluated: {res['detail']}"
-    assert res["rule_ok"], f"{scenario_id}: {res['rule_detail']} (ours {res['errors']}, vLLM {res['vllm_errors']})"
 
 
 # ------------------------------------------------------------------------------------------
@@ -205,7 +172,7 @@ def test_bad_input_raises_value_error_naming_it(mutate, match):
     inp = _valid_inputs()
     mutate(inp)
     with pytest.raises(ValueError, match=match):
-        cases._call(gdn_spec_decode, inp)
+        cases.call_kernel(gdn_spec_decode, inp)
 
 
 def test_cpu_tensors_refused_without_interpreter():
@@ -214,7 +181,7 @@ def test_cpu_tensors_refused_without_interpreter():
     if launcher.INTERPRETED:
         pytest.skip("this process runs the interpreter (TRITON_INTERPRET=1): CPU is allowed")
     with pytest.raises(ValueError, match=r"mixed_qkv: expected CUDA tensors .*TRITON_INTERPRET"):
-        cases._call(gdn_spec_decode, _valid_inputs())
+        cases.call_kernel(gdn_spec_decode, _valid_inputs())
 
 
 def test_valid_inputs_pass_validation():
@@ -226,7 +193,7 @@ def test_valid_inputs_pass_validation():
         pytest.skip("this process runs the interpreter: covered by the numerics scenarios")
     for scenario in cases.SCENARIOS:
         with pytest.raises(ValueError, match="TRITON_INTERPRET") as err:
-            cases._call(gdn_spec_decode, cases.make_inputs(scenario))
+            cases.call_kernel(gdn_spec_decode, cases.make_inputs(scenario))
         assert "mixed_qkv: expected CUDA tensors" in str(err.value), scenario.id
 
 
@@ -241,7 +208,7 @@ def test_zero_stride_over_a_size_one_dimension_accepted():
     out = inp["tensors"]["out"]
     inp["tensors"]["out"] = out.as_strided(out.shape, (out.stride(0), 0, 1))
     with pytest.raises(ValueError, match="mixed_qkv: expected CUDA tensors"):
-        cases._call(gdn_spec_decode, inp)
+        cases.call_kernel(gdn_spec_decode, inp)
 
 
 @pytest.fixture
@@ -261,7 +228,7 @@ def test_meta_tensors_refused_under_interpreter(interpreted_entry):
     inp = _valid_inputs()
     inp["tensors"] = {k: None if t is None else t.to("meta") for k, t in inp["tensors"].items()}
     with pytest.raises(ValueError, match=r"mixed_qkv: expected CUDA tensors .*, got meta"):
-        cases._call(interpreted_entry.gdn_spec_decode, inp)
+        cases.call_kernel(interpreted_entry.gdn_spec_decode, inp)
 
 
 def test_token_index_into_no_rows_is_a_no_op(interpreted_entry):
@@ -272,7 +239,9 @@ def test_token_index_into_no_rows_is_a_no_op(interpreted_entry):
         t[name] = t[name][:0]
     t["token_index"] = torch.arange(int(t["query_start_loc"][-1]))
     before = {name: t[name].clone() for name in ("conv_state", "ssm_state")}
-    cases._call(interpreted_entry.gdn_spec_decode, inp)  # no launch: one would fail here (no CUDA, not interpreted)
+    cases.call_kernel(
+        interpreted_entry.gdn_spec_decode, inp
+    )  # no launch: one would fail here (no CUDA, not interpreted)
     for name, old in before.items():
         assert torch.equal(t[name], old), name
 
@@ -281,10 +250,10 @@ def test_float_size_refused_after_the_int_plan_is_cached(interpreted_entry):
     # 2.0 == 2 and hash(2.0) == hash(2): without the sizes' types in the plan key, the float would reuse the
     # int's plan and be accepted or refused depending on the calls before it.
     inp = cases.make_inputs(next(s for s in cases.SCENARIOS if s.id == "empty_batch_N0"))
-    cases._call(interpreted_entry.gdn_spec_decode, inp)  # empty batch: validated, planned, nothing launched
+    cases.call_kernel(interpreted_entry.gdn_spec_decode, inp)  # empty batch: validated, planned, nothing launched
     from caovan.kernels.gdn_spec_decode import plans
 
     assert len(plans.cached) == 1
     inp["kwargs"]["num_k_heads"] = float(inp["kwargs"]["num_k_heads"])
     with pytest.raises(ValueError, match=r"num_k_heads: expected an int"):
-        cases._call(interpreted_entry.gdn_spec_decode, inp)
+        cases.call_kernel(interpreted_entry.gdn_spec_decode, inp)

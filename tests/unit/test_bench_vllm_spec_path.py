@@ -89,6 +89,17 @@ def test_mixed_batch_gathers_and_scatters_spec_rows():
     assert (out[ti] == 7.0).all() and torch.isnan(out[others]).all()
 
 
+def test_families_before_029_hand_the_recurrent_kernel_the_whole_gating_inputs():
+    # vLLM 0.20 - 0.27 select the spec rows of mixed_qkv only; a and b go to the kernel as they came.
+    rec = _Recorder()
+    core = VllmSpecCore(module=rec, gather_gating=False)
+    x = build_inputs(SpecDecodeCase("small", num_seqs=2, num_spec_tokens=1, mixed_batch_tokens=3))
+    args, kwargs = x.kernel_args()
+    core(*args, **kwargs)
+    assert torch.equal(rec.calls[0][1][0], x.mixed_qkv.index_select(0, kwargs["token_index"]))
+    assert rec.calls[1][2]["a"] is args[1] and rec.calls[1][2]["b"] is args[2]
+
+
 def test_check_inputs_refuses_what_vllm_021_cannot_do():
     x = build_inputs(SpecDecodeCase("small", 1, 1, ssm_layout="kv"))
     args, kwargs = x.kernel_args()

@@ -53,7 +53,7 @@ def test_one_line_per_row_and_runner_newest_vllm_first_with_required_columns(wor
     header, *rows = table_lines(render_block(collect_results(results)))
     assert header == [
         "vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner", "plugin @source",
-        "discovery", "kernel", "serve", "date",
+        "discovery", "numerics", "kernel", "serve", "date",
     ]  # fmt: skip
     assert [(r[0], r[6]) for r in rows] == [
         ("0.21.0", "cpu"),
@@ -65,8 +65,9 @@ def test_one_line_per_row_and_runner_newest_vllm_first_with_required_columns(wor
     assert gpu_row[4] == "cu130"
     assert gpu_row[5] == "2× NVIDIA GeForce RTX 2080 Ti (sm_75)"
     assert gpu_row[7].startswith("0.1.0 @")
-    assert gpu_row[8:11] == ["✅ pass", "✅ pass", "✅ pass"]
-    assert gpu_row[11] == "2026-11-28"
+    # The sample rows predate the numerics tier: "—", the row does not list it.
+    assert gpu_row[8:12] == ["✅ pass", "—", "✅ pass", "✅ pass"]
+    assert gpu_row[12] == "2026-11-28"
     assert rows[2][1].startswith("none [")
     assert rows[2][8].startswith("⚠️ error [")
 

@@ -1,7 +1,8 @@
 """vLLM's own speculative-decode GDN core, for a side-by-side comparison with ``gdn_spec_decode``.
 
-``VllmSpecCore`` replays the spec branch of ``GatedDeltaNetAttention._forward_core`` of vLLM 0.21.0
-(vllm/model_executor/layers/mamba/gdn_linear_attn.py) for a pure-spec batch, statement by statement:
+``VllmSpecCore`` replays the spec branch of the GDN layer's ``_forward_core`` for a pure-spec batch, statement by
+statement, as every family from vLLM 0.20 to 0.33 runs it (vLLM 0.21.0:
+vllm/model_executor/layers/mamba/gdn_linear_attn.py; 0.22 on: .../mamba/gdn/qwen_gdn_linear_attn.py):
 
 1. ``causal_conv1d_update(mixed_qkv, conv_state, conv_weights, conv1d.bias, "silu",
    conv_state_indices=spec_state_indices[:, 0][:num_spec_decodes], num_accepted_tokens=...,
@@ -20,7 +21,7 @@ them there), so this calls exactly what the installed vLLM calls, including any 
 that module.
 
 It takes the same tensors as ``caovan.kernels.gdn_spec_decode.gdn_spec_decode`` so both can run on
-clones of one input set. ``check_inputs`` refuses (ValueError) what vLLM 0.21.0 cannot express:
+clones of one input set. ``check_inputs`` refuses (ValueError) what those releases cannot express:
 the (HV, K, V) SSM layout, SSM inner dims that are not contiguous (its kernel only uses
 stride(0)), and a null-slot rule other than "index <= 0". ``__call__`` runs vLLM's statements only,
 so its eager time is vLLM's kernel-side cost without the metadata plumbing of the real
@@ -55,7 +56,12 @@ class VllmSpecCore:
 
     activation = "silu"  # GatedDeltaNetAttention.activation = config.hidden_act ("silu" for Qwen)
 
-    def __init__(self, module: ModuleType | None = None):
+    def __init__(self, module: ModuleType | None = None, *, gather_gating: bool = True):
+        """``gather_gating=False`` replays the families before vLLM 0.29, whose spec branch hands the recurrent
+        kernel the whole ``a``/``b`` of a mixed batch (right only while the spec tokens lead the batch, as vLLM's
+        batch order puts them); the default gathers them as vLLM 0.29 on does, so that a mixed case measures the
+        kernels, not that ordering."""
+        self.gather_gating = gather_gating
         mod = module if module is not None else load_vllm_gdn_module()
         missing = [f for f in ("causal_conv1d_update", "fused_sigmoid_gating_delta_rule_update") if not hasattr(mod, f)]
         if missing:
@@ -102,21 +108,21 @@ class VllmSpecCore:
         null_slot_max: int = 0,
         **_: Any,
     ) -> None:
-        """Refuse what vLLM 0.21.0's kernels cannot express (kept out of ``__call__`` so the timed
+        """Refuse what vLLM's kernels (0.20 on) cannot express (kept out of ``__call__`` so the timed
         call runs only the statements vLLM runs)."""
         if ssm_layout != "vk":
             raise ValueError(
-                f"VllmSpecCore: ssm_layout={ssm_layout!r}; vLLM 0.21.0's kernel only handles 'vk' (HV, V, K)"
+                f"VllmSpecCore: ssm_layout={ssm_layout!r}; vLLM's kernel (0.20 on) only handles 'vk' (HV, V, K)"
             )
         hv, v, k = ssm_state.shape[1:]
         if ssm_state.stride()[1:] != (v * k, k, 1):
             raise ValueError(
                 f"VllmSpecCore: ssm_state inner strides {tuple(ssm_state.stride()[1:])} "
                 "must be contiguous "
-                f"{(v * k, k, 1)}: vLLM 0.21.0's kernel only uses stride(0)"
+                f"{(v * k, k, 1)}: vLLM's kernel (0.20 on) only uses stride(0)"
             )
         if null_slot_max != 0:
-            raise ValueError(f"VllmSpecCore: null_slot_max={null_slot_max}; vLLM 0.21.0 skips index <= 0 only")
+            raise ValueError(f"VllmSpecCore: null_slot_max={null_slot_max}; vLLM (0.20 on) skips index <= 0 only")
 
     def __call__(
         self,
@@ -142,14 +148,12 @@ class VllmSpecCore:
         token_index: Any = None,
     ) -> None:
         if token_index is not None:
-            # Mixed prefill+spec batch: _forward_core gathers the spec rows with index_select and
-            # scatters the spec output with index_copy_. vLLM 0.21.0 passes the *ungathered* a and
-            # b to the recurrent kernel (correct only while spec tokens come first, which the batch
-            # reordering normally ensures; later vLLM selects them); we gather them too so this
-            # measures the kernels' numerics, not that ordering assumption.
+            # Mixed prefill+spec batch: _forward_core gathers the spec rows with index_select and scatters the
+            # spec output with index_copy_; a and b as __init__ says.
             mixed_qkv = mixed_qkv.index_select(0, token_index)
-            a = a.index_select(0, token_index)
-            b = b.index_select(0, token_index)
+            if self.gather_gating:
+                a = a.index_select(0, token_index)
+                b = b.index_select(0, token_index)
 
         num_spec_decodes = query_start_loc.shape[0] - 1
         # 1.1 conv over the multi-query part (kernel writes its output over mixed_qkv when dtypes

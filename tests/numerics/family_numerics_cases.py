@@ -1,0 +1,181 @@
+"""caovan's kernels and the installed vLLM's own spec-decode kernels on identical inputs, both against the float64
+oracle, under the Triton interpreter (CPU, tiny shapes): the matrix's numerics tier.
+
+The inputs are laid out as the installed release's GDN family lays them out, read from its record
+(``caovan.adapters.families``): SSM state layout, null-slot rule, whether the conv state may be stored dim-first,
+and, in a mixed batch, whether its spec branch hands the recurrent kernel the spec tokens' gating inputs
+(``spec_gating_selected``, vLLM 0.29 on) or the whole ``a``/``b`` (before; right only while the spec tokens lead
+the batch, which is where vLLM's batch order puts them, so that is how such a family's mixed batch is laid out).
+vLLM's side is ``VllmSpecCore``: its two kernels as the family's GDN module imports them, called as its spec
+branch calls them.
+
+Run as a script (``TRITON_INTERPRET=1 python family_numerics_cases.py --out results.json``) it writes one result
+per scenario id, plus ``"family"``: the family, vLLM version and GDN module it ran against.
+``test_family_numerics.py`` runs it in a child process (``helpers/interpreter_child.py`` says why). Importing
+this module imports neither triton, the kernels nor vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import asdict, replace
+
+import torch
+from helpers.spec_decode_inputs import (
+    FLOOR_ULPS,
+    Scenario,
+    call_kernel,
+    clone_inputs,
+    interpreter_bf16_products_broken,
+    make_inputs,
+    max_abs,
+    run_caovan,
+    run_oracle,
+    tolerance,
+)
+
+#: Scenario ids the tier reports on, fixed so that pytest collects them without importing vLLM. A scenario the
+#: installed family cannot express is skipped with the reason (``needs``).
+_BASE = Scenario(id="base", num_accepted=(1, 4, 1, 2))
+
+
+def _scenarios() -> list[tuple[Scenario, str]]:
+    """(scenario, what it needs of the family: "" | "dim_first")."""
+    b = _BASE
+    return [
+        (replace(b, id="fp16_fp16state", ssm_dtype="float16", seed=701), ""),
+        (replace(b, id="fp16_fp32state", seed=702), ""),
+        (replace(b, id="bf16_fp32state", act_dtype="bfloat16", conv_dtype="bfloat16", seed=703), ""),
+        (
+            replace(
+                b, id="bf16_bf16state", act_dtype="bfloat16", conv_dtype="bfloat16", ssm_dtype="bfloat16", seed=704
+            ),
+            "",
+        ),
+        (replace(b, id="fp32", act_dtype="float32", conv_dtype="float32", seed=705), ""),
+        (replace(b, id="heads_H1_G1", num_k_heads=1, group=1, seed=708), ""),
+        (
+            replace(b, id="heads_G3_dimfirst_unpaged", group=3, conv_dim_first=True, page_strided=False, seed=706),
+            "dim_first",
+        ),
+        (replace(b, id="accepted_sweep", seq_lens=(4, 4, 4, 4), num_accepted=(1, 2, 3, 4), seed=707), ""),
+        (replace(b, id="varlen_padded_rows", seq_lens=(2, 0, 4, 1), num_accepted=(2, 1, 3, 1), seed=709), ""),
+        (
+            replace(b, id="null_state_columns", num_accepted=(1, 1, 1, 1), null_columns=((0, 2), (3, 1)), seed=710),
+            "",
+        ),
+        (replace(b, id="mixed_batch", mixed_batch=True, seed=711), ""),
+        (replace(b, id="rows16_K64", row_lanes=16, head_k_dim=64, seed=712), ""),
+    ]
+
+
+SCENARIOS = _scenarios()
+SCENARIO_IDS: list[str] = [sc.id for sc, _ in SCENARIOS]
+
+
+def as_family_lays_out(sc: Scenario, family) -> Scenario:
+    """The scenario with the family's state layout and null-slot rule; a mixed batch in the family's token order."""
+    return replace(
+        sc,
+        ssm_layout=family.ssm_layout,
+        null_slot_max=family.null_slot_max,
+        spec_tokens_first=sc.mixed_batch and not family.spec_gating_selected,
+    )
+
+
+def _skip_reason(sc: Scenario, needs: str, family) -> str | None:
+    if needs == "dim_first" and family.conv_dim_first_function is None:
+        return f"{family.family_id} never stores the conv state dim-first"
+    if "bfloat16" in (sc.act_dtype, sc.conv_dtype):
+        return interpreter_bf16_products_broken()
+    return None
+
+
+def _run_vllm(core, inp: dict) -> dict:
+    theirs = clone_inputs(inp)
+    with warnings.catch_warnings():
+        # vLLM's conv computes on lanes past conv_dim that it loads without `other=` (junk values under the
+        # interpreter, never stored): numpy overflow warnings there are noise.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        call_kernel(core, theirs)
+    return theirs
+
+
+def run_scenario(sc: Scenario, core) -> dict:
+    inp = make_inputs(sc)
+    ours, theirs, ref = run_caovan(inp, sc), _run_vllm(core, inp), run_oracle(inp)
+    problems: list[str] = []
+    errors, vllm_errors = {}, {}
+    for key, part, name in (("out", "tensors", "out"), ("ssm_state", "buffers", "ssm")):
+        ref_t = ref[part][name]
+        errors[key] = max_abs(ours[part][name], ref_t)
+        vllm_errors[key] = max_abs(theirs[part][name], ref_t)
+        tol = tolerance(inp[part][name].dtype, ref_t)
+        floor = FLOOR_ULPS * torch.finfo(ref_t.dtype).eps * ref_t.double().abs().max().item()
+        # `not x <= y` so that a NaN fails.
+        if not errors[key] <= tol:
+            problems.append(f"caovan's {key} error {errors[key]:.3g} > tolerance {tol:.3g}")
+        if not math.isfinite(vllm_errors[key]):
+            problems.append(f"vLLM's {key} is not finite: the baseline is broken")
+        elif not errors[key] <= vllm_errors[key] + floor:
+            problems.append(f"caovan's {key} error {errors[key]:.3g} > vLLM's {vllm_errors[key]:.3g} + {floor:.3g}")
+    # The conv window is a copy in all three: each cache must equal the oracle's bit for bit, page padding included.
+    for who, side in (("caovan", ours), ("vLLM", theirs)):
+        if not torch.equal(side["buffers"]["conv"], ref["buffers"]["conv"]):
+            problems.append(f"{who}'s conv_state differs from the oracle's")
+    return {"errors": errors, "vllm_errors": vllm_errors, "ok": not problems, "detail": "; ".join(problems)}
+
+
+def _family_facts():
+    from importlib.metadata import version
+
+    from caovan.adapters.registry import installed_family
+
+    family = installed_family()
+    return family, {"family_id": family.family_id, "label": family.label, "vllm": version("vllm")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="JSON file for the results")
+    args = parser.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        print("TRITON_INTERPRET=1 must be set in the environment", file=sys.stderr)
+        return 2
+    from caovan.bench.vllm_spec_path import VllmSpecCore
+
+    family, facts = _family_facts()
+    core = VllmSpecCore(gather_gating=family.spec_gating_selected)
+    facts["gdn_module"] = core.module_name
+    results: dict = {"family": facts}
+    print(f"numerics against vLLM {facts['vllm']} ({family.label} {family.family_id}, {core.module_name})")
+    for raw, needs in SCENARIOS:
+        sc = as_family_lays_out(raw, family)
+        t0 = time.perf_counter()
+        skip = _skip_reason(sc, needs, family)
+        if skip:
+            res = {"skip": skip}
+        else:
+            try:
+                res = run_scenario(sc, core)
+            except Exception:
+                res = {"ok": False, "detail": traceback.format_exc()}
+        res["seconds"] = round(time.perf_counter() - t0, 3)
+        res["scenario"] = asdict(sc)
+        results[sc.id] = res
+        status = "skip" if skip else ("ok  " if res["ok"] else "FAIL")
+        print(f"{status} {sc.id} ({res['seconds']} s) {skip or res['detail']}", flush=True)
+        with open(args.out, "w") as f:  # rewritten after each scenario: a crash keeps what was done
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
