@@ -260,6 +260,28 @@ def test_result_recorded_with_other_tiers_than_the_row_now_is_an_error(workspace
     assert "tiers ['discovery', 'kernel', 'serve'] -> ['discovery']" in caught.value.messages[0]
 
 
+def test_a_tier_added_to_the_row_after_a_result_shows_as_not_run_with_a_note(workspace):
+    # Adding a tier must not void the results made before it (a self-hosted GPU runner's above all).
+    results, doc = workspace
+    matrix = doc.parent / "matrix.yaml"
+    matrix.write_text(
+        matrix.read_text().replace("tiers: [discovery, kernel, serve]", "tiers: [discovery, numerics, kernel, serve]")
+    )
+    assert regenerate(results, doc) is True
+    header, *rows = table_lines(doc.read_text(encoding="utf-8"))
+    numerics = header.index("numerics")
+    gpu = next(r for r in rows if r[6] == "nvidia-geforce-rtx-2080-ti")
+    assert gpu[numerics].startswith("➖ not run [")
+    assert [gpu[i] for i in (8, 10, 11)] == ["✅ pass", "✅ pass", "✅ pass"]
+    assert "numerics: added to the row after this result; re-run it" in doc.read_text(encoding="utf-8")
+    # Tiers taken away or reordered are a changed row: its results must be re-made.
+    matrix.write_text(
+        matrix.read_text().replace("tiers: [discovery, numerics, kernel, serve]", "tiers: [serve, kernel, discovery]")
+    )
+    with pytest.raises(MatrixError, match="changed since this result"):
+        regenerate(results, doc)
+
+
 def test_an_interpreter_or_torch_other_than_the_rows_pin_is_shown(workspace):
     results, _ = workspace
     path = results / "nvidia-geforce-rtx-2080-ti" / "vllm-0.21.0.json"

@@ -62,6 +62,8 @@ LEGEND = (
 class LoadedResult:
     shown: str
     doc: dict[str, Any]
+    #: Tiers the matrix row gained after this result was made: shown as not run, with a note.
+    added_tiers: tuple[str, ...] = ()
 
     @property
     def sort_key(self) -> tuple[str, str]:
@@ -129,7 +131,13 @@ def _collect(
         if doc["row"]["id"] != path.stem:
             errors.append(f"{shown}: field 'row.id': {doc['row']['id']!r} but the file is named {path.name}")
         elif rows is not None:
-            errors.extend(_matrix_mismatch(shown, doc, rows, matrix_shown))
+            mismatch = _matrix_mismatch(shown, doc, rows, matrix_shown)
+            if mismatch:
+                errors.extend(mismatch)
+            else:
+                added = [t for t in rows[doc["row"]["id"]].tiers if t not in doc["row"]["tiers"]]
+                loaded.append(LoadedResult(shown, doc, tuple(added)))
+                continue
         loaded.append(LoadedResult(shown, doc))
     if errors:
         raise MatrixError(errors)
@@ -149,7 +157,7 @@ def _matrix_mismatch(shown: str, doc: Mapping[str, Any], rows: Mapping[str, Matr
     changed = [
         f"{name} {recorded.get(name)!r} -> {spec[name]!r}"
         for name in ROW_FIELDS_THAT_MUST_MATCH
-        if recorded.get(name) != spec[name]
+        if recorded.get(name) != spec[name] and not (name == "tiers" and _only_added(recorded.get(name), spec[name]))
     ]
     if not changed:
         return []
@@ -157,6 +165,18 @@ def _matrix_mismatch(shown: str, doc: Mapping[str, Any], rows: Mapping[str, Matr
         f"{shown}: matrix row {row.id!r} changed since this result ({'; '.join(changed)}): "
         f're-run the row (nox -s "matrix({row.id})") or delete the file'
     ]
+
+
+def _only_added(recorded: Any, now: list[str]) -> bool:
+    """Whether the row's tiers are the recorded ones, in order, plus tiers added since.
+
+    A tier added to the matrix (the numerics tier, say) must not void every result made before it, GPU rows of
+    rare hardware above all: their tiers ran with the same pins, and the new tier is shown as not run.
+    """
+    if not isinstance(recorded, list):
+        return False
+    kept = [t for t in now if t in recorded]
+    return kept == recorded
 
 
 def _version_key(text: str) -> Version:
@@ -262,6 +282,11 @@ def _table_line(result: LoadedResult, notes: _Notes, newest: LoadedResult) -> li
     line += [gpu, doc["runner"], plugin]
     for tier in TIERS:
         record = tiers.get(tier)
+        if tier in result.added_tiers:
+            line.append(
+                TIER_CELLS["not-run"] + " " + notes.ref(f"{tier}: added to the row after this result; re-run it")
+            )
+            continue
         if record is None:
             line.append(NOT_IN_ROW)
             continue
