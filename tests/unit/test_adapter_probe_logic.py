@@ -148,12 +148,12 @@ def test_discovery_tier_fails_for_a_release_no_adapter_serves(monkeypatch):
 
 def test_discovery_tier_passes_a_release_that_lands_by_probing(monkeypatch):
     discovery = _discovery_test_module()
-    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.19.5")
-    monkeypatch.setattr("caovan.adapters.base.installed_vllm_version", lambda: "0.19.5")
+    monkeypatch.setattr(registry, "installed_vllm_version", lambda: "0.9.5")
+    monkeypatch.setattr("caovan.adapters.base.installed_vllm_version", lambda: "0.9.5")
     landed = registry.select_adapter((_Passing,))
-    monkeypatch.setattr(discovery, "installed_vllm_version", lambda: "0.19.5")
+    monkeypatch.setattr(discovery, "installed_vllm_version", lambda: "0.9.5")
     monkeypatch.setattr(discovery, "select_adapter", lambda: landed)
-    discovery.test_installed_vllm_lands_in_its_family(types.SimpleNamespace(__version__="0.19.5"))
+    discovery.test_installed_vllm_lands_in_its_family(types.SimpleNamespace(__version__="0.9.5"))
 
 
 def test_the_closest_family_is_the_one_with_the_most_hook_points_found(monkeypatch):

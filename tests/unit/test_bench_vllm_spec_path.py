@@ -100,20 +100,23 @@ def test_families_before_029_hand_the_recurrent_kernel_the_whole_gating_inputs()
     assert rec.calls[1][2]["a"] is args[1] and rec.calls[1][2]["b"] is args[2]
 
 
-def test_check_inputs_refuses_what_vllm_021_cannot_do():
+def test_check_inputs_refuses_what_vllm_cannot_do():
+    core = VllmSpecCore(module=_Recorder())
     x = build_inputs(SpecDecodeCase("small", 1, 1, ssm_layout="kv"))
     args, kwargs = x.kernel_args()
     with pytest.raises(ValueError, match="ssm_layout='kv'"):
-        VllmSpecCore.check_inputs(*args, **kwargs)
+        core.check_inputs(*args, **kwargs)
     y = build_inputs(SpecDecodeCase("small", 1, 1))
     args, kwargs = y.kernel_args()
-    VllmSpecCore.check_inputs(*args, **kwargs)
-    with pytest.raises(ValueError, match="null_slot_max=-1"):
-        VllmSpecCore.check_inputs(*args, **{**kwargs, "null_slot_max": -1})
+    core.check_inputs(*args, **kwargs)
+    with pytest.raises(ValueError, match="null_slot_max=-1; this vLLM skips index <= 0 only"):
+        core.check_inputs(*args, **{**kwargs, "null_slot_max": -1})
+    # vLLM 0.19 and before: PAD_SLOT_ID (-1) is the null slot, block 0 a real one.
+    VllmSpecCore(module=_Recorder(), null_slot_max=-1).check_inputs(*args, **{**kwargs, "null_slot_max": -1})
     args = list(args)
     args[8] = args[8].transpose(-1, -2)  # inner dims not contiguous
     with pytest.raises(ValueError, match="inner strides"):
-        VllmSpecCore.check_inputs(*args, **kwargs)
+        core.check_inputs(*args, **kwargs)
 
 
 def test_module_without_the_kernels_is_refused():

@@ -392,3 +392,15 @@ def test_a_result_file_nested_deeper_than_runner_folder_is_an_error_not_ignored(
     with pytest.raises(MatrixError) as caught:
         regenerate(results, doc)
     assert caught.value.messages == [f"{nested}: result files belong in <results>/<runner>/<row>.json"]
+
+
+def test_one_sentence_per_family_oldest_first_from_the_records():
+    from caovan.adapters.families import FAMILIES
+
+    block = render_block(collect_results(DATA / "results", matrix_dir=DATA))
+    lines = [line for line in block.splitlines() if line.startswith("- **F")]
+    assert lines == [
+        f"- **{f.label}** `{f.family_id}` (vLLM {f.version_hint}): {f.differs}." for f in reversed(FAMILIES)
+    ]
+    # A record's sentence is what the doc says: changing it changes the doc, nothing else does.
+    assert all(f.differs and not f.differs.endswith(".") for f in FAMILIES)

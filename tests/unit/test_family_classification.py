@@ -39,9 +39,22 @@ class Release:
     metadata: tuple[str, ...]
     init_assigns: tuple[str, ...] = tuple(INIT)
     methods: tuple[str, ...] = ("_forward_core",)
+    #: The GDN module has is_conv_state_dim_first (vLLM 0.20 on).
+    dim_first: bool = True
+    #: vllm.v1.attention.backends.utils: PAD_SLOT_ID everywhere, NULL_BLOCK_ID from vLLM 0.20.
+    slot_ids: tuple[tuple[str, int], ...] = (("PAD_SLOT_ID", -1), ("NULL_BLOCK_ID", 0))
 
 
 RELEASES = {
+    "gdn-linear-attn-v019": Release(
+        "0.19.0",
+        OLD_GDN,
+        "GatedDeltaNetAttention",
+        OLD_FLA,
+        tuple(METADATA),
+        dim_first=False,
+        slot_ids=(("PAD_SLOT_ID", -1),),
+    ),
     "gdn-linear-attn-v020": Release("0.21.0", OLD_GDN, "GatedDeltaNetAttention", OLD_FLA, tuple(METADATA)),
     "qwen-gdn-v022": Release("0.22.0", QWEN_GDN, "QwenGatedDeltaNetAttention", OLD_FLA, tuple(METADATA)),
     "qwen-gdn-v023": Release("0.23.0", QWEN_GDN, "QwenGatedDeltaNetAttention", OLD_FLA, (*METADATA, *PREFILL)),
@@ -113,13 +126,13 @@ def install_release(monkeypatch: pytest.MonkeyPatch, release: Release) -> None:
             **{release.gdn_class: _layer_class(release, PluggableLayer)},
             causal_conv1d_update=causal_conv1d_update,
             fused_sigmoid_gating_delta_rule_update=fused_sigmoid_gating_delta_rule_update,
-            is_conv_state_dim_first=lambda: False,
             get_forward_context=lambda: None,
+            **({"is_conv_state_dim_first": lambda: False} if release.dim_first else {}),
         ),
         release.fla_module: _module(release.fla_module),
         "vllm.v1.attention.backends.gdn_attn": _module("m", GDNAttentionMetadata=metadata),
         "vllm.model_executor.model_loader.base_loader": _module("l", BaseModelLoader=BaseModelLoader),
-        "vllm.v1.attention.backends.utils": _module("u", NULL_BLOCK_ID=0),
+        "vllm.v1.attention.backends.utils": _module("u", **dict(release.slot_ids)),
     }
     probed = {m for f in FAMILIES for m in (f.gdn_module, f.metadata_module, f.fla_ops_module)} | set(present)
     for name in probed:
@@ -158,6 +171,14 @@ def test_every_family_record_has_a_release_here():
         ("qwen-gdn-v029", {"init_assigns": tuple(INIT)}, "enable_fused_gdn_decode set in __init__"),
         # the layer class renamed: an override registered under the old name would never be built.
         ("qwen-gdn-v022", {"gdn_class": "QwenGDNAttention"}, "QwenGatedDeltaNetAttention class"),
+        # 0.20's null block without its dim-first switch: neither 0.19's slot rule nor 0.20's conv layout holds.
+        ("gdn-linear-attn-v020", {"dim_first": False}, "is_conv_state_dim_first"),
+        # 0.19 with a null block 0: its kernels would skip block 0, which 0.19 hands out as a real block.
+        (
+            "gdn-linear-attn-v019",
+            {"slot_ids": (("PAD_SLOT_ID", -1), ("NULL_BLOCK_ID", 0))},
+            "NULL_BLOCK_ID = 0: a newer family's null slot",
+        ),
         # a spec-decode metadata field renamed: the dispatch reads it on every spec batch.
         (
             "qwen-gdn-v023",

@@ -67,9 +67,18 @@ def probe_family(p: Prober, family: GdnFamily) -> None:
         "BaseModelLoader.load_model(vllm_config, model_config) (require-mode check)",
         leading=True,  # the check's wrapper binds them by position
     )
+    utils = p.module("vllm.v1.attention.backends.utils")
     if family.null_slot_max == 0:
-        utils = p.module("vllm.v1.attention.backends.utils")
         p.equals(lookup(utils, "NULL_BLOCK_ID"), 0, "NULL_BLOCK_ID (null/pad state slot)")
+    else:
+        # Before vLLM 0.20 the pad slot is PAD_SLOT_ID (-1) and block 0 is real; NULL_BLOCK_ID came with 0.20.
+        p.equals(lookup(utils, "PAD_SLOT_ID"), family.null_slot_max, "PAD_SLOT_ID (null/pad state slot)")
+        null_block = lookup(utils, "NULL_BLOCK_ID")
+        p.record(
+            "no NULL_BLOCK_ID (block 0 is a real block)",
+            utils is not None and null_block is None,
+            "absent" if null_block is None else f"NULL_BLOCK_ID = {null_block!r}: a newer family's null slot",
+        )
 
 
 def _probe_pluggable(p: Prober, family: GdnFamily, layer_cls: object) -> None:

@@ -56,12 +56,23 @@ class VllmSpecCore:
 
     activation = "silu"  # GatedDeltaNetAttention.activation = config.hidden_act ("silu" for Qwen)
 
-    def __init__(self, module: ModuleType | None = None, *, gather_gating: bool = True):
+    def __init__(
+        self, module: ModuleType | None = None, *, gather_gating: bool = True, null_slot_max: int | None = None
+    ):
         """``gather_gating=False`` replays the families before vLLM 0.29, whose spec branch hands the recurrent
         kernel the whole ``a``/``b`` of a mixed batch (right only while the spec tokens lead the batch, as vLLM's
         batch order puts them); the default gathers them as vLLM 0.29 on does, so that a mixed case measures the
-        kernels, not that ordering."""
+        kernels, not that ordering. ``null_slot_max``: the slot rule vLLM's kernels apply (default: the installed
+        family's for vLLM's own module, else 0, vLLM 0.20 on)."""
         self.gather_gating = gather_gating
+        if null_slot_max is None and module is None:
+            from caovan.adapters.registry import installed_family
+
+            try:
+                null_slot_max = installed_family().null_slot_max
+            except RuntimeError as exc:
+                raise ImportError(str(exc)) from exc
+        self.null_slot_max = 0 if null_slot_max is None else null_slot_max
         mod = module if module is not None else load_vllm_gdn_module()
         missing = [f for f in ("causal_conv1d_update", "fused_sigmoid_gating_delta_rule_update") if not hasattr(mod, f)]
         if missing:
@@ -88,8 +99,8 @@ class VllmSpecCore:
         value = fused[q_size + k_size :].view(1, seq_len, -1, head_v_dim)
         return query, key, value
 
-    @staticmethod
     def check_inputs(
+        self,
         mixed_qkv,
         a,
         b,
@@ -108,21 +119,23 @@ class VllmSpecCore:
         null_slot_max: int = 0,
         **_: Any,
     ) -> None:
-        """Refuse what vLLM's kernels (0.20 on) cannot express (kept out of ``__call__`` so the timed
-        call runs only the statements vLLM runs)."""
+        """Refuse what vLLM's kernels cannot express (kept out of ``__call__`` so the timed call runs only the
+        statements vLLM runs)."""
         if ssm_layout != "vk":
             raise ValueError(
-                f"VllmSpecCore: ssm_layout={ssm_layout!r}; vLLM's kernel (0.20 on) only handles 'vk' (HV, V, K)"
+                f"VllmSpecCore: ssm_layout={ssm_layout!r}; vLLM's kernel (0.16 on) only handles 'vk' (HV, V, K)"
             )
         hv, v, k = ssm_state.shape[1:]
         if ssm_state.stride()[1:] != (v * k, k, 1):
             raise ValueError(
                 f"VllmSpecCore: ssm_state inner strides {tuple(ssm_state.stride()[1:])} "
                 "must be contiguous "
-                f"{(v * k, k, 1)}: vLLM's kernel (0.20 on) only uses stride(0)"
+                f"{(v * k, k, 1)}: vLLM's kernel only uses stride(0)"
             )
-        if null_slot_max != 0:
-            raise ValueError(f"VllmSpecCore: null_slot_max={null_slot_max}; vLLM (0.20 on) skips index <= 0 only")
+        if null_slot_max != self.null_slot_max:
+            raise ValueError(
+                f"VllmSpecCore: null_slot_max={null_slot_max}; this vLLM skips index <= {self.null_slot_max} only"
+            )
 
     def __call__(
         self,

@@ -337,7 +337,22 @@ def render_block(results: Sequence[LoadedResult], rows_without_results: Sequence
         parts += ["", "Notes:", "", notes.render()]
     if waiting:
         parts += ["", *waiting]
-    return "\n".join(parts)
+    return "\n".join([*parts, "", render_families()])
+
+
+def render_families() -> str:
+    """One line per family, oldest first, each saying what differs from the one before (the records' ``differs``)."""
+    # Plain dataclasses: importing them loads neither vLLM nor torch.
+    from caovan.adapters.families import FAMILIES
+
+    lines = [
+        "GDN families, oldest first (from their records in `src/caovan/adapters/families/`), each with what "
+        "differs from the one before:",
+        "",
+    ]
+    for family in reversed(FAMILIES):
+        lines.append(f"- **{family.label}** `{family.family_id}` (vLLM {family.version_hint}): {family.differs}.")
+    return "\n".join(lines)
 
 
 def replace_block(doc_text: str, block: str, *, shown: str) -> str:

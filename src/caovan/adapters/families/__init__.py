@@ -1,6 +1,7 @@
 """Every GDN family caovan serves, one record each, newest first (the order families are probed in when no
 version hint matches)."""
 
+from .gdn_linear_attn_v019 import FAMILY as GDN_LINEAR_ATTN_V019
 from .gdn_linear_attn_v020 import FAMILY as GDN_LINEAR_ATTN_V020
 from .qwen_gdn_v022 import FAMILY as QWEN_GDN_V022
 from .qwen_gdn_v023 import FAMILY as QWEN_GDN_V023
@@ -8,10 +9,19 @@ from .qwen_gdn_v027 import FAMILY as QWEN_GDN_V027
 from .qwen_gdn_v029 import FAMILY as QWEN_GDN_V029
 from .qwen_gdn_v033 import FAMILY as QWEN_GDN_V033
 
-FAMILIES = (QWEN_GDN_V033, QWEN_GDN_V029, QWEN_GDN_V027, QWEN_GDN_V023, QWEN_GDN_V022, GDN_LINEAR_ATTN_V020)
+FAMILIES = (
+    QWEN_GDN_V033,
+    QWEN_GDN_V029,
+    QWEN_GDN_V027,
+    QWEN_GDN_V023,
+    QWEN_GDN_V022,
+    GDN_LINEAR_ATTN_V020,
+    GDN_LINEAR_ATTN_V019,
+)
 
 __all__ = [
     "FAMILIES",
+    "GDN_LINEAR_ATTN_V019",
     "GDN_LINEAR_ATTN_V020",
     "QWEN_GDN_V022",
     "QWEN_GDN_V023",
