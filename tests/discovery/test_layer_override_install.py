@@ -9,55 +9,142 @@ pytestmark = pytest.mark.discovery
 
 @pytest.fixture
 def installed():
-    """The installed vLLM's family adapter, vLLM's OOT registry (its entry for the family saved and restored), the
-    family record and its in-tree layer class. Every family this vLLM can land in is a register_oot family."""
+    """The installed vLLM's family adapter, the family record and its in-tree layer class, with whatever override of
+    caovan's was in place taken out first and vLLM put back as it was afterwards."""
     selection = select_adapter()
+    if selection.refused is not None:
+        pytest.skip(f"caovan installs nothing for this release: {selection.reason}")
     assert selection.adapter is not None, selection.reason
-    from vllm.model_executor.custom_op import op_registry_oot
-
     from caovan.adapters.override import in_tree_class
 
     family = selection.adapter.family
-    saved = op_registry_oot.pop(family.oot_key, None)
-    yield selection.adapter, op_registry_oot, family, in_tree_class(family)
-    op_registry_oot.pop(family.oot_key, None)
+    adapter = selection.adapter
+    saved = None
+    if family.install_route == "register_oot":
+        from vllm.model_executor.custom_op import op_registry_oot
+
+        saved = op_registry_oot.pop(family.oot_key, None)
+    else:
+        adapter.uninstall()
+    yield adapter, family, in_tree_class(family)
+    adapter.uninstall()
     if saved is not None:
         op_registry_oot[family.oot_key] = saved
 
 
-def test_install_is_idempotent_and_reversible(installed):
-    adapter, registry, family, in_tree = installed
+def _current_override(family, in_tree):
+    """What caovan put in place for the layer, or None: the registered subclass, or the wrapper of __init__."""
+    if family.install_route == "register_oot":
+        from vllm.model_executor.custom_op import op_registry_oot
 
+        return op_registry_oot.get(family.oot_key)
+    from caovan.adapters.override import INIT_WRAPPER_ATTRIBUTE
+
+    wrapper = in_tree.__dict__.get(INIT_WRAPPER_ATTRIBUTE)
+    return wrapper if wrapper is not None and in_tree.__dict__["__init__"] is wrapper else None
+
+
+def _forget_layer_override(family, in_tree):
+    """The layer part of caovan's install undone behind its back, the model-loader part left: a plugin loaded twice."""
+    if family.install_route == "register_oot":
+        from vllm.model_executor.custom_op import op_registry_oot
+
+        op_registry_oot.pop(family.oot_key)
+        return
+    from caovan.adapters.override import INIT_WRAPPER_ATTRIBUTE
+
+    wrapper = in_tree.__dict__[INIT_WRAPPER_ATTRIBUTE]
+    type.__setattr__(in_tree, "__init__", wrapper._caovan_original)
+    type.__delattr__(in_tree, INIT_WRAPPER_ATTRIBUTE)
+
+
+def test_install_is_idempotent_and_reversible(installed):
+    adapter, family, in_tree = installed
+    original_init = in_tree.__dict__["__init__"]
+
+    assert _current_override(family, in_tree) is None
     assert adapter.install() == "installed"
-    first = registry[family.oot_key]
+    first = _current_override(family, in_tree)
+    assert first is not None
     assert adapter.install() == "already installed"
-    assert registry[family.oot_key] is first
-    # The replacement must subclass the in-tree class, or vLLM's PluggableLayer.__new__ would skip __init__.
-    assert issubclass(first, in_tree)
-    assert first.__name__ == "CaovanGatedDeltaNetAttention"
-    # The in-tree core stays the class method: an instance only gets caovan's core when enabled and supported.
-    assert first._forward_core is in_tree._forward_core
+    assert _current_override(family, in_tree) is first
+    if family.install_route == "register_oot":
+        # The replacement must subclass the in-tree class, or vLLM's PluggableLayer.__new__ would skip __init__.
+        assert issubclass(first, in_tree)
+        assert first.__name__ == "CaovanGatedDeltaNetAttention"
+        # The in-tree core stays the class method: an instance only gets caovan's core when enabled and supported.
+        assert first._forward_core is in_tree._forward_core
+    else:
+        # The class's own __init__ runs first, untouched; the core stays the class method here too.
+        assert first._caovan_original is original_init
+        assert in_tree.__dict__[family.core_method] is getattr(in_tree, family.core_method)
     assert adapter.uninstall() is True
-    assert family.oot_key not in registry
+    assert _current_override(family, in_tree) is None
+    assert in_tree.__dict__["__init__"] is original_init
     assert adapter.uninstall() is False
     assert adapter.install() == "installed"
 
 
+def test_subclasses_of_a_patched_class_inherit_the_wrapper(installed):
+    # vLLM 0.18 builds Qwen3.5's layer from a subclass of Qwen3NextGatedDeltaNet that keeps its __init__ and core.
+    import importlib
+    import importlib.util
+
+    adapter, family, in_tree = installed
+    if family.install_route != "class_patch":
+        pytest.skip(f"{family.family_id} registers a subclass through register_oot: no class is patched")
+    if importlib.util.find_spec("vllm.model_executor.models.qwen3_5") is not None:
+        importlib.import_module("vllm.model_executor.models.qwen3_5")
+    adapter.install()
+    wrapper = _current_override(family, in_tree)
+    inheriting = [sub for sub in in_tree.__subclasses__() if "__init__" not in vars(sub)]
+    for sub in inheriting:
+        assert sub.__init__ is wrapper, sub.__qualname__
+        assert getattr(sub, family.core_method) is getattr(in_tree, family.core_method), sub.__qualname__
+    print(f"{len(inheriting)} subclass(es) of {in_tree.__name__} inherit the wrapper: {inheriting}")
+
+
 def test_install_refuses_to_replace_a_foreign_override(installed):
-    adapter, registry, family, in_tree = installed
+    adapter, family, in_tree = installed
+    if family.install_route != "register_oot":
+        pytest.skip(f"{family.family_id} wraps __init__: another plugin's wrapper chains with caovan's (next test)")
+    from vllm.model_executor.custom_op import op_registry_oot
 
     class OtherPluginLayer(in_tree):
         pass
 
-    registry[family.oot_key] = OtherPluginLayer
+    op_registry_oot[family.oot_key] = OtherPluginLayer
     with pytest.raises(RuntimeError, match="already replaced by .*OtherPluginLayer; two plugins cannot both"):
         adapter.install()
-    assert registry[family.oot_key] is OtherPluginLayer
+    assert op_registry_oot[family.oot_key] is OtherPluginLayer
     assert adapter.uninstall() is False
+    del op_registry_oot[family.oot_key]
+
+
+def test_uninstall_leaves_a_wrapper_another_plugin_put_on_top(installed):
+    import functools
+
+    adapter, family, in_tree = installed
+    if family.install_route != "class_patch":
+        pytest.skip(f"{family.family_id} registers a subclass: a second override is refused (test above)")
+    adapter.install()
+    ours = in_tree.__dict__["__init__"]
+
+    @functools.wraps(ours)  # copies the attributes of caovan's wrapper onto theirs
+    def theirs(self, *args, **kwargs):
+        ours(self, *args, **kwargs)
+
+    type.__setattr__(in_tree, "__init__", theirs)
+    try:
+        assert adapter.install() == "already installed"
+        assert adapter.uninstall() is False, "uninstalling caovan must not drop the other plugin's wrapper"
+        assert in_tree.__dict__["__init__"] is theirs
+    finally:
+        type.__setattr__(in_tree, "__init__", ours)
 
 
 def test_install_wraps_the_model_loader_once_and_uninstall_restores_it(installed):
-    adapter, registry, family, _ = installed
+    adapter, family, in_tree = installed
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     adapter.uninstall()
@@ -66,7 +153,7 @@ def test_install_wraps_the_model_loader_once_and_uninstall_restores_it(installed
     adapter.install()
     wrapped = BaseModelLoader.load_model
     assert wrapped._caovan_wrapped is original
-    registry.pop(family.oot_key)  # a second install in the same process (plugin loaded twice)
+    _forget_layer_override(family, in_tree)  # a second install in the same process (plugin loaded twice)
     adapter.install()
     assert BaseModelLoader.load_model is wrapped, "the loader must not be wrapped twice"
     adapter.uninstall()
@@ -128,21 +215,28 @@ def test_a_loader_registered_after_install_gets_the_checks(installed):
 def test_an_install_that_fails_halfway_leaves_vllm_as_it_was(installed, monkeypatch):
     # The loader is wrapped before the layer is registered: a registration that raised left the loaders wrapped
     # with the active family's check (and their __init_subclass__ hook) behind a plugin that says it is inert.
-    adapter, registry, family, in_tree = installed
+    adapter, family, in_tree = installed
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+    from caovan.adapters import override
 
     adapter.uninstall()
     original = BaseModelLoader.load_model
+    original_init = in_tree.__dict__["__init__"]
 
-    def register_oot(cls, _decorated_layer_cls=None, name=None):
+    def fails(*args, **kwargs):
         raise TypeError("Decorator can only be applied to classes.")
 
-    monkeypatch.setattr(in_tree, "register_oot", classmethod(register_oot))
+    if family.install_route == "register_oot":
+        monkeypatch.setattr(in_tree, "register_oot", classmethod(fails))
+    else:
+        monkeypatch.setattr(override, "build_init_wrapper", fails)
     with pytest.raises(TypeError, match="Decorator can only be applied"):
         adapter.install()
     assert BaseModelLoader.load_model is original
     assert "__init_subclass__" not in BaseModelLoader.__dict__
-    assert family.oot_key not in registry
+    assert _current_override(family, in_tree) is None
+    assert in_tree.__dict__["__init__"] is original_init
 
 
 def test_a_gdn_class_renamed_behind_the_old_name_is_refused(installed, monkeypatch):
@@ -151,7 +245,9 @@ def test_a_gdn_class_renamed_behind_the_old_name_is_refused(installed, monkeypat
     # probe said PASS for a plugin that can never act.
     import importlib
 
-    adapter, _, family, in_tree = installed
+    adapter, family, in_tree = installed
+    if family.install_route != "register_oot":
+        pytest.skip(f"{family.family_id} wraps the class itself: no registry looks it up by name")
 
     class RenamedGatedDeltaNetAttention(in_tree):
         pass
@@ -165,7 +261,7 @@ def test_a_gdn_class_renamed_behind_the_old_name_is_refused(installed, monkeypat
 def test_a_core_whose_parameters_changed_order_is_refused(installed, monkeypatch):
     # caovan's core receives the custom op's arguments and hands them back to the in-tree core by position: with
     # b and a swapped in vLLM's signature, the names all still matched and the probe passed.
-    adapter, _, _, in_tree = installed
+    adapter, _, in_tree = installed
 
     def _forward_core(self, mixed_qkv, a, b, core_attn_out):
         pass

@@ -7,11 +7,13 @@ turn every other Triton test of the session (GPU tiers, the sm_75 gate) into int
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 #: Long enough for every scenario of a suite on a 2-core CI machine.
 CHILD_TIMEOUT_S = 900
@@ -37,3 +39,12 @@ def run_interpreter_child(script: Path, out: Path, *args: str) -> tuple[dict, in
     )
     results = json.loads(out.read_text()) if out.exists() else {}
     return results, proc.returncode, (proc.stdout + "\n" + proc.stderr)[-6000:]
+
+
+def load_cases_module(path: Path, name: str) -> ModuleType:
+    """Import an interpreter cases script (a file beside its tests, not a package module) under ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve their module through sys.modules
+    spec.loader.exec_module(module)
+    return module

@@ -53,6 +53,7 @@ class Scenario:
     conv_dim_first: bool = False  # False: vLLM's (blocks, L, dim) cache, passed transposed
     page_strided: bool = True  # caches are views into a padded per-block page buffer
     null_slot_max: int = 0
+    a_log_in_act_dtype: bool = False  # A_log stored in the activations' dtype (vLLM 0.12 - 0.18), else float32
     mixed_batch: bool = False  # spec tokens among other rows, via token_index
     spec_tokens_first: bool = False  # mixed batch: spec tokens lead the rows (vLLM's batch order), else scattered
     has_bias: bool = True
@@ -146,6 +147,8 @@ def make_inputs(sc: Scenario) -> dict:
             token_index = torch.randperm(num_rows, generator=gen)[:num_spec].sort().values.to(torch.int64)
 
     A_log = torch.log(torch.empty(HV).uniform_(1.0, 16.0, generator=gen))
+    if sc.a_log_in_act_dtype:
+        A_log = A_log.to(act)
     dt = torch.exp(torch.empty(HV).uniform_(-6.9, -2.3, generator=gen))
     dt_bias = (dt + torch.log(-torch.expm1(-dt))).to(act)  # inverse softplus, as the model inits
     conv_weight = (torch.randn(conv_dim, W, generator=gen) * 0.5).to(act)

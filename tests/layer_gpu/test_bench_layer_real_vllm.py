@@ -7,8 +7,7 @@ layers' numerical agreement is tests/layer_gpu/test_real_layer_equivalence.py's 
 from __future__ import annotations
 
 import pytest
-
-from caovan.cli import cuda_visible_note
+from helpers.gpu_visibility import visible_note as cuda_visible_note
 
 torch = pytest.importorskip("torch", reason="kernel tier needs PyTorch")
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers.gpu_visibility import visible_note as cuda_visible_note
 
 from caovan.bench.vllm_layer_rig import (
     NULL_BLOCK_ID,
@@ -69,7 +70,6 @@ from caovan.bench.vllm_layer_rig import (
     spec_request,
     write_model_dir,
 )
-from caovan.cli import cuda_visible_note
 
 pytestmark = pytest.mark.kernel
 

@@ -3,11 +3,12 @@ oracle, under the Triton interpreter (CPU, tiny shapes): the matrix's numerics t
 
 The inputs are laid out as the installed release's GDN family lays them out, read from its record
 (``caovan.adapters.families``): SSM state layout, null-slot rule, whether the conv state may be stored dim-first,
-and, in a mixed batch, whether its spec branch hands the recurrent kernel the spec tokens' gating inputs
-(``spec_gating_selected``, vLLM 0.29 on) or the whole ``a``/``b`` (before; right only while the spec tokens lead
-the batch, which is where vLLM's batch order puts them, so that is how such a family's mixed batch is laid out).
-vLLM's side is ``VllmSpecCore``: its two kernels as the family's GDN module imports them, called as its spec
-branch calls them.
+the dtype ``A_log`` is created in, and, in a mixed batch, whether its spec branch hands the recurrent kernel the spec
+tokens' gating (``spec_gating_selected``: vLLM 0.12 - 0.17 select ``g``/``beta``, 0.29 on ``a``/``b``) or the whole
+``a``/``b`` (0.18 - 0.28; right only while the spec tokens lead the batch, which is where vLLM's batch order puts
+them, so that is how such a family's mixed batch is laid out). vLLM's side is ``VllmSpecCore``: its kernels as the
+family's GDN module imports them, called as its spec branch calls them. On a release caovan recognises but does not
+serve, every scenario is skipped with the family's refusal.
 
 Run as a script (``TRITON_INTERPRET=1 python family_numerics_cases.py --out results.json``) it writes one result
 per scenario id, plus ``"family"``: the family, vLLM version and GDN module it ran against.
@@ -47,7 +48,7 @@ _BASE = Scenario(id="base", num_accepted=(1, 4, 1, 2))
 
 
 def _scenarios() -> list[tuple[Scenario, str]]:
-    """(scenario, what it needs of the family: "" | "dim_first")."""
+    """(scenario, what it needs of the family: "" | "dim_first" | "null_columns")."""
     b = _BASE
     return [
         (replace(b, id="fp16_fp16state", ssm_dtype="float16", seed=701), ""),
@@ -69,7 +70,7 @@ def _scenarios() -> list[tuple[Scenario, str]]:
         (replace(b, id="varlen_padded_rows", seq_lens=(2, 0, 4, 1), num_accepted=(2, 1, 3, 1), seed=709), ""),
         (
             replace(b, id="null_state_columns", num_accepted=(1, 1, 1, 1), null_columns=((0, 2), (3, 1)), seed=710),
-            "",
+            "null_columns",
         ),
         (replace(b, id="mixed_batch", mixed_batch=True, seed=711), ""),
         (replace(b, id="rows16_K64", row_lanes=16, head_k_dim=64, seed=712), ""),
@@ -86,13 +87,21 @@ def as_family_lays_out(sc: Scenario, family) -> Scenario:
         sc,
         ssm_layout=family.ssm_layout,
         null_slot_max=family.null_slot_max,
+        a_log_in_act_dtype=family.a_log_dtype == "model",
         spec_tokens_first=sc.mixed_batch and not family.spec_gating_selected,
     )
 
 
-def _skip_reason(sc: Scenario, needs: str, family) -> str | None:
+def _skip_reason(sc: Scenario, needs: str, family, refusal: str | None = None) -> str | None:
+    if refusal is not None:
+        return f"nothing of caovan's runs on this release: {refusal}"
     if needs == "dim_first" and family.conv_dim_first_function is None:
         return f"{family.family_id} never stores the conv state dim-first"
+    if needs == "null_columns" and not family.recurrent_skips_null_slots:
+        return (
+            f"{family.family_id}'s recurrent kernel checks no slot (it would write the null slot out of bounds), and "
+            "its metadata gives a null slot only to CUDA-graph padding rows, which have no tokens (varlen_padded_rows)"
+        )
     if "bfloat16" in (sc.act_dtype, sc.conv_dtype):
         return interpreter_bf16_products_broken()
     return None
@@ -136,10 +145,10 @@ def run_scenario(sc: Scenario, core) -> dict:
 def _family_facts():
     from importlib.metadata import version
 
-    from caovan.adapters.registry import installed_family
+    from caovan.adapters.registry import recognised_family
 
-    family = installed_family()
-    return family, {"family_id": family.family_id, "label": family.label, "vllm": version("vllm")}
+    family, refusal = recognised_family()
+    return family, refusal, {"family_id": family.family_id, "label": family.label, "vllm": version("vllm")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,15 +160,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from caovan.bench.vllm_spec_path import VllmSpecCore
 
-    family, facts = _family_facts()
-    core = VllmSpecCore(gather_gating=family.spec_gating_selected)
-    facts["gdn_module"] = core.module_name
+    family, refusal, facts = _family_facts()
+    core = None if refusal is not None else VllmSpecCore(gather_gating=family.spec_gating_selected)
+    facts["gdn_module"] = family.gdn_module if core is None else core.module_name
+    from interpreter_aliases import rebind_builtin_aliases  # beside this file; imports triton
+
+    facts["interpreter_rebound"] = rebind_builtin_aliases()
+    if facts["interpreter_rebound"]:
+        print(f"rebound for the interpreter (same maths): {', '.join(facts['interpreter_rebound'])}")
     results: dict = {"family": facts}
-    print(f"numerics against vLLM {facts['vllm']} ({family.label} {family.family_id}, {core.module_name})")
+    print(f"numerics against vLLM {facts['vllm']} ({family.label} {family.family_id}, {facts['gdn_module']})")
     for raw, needs in SCENARIOS:
         sc = as_family_lays_out(raw, family)
         t0 = time.perf_counter()
-        skip = _skip_reason(sc, needs, family)
+        skip = _skip_reason(sc, needs, family, refusal)
         if skip:
             res = {"skip": skip}
         else:

@@ -8,27 +8,17 @@ bit. All scenarios run in one child process (``family_numerics_cases.py``); each
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
-from helpers.interpreter_child import run_interpreter_child
+from helpers.interpreter_child import load_cases_module, run_interpreter_child
 
 pytestmark = pytest.mark.numerics
 
 _CASES_FILE = Path(__file__).resolve().with_name("family_numerics_cases.py")
 
 
-def _load_cases():
-    spec = importlib.util.spec_from_file_location("caovan_family_numerics_cases", _CASES_FILE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-cases = _load_cases()
+cases = load_cases_module(_CASES_FILE, "caovan_family_numerics_cases")
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,10 @@ One engine per process: the serve test starts this script once per case so that 
 state and caovan's per-process counters never share a process.  The engine core and the model run inside
 this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one GPU), which lets the script
 
-* count the calls of vLLM's own speculative-decode GDN kernels (``causal_conv1d_update`` and
-  ``fused_sigmoid_gating_delta_rule_update`` called with ``num_accepted_tokens``): with caovan on there must
-  be none, with caovan off they are the reference path;
+* count the calls of vLLM's own speculative-decode GDN kernels (those of the family's spec path called with
+  ``num_accepted_tokens``: ``causal_conv1d_update`` and ``fused_sigmoid_gating_delta_rule_update``, or before
+  vLLM 0.18 ``fused_recurrent_gated_delta_rule``): with caovan on there must be none, with caovan off they are the
+  reference path;
 * look at the built GDN layers (which ones have caovan's core bound);
 * re-draw the target model's weights (``--weights hf-init``, see ``hf_init_weights``) so that the GDN layers
   matter for the logits.
@@ -40,7 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serve_workload  # noqa: E402  (sibling module; the script is run by path)
 
 SCHEMA = "caovan.serve-run/1"
-STOCK_SPEC_KERNELS = ("causal_conv1d_update", "fused_sigmoid_gating_delta_rule_update")
+
+
+def stock_spec_kernels() -> tuple[str, ...]:
+    """The kernels of the installed family's spec path that take ``num_accepted_tokens`` (the spec calls' mark)."""
+    from caovan.adapters.registry import installed_family
+
+    return tuple(name for name, keywords in installed_family().spec_path if "num_accepted_tokens" in keywords)
 
 
 def stock_gdn_module() -> str:
@@ -196,6 +203,7 @@ class StockSpecKernelCalls:
         self.spec: Counter[str] = Counter()
         self.total: Counter[str] = Counter()
         self.module: str | None = None
+        self.kernels: tuple[str, ...] = ()
 
     def _counted(self, name: str, original: Any) -> Any:
         @functools.wraps(original)
@@ -210,15 +218,16 @@ class StockSpecKernelCalls:
 
     def install(self) -> None:
         module = importlib.import_module(stock_gdn_module())
-        for name in STOCK_SPEC_KERNELS:
+        self.kernels = stock_spec_kernels()
+        for name in self.kernels:
             setattr(module, name, self._counted(name, getattr(module, name)))
         self.module = module.__name__
 
     def snapshot(self) -> dict[str, Any]:
         return {
             "module": self.module,
-            "spec": {n: self.spec[n] for n in STOCK_SPEC_KERNELS},
-            "total": {n: self.total[n] for n in STOCK_SPEC_KERNELS},
+            "spec": {n: self.spec[n] for n in self.kernels},
+            "total": {n: self.total[n] for n in self.kernels},
         }
 
 

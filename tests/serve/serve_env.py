@@ -7,9 +7,9 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from helpers.gpu_visibility import visible_note as cuda_visible_note
 
 from caovan import PLUGIN_NAME
-from caovan.cli import cuda_visible_note
 
 #: The line Turbo3 users look for once a request has been served by caovan's kernels (written out here, not
 #: imported from caovan: the tests check the words users rely on).

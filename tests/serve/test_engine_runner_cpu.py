@@ -119,6 +119,7 @@ def test_top_logprobs_are_best_first_and_cut_to_k():
 
 
 @pytest.mark.discovery
+@pytest.mark.usefixtures("served_release")
 def test_workload_requests_are_valid_vllm_inputs():
     prompts, params = engine_runner.workload_requests(logprobs=2)
     assert [p["prompt_token_ids"] for p in prompts] == [list(ids) for ids in serve_workload.PROMPT_TOKEN_IDS]
@@ -175,6 +176,7 @@ def _tree():
 
 
 @pytest.mark.discovery
+@pytest.mark.usefixtures("served_release")
 def test_hf_init_redraws_by_module_kind_and_is_reproducible():
     import torch
 
@@ -206,6 +208,7 @@ def test_hf_init_redraws_by_module_kind_and_is_reproducible():
 
 
 @pytest.mark.discovery
+@pytest.mark.usefixtures("served_release")
 def test_gdn_layer_facts_tell_bound_cores_apart():
     facts = engine_runner.gdn_layer_facts(_tree())
     assert facts == {
@@ -217,17 +220,19 @@ def test_gdn_layer_facts_tell_bound_cores_apart():
 
 
 @pytest.mark.discovery
+@pytest.mark.usefixtures("served_release")
 def test_stock_kernel_counter_wraps_the_functions_vllm_calls(monkeypatch):
     import importlib
 
     module = importlib.import_module(engine_runner.stock_gdn_module())
     originals = {}
-    for name in engine_runner.STOCK_SPEC_KERNELS:
+    assert engine_runner.stock_spec_kernels()[0] == "causal_conv1d_update", "the conv runs first in every family"
+    for name in engine_runner.stock_spec_kernels():
         originals[name] = getattr(module, name)
         monkeypatch.setattr(module, name, originals[name])  # restored at teardown
     counter = engine_runner.StockSpecKernelCalls()
     counter.install()
-    for name in engine_runner.STOCK_SPEC_KERNELS:
+    for name in engine_runner.stock_spec_kernels():
         assert getattr(module, name) is not originals[name]
         assert getattr(module, name).__wrapped__ is originals[name]
     assert counter.snapshot()["module"] == engine_runner.stock_gdn_module()

@@ -399,8 +399,24 @@ def test_one_sentence_per_family_oldest_first_from_the_records():
 
     block = render_block(collect_results(DATA / "results", matrix_dir=DATA))
     lines = [line for line in block.splitlines() if line.startswith("- **F")]
+    refused = " (caovan recognises it but does not serve it: its row's note says why)"
     assert lines == [
-        f"- **{f.label}** `{f.family_id}` (vLLM {f.version_hint}): {f.differs}." for f in reversed(FAMILIES)
+        f"- **{f.label}** `{f.family_id}` (vLLM {f.version_hint}){refused if f.refusal else ''}: {f.differs}."
+        for f in reversed(FAMILIES)
     ]
+    assert sum(refused in line for line in lines) == sum(f.refusal is not None for f in FAMILIES) > 0
     # A record's sentence is what the doc says: changing it changes the doc, nothing else does.
     assert all(f.differs and not f.differs.endswith(".") for f in FAMILIES)
+
+
+def test_the_fixed_software_hosts_are_listed_under_the_table(workspace):
+    results, doc = workspace
+    hosts = results.parent / "hosts"
+    hosts.mkdir()
+    (hosts / "lent.yaml").write_text(
+        'hosts:\n  - {runner: nvidia-geforce-rtx-2080-ti, gpu: RTX 2080 Ti, torch: "2.11.0", python: "3.11"}\n'
+    )
+    regenerate(results, doc)
+    text = doc.read_text(encoding="utf-8")
+    assert "- **nvidia-geforce-rtx-2080-ti** (RTX 2080 Ti; torch 2.11.0, Python 3.11):" in text
+    assert "  - ran (their lines in the table): `vllm-0.21.0`" in text

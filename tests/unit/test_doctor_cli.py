@@ -264,6 +264,19 @@ def test_no_family_passing_names_why_on_the_result_line(healthy, capsys, monkeyp
     assert _verdicts(capsys)[2] == "result        FAIL: no GDN family passes (vLLM is not installed)"
 
 
+def test_a_recognised_family_caovan_does_not_serve_is_a_fail_with_its_refusal(healthy, capsys, monkeypatch):
+    from caovan.adapters.base import HookPoint, ProbeReport
+    from caovan.adapters.families import QWEN3_NEXT_GDN_V010 as refused
+
+    report = ProbeReport(refused.family_id, refused.version_hint, "0.10.2", (HookPoint("hook", True, "present"),))
+    monkeypatch.setattr(doctor, "family_reports", lambda: [report])
+    rc, facts, result = _verdicts(capsys)
+    assert rc == 1 and facts["family"] is None and facts["family_refused"]["family"] == refused.family_id
+    assert result.startswith(f"result        FAIL: vLLM {facts['vllm']} is family {refused.family_id}, which caovan")
+    assert result.endswith(refused.refusal)
+    assert f"GDN interface check: REFUSED family={refused.family_id} " in doctor.render(facts)
+
+
 # --- caovan's environment settings, judged as start-up judges them (issue 32, defect 3) -----------------------------
 
 

@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch", reason="the numerics scenarios are torch inputs")
+torch = pytest.importorskip("torch", reason="the numerics scenarios are torch inputs")
+
+from helpers.interpreter_child import load_cases_module  # noqa: E402
 
 from caovan.adapters.families import FAMILIES  # noqa: E402
 
 _CASES_FILE = Path(__file__).resolve().parents[1] / "numerics" / "family_numerics_cases.py"
 
 
-def _cases():
-    spec = importlib.util.spec_from_file_location("caovan_family_numerics_cases_layout", _CASES_FILE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-cases = _cases()
+cases = load_cases_module(_CASES_FILE, "caovan_family_numerics_cases_layout")
 MIXED = next(sc for sc, _ in cases.SCENARIOS if sc.mixed_batch)
 
 
@@ -45,9 +37,24 @@ def test_a_mixed_batch_leads_with_spec_tokens_where_the_family_passes_whole_gati
     assert (token_index == list(range(num_spec))) is sc.spec_tokens_first
 
 
-def test_only_families_from_029_select_the_gating_inputs():
+def test_the_families_that_select_the_spec_tokens_gating():
+    # 0.12 - 0.17 select the gated g/beta, 0.29 on the raw a/b; 0.10/0.11 (masks) are not served.
     selected = {f.label for f in FAMILIES if f.spec_gating_selected}
-    assert selected == {"F10", "F11"}
+    assert selected == {"F3", "F4", "F10", "F11"}
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.family_id)
+def test_a_log_is_stored_in_the_dtype_the_record_says(family):
+    sc = cases.as_family_lays_out(cases.SCENARIOS[0][0], family)
+    a_log = cases.make_inputs(sc)["tensors"]["A_log"]
+    expected = cases.make_inputs(sc)["tensors"]["mixed_qkv"].dtype if family.a_log_dtype == "model" else torch.float32
+    assert a_log.dtype == expected
+
+
+def test_a_refused_family_skips_every_scenario_with_its_refusal():
+    refused = next(f for f in FAMILIES if f.refusal is not None)
+    for sc, needs in cases.SCENARIOS:
+        assert refused.refusal in cases._skip_reason(sc, needs, refused, refused.refusal)
 
 
 def test_a_family_without_a_dim_first_conv_state_skips_that_scenario_with_the_reason():
@@ -56,3 +63,11 @@ def test_a_family_without_a_dim_first_conv_state_skips_that_scenario_with_the_re
     sc, needs = next((sc, n) for sc, n in cases.SCENARIOS if n == "dim_first")
     assert "never stores the conv state dim-first" in cases._skip_reason(sc, needs, no_dim_first)
     assert cases._skip_reason(sc, needs, family) is None
+
+
+def test_null_columns_run_only_where_vllm_s_recurrent_kernel_skips_null_slots():
+    sc, needs = next((sc, n) for sc, n in cases.SCENARIOS if n == "null_columns")
+    for family in FAMILIES:
+        reason = cases._skip_reason(sc, needs, family)
+        assert (reason is None) is family.recurrent_skips_null_slots, family.family_id
+    assert {f.label for f in FAMILIES if not f.recurrent_skips_null_slots} == {"F1", "F2", "F3"}

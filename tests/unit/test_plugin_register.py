@@ -209,3 +209,21 @@ def test_start_up_acts_on_the_shared_environment_verdict(fresh_state, monkeypatc
     startup.register()
     warnings = [r.getMessage() for r in fresh_state if r.levelno == logging.WARNING]
     assert warnings == [f"caovan_sm75_turbo3: {f.message}" for f in findings]
+
+
+@pytest.mark.parametrize("require", [False, True])
+def test_a_recognised_family_caovan_does_not_serve_leaves_the_plugin_inert_with_its_refusal(
+    fresh_state, monkeypatch, require
+):
+    from caovan.adapters.families import QWEN3_NEXT_GDN_V010 as refused
+
+    reason = f"vLLM 0.10.2 is F1 {refused.family_id}; caovan does not serve it: {refused.refusal}"
+    monkeypatch.setattr(caovan.adapters, "select_adapter", lambda: Selection("0.10.2", None, reason, refused=refused))
+    if require:
+        monkeypatch.setenv("CAOVAN_REQUIRE_TURBO3", "1")
+        with pytest.raises(startup.CaovanRequireError, match="caovan does not serve it: the op runs the whole layer"):
+            startup.register()
+        return
+    startup.register()
+    line = fresh_state[0].getMessage()
+    assert f"GDN interface check: FAIL, plugin inert: {reason}" in line and startup.status().family_id is None

@@ -34,6 +34,13 @@ RECURRENT_UPDATE = (
     "fused_sigmoid_gating_delta_rule_update",
     ("A_log", "a", "b", "dt_bias", "ssm_state_indices", "num_accepted_tokens"),
 )
+#: Before vLLM 0.18 the spec path gates every token first (``fused_gdn_gating``, defined in the GDN module), then
+#: runs the recurrent kernel on the spec tokens' ``g``/``beta``.
+GATING = ("fused_gdn_gating", ("A_log", "a", "b", "dt_bias"))
+GATED_RECURRENT = (
+    "fused_recurrent_gated_delta_rule",
+    ("g", "beta", "initial_state", "ssm_state_indices", "num_accepted_tokens"),
+)
 
 
 @dataclass(frozen=True)
@@ -50,8 +57,8 @@ class PatchNote:
 class GdnFamily:
     """What one family of vLLM releases looks like to caovan. Every field is probed or read, none is assumed.
 
-    Every family here replaces its layer through ``PluggableLayer.register_oot`` keyed by ``gdn_class`` (vLLM
-    0.19 on); the releases before it, whose class methods would be patched instead, have no record yet.
+    From vLLM 0.19 the layer is a ``PluggableLayer`` and caovan's subclass goes in through ``register_oot``; before,
+    the layer is a plain ``nn.Module`` and caovan wraps its class's ``__init__`` instead (``install_route``).
     """
 
     #: Shown to users (status line, doctor, docs/compat.md) and recorded in matrix results.
@@ -70,11 +77,18 @@ class GdnFamily:
     #: Where vLLM's FLA ops package lives (the bench baseline and the test rig import its kernels from there).
     fla_ops_module: str
     patch: PatchNote
+    #: How the override goes in: ``"register_oot"`` (vLLM builds caovan's subclass, keyed by ``gdn_class``) or
+    #: ``"class_patch"`` (the in-tree class's ``__init__`` is wrapped, reversibly; its subclasses inherit it).
+    install_route: Literal["register_oot", "class_patch"] = "register_oot"
+    #: Why caovan does not serve this family although it recognises it (doctor and start-up say so); None: served.
+    refusal: str | None = None
     core_method: str = "_forward_core"
     core_arguments: tuple[str, ...] = CORE_ARGUMENTS
     #: nn.Module attributes the override reads, assigned in the layer's ``__init__``.
     layer_attributes: tuple[str, ...] = ("conv1d", "A_log", "dt_bias")
     metadata_module: str = "vllm.v1.attention.backends.gdn_attn"
+    #: Where ``PAD_SLOT_ID`` / ``NULL_BLOCK_ID`` are defined (the v1 module has them from vLLM 0.11).
+    slot_constants_module: str = "vllm.v1.attention.backends.utils"
     metadata_class: str = "GDNAttentionMetadata"
     metadata_fields: tuple[str, ...] = SPEC_METADATA_FIELDS
     #: Metadata fields this family must not have: they tell it from the family after it.
@@ -85,6 +99,9 @@ class GdnFamily:
     spec_path: tuple[tuple[str, tuple[str, ...]], ...] = (CONV_UPDATE, RECURRENT_UPDATE)
     #: A state slot id at or below this is null or padding (0 from vLLM 0.20: ``<= 0``; -1 before: ``< 0``).
     null_slot_max: int = 0
+    #: Whether vLLM's recurrent kernel skips a null slot itself (from 0.16); before, only CUDA-graph padding rows,
+    #: which have no tokens, carry one, and a null column in a live row would be written out of bounds.
+    recurrent_skips_null_slots: bool = True
     #: SSM state per slot: ``"vk"`` is (HV, V, K) (vLLM >= 0.16), ``"kv"`` is (HV, K, V).
     ssm_layout: Literal["vk", "kv"] = "vk"
     #: The GDN module's function saying whether the conv state is stored dim-first; None: never dim-first.
@@ -99,6 +116,11 @@ class GdnFamily:
     in_tree_splits_decodes: bool = False
     #: Whether vLLM's own spec path gathers the spec tokens' gating inputs ``a``/``b`` in mixed batches.
     spec_gating_selected: bool = False
+    #: Whether ``layer.kv_cache`` is a list with one ``[conv, ssm]`` per virtual engine (before vLLM 0.19), read at
+    #: ``forward_context.virtual_engine``, rather than ``[conv, ssm]`` itself.
+    kv_cache_per_virtual_engine: bool = False
+    #: The dtype ``A_log`` is created in: float32, or the model's dtype (vLLM 0.12 - 0.18 give it none).
+    a_log_dtype: Literal["float32", "model"] = "float32"
 
     @property
     def oot_key(self) -> str:

@@ -27,6 +27,11 @@ def _once(key: str, level: int, msg: str, *args: Any) -> None:
         logger.log(level, msg, *args)
 
 
+def announce_once(key: str, message: str) -> None:
+    """One warning per process for a reason caovan leaves layers to vLLM."""
+    _once(key, logging.WARNING, "%s: %s", PLUGIN_NAME, message)
+
+
 @dataclass(frozen=True)
 class LayerPlan:
     """Per-layer constants the hot path needs, fixed at construction."""
@@ -57,9 +62,10 @@ def _plain_data_ptr(tensor: Any) -> int:
         return tensor.data_ptr()
 
 
-def kernel_tensors(layer: Any, conv_dim_first: bool) -> tuple:
+def kernel_tensors(layer: Any, conv_dim_first: bool, virtual_engine: int | None = None) -> tuple:
     """(A_log, dt_bias, conv_weight 2-D, conv_bias, conv_state dim-first, ssm_state): the layer's own tensors as
-    the kernels take them, derived once and re-derived only when a source changes.
+    the kernels take them, derived once and re-derived only when a source changes. ``virtual_engine``: where
+    ``kv_cache`` holds one ``[conv, ssm]`` per virtual engine (before vLLM 0.19), the forward context's engine.
 
     Why cached: read through ``nn.Module.__getattr__`` (parameters, the ``conv1d`` submodule) and viewed on every
     call, they cost ~8 us of Python per GDN layer per decode step (development CPU: each attribute 0.6-1.3 us, the
@@ -69,7 +75,8 @@ def kernel_tensors(layer: Any, conv_dim_first: bool) -> tuple:
 
     What can change while serving, and is checked: vLLM rebinding ``kv_cache`` (cache reallocation), a weight
     reload replacing a Parameter or assigning its ``.data`` (the data pointers of the two viewed tensors are
-    compared; the others are passed as they are, so their current storage is what the kernels read). Object ids
+    compared; the others are passed as they are, so their current storage is what the kernels read), an in-place
+    update of ``A_log`` (its version counter: where it is copied to fp32, the copy must follow). Object ids
     are safe keys: the cache holds those objects, so their ids cannot be reused. A layer whose parameters do not
     live where ``nn.Module`` keeps them takes the attribute path, uncached.
     """
@@ -77,7 +84,7 @@ def kernel_tensors(layer: Any, conv_dim_first: bool) -> tuple:
     conv = layer._modules.get("conv1d")
     conv_params = conv._parameters if conv is not None else {}
     a_log, dt_bias, weight = params.get("A_log"), params.get("dt_bias"), conv_params.get("weight")
-    kv = layer.kv_cache
+    kv = layer.kv_cache if virtual_engine is None else layer.kv_cache[virtual_engine]
     conv_state, ssm_state = kv[0], kv[1]
     if a_log is None or dt_bias is None or weight is None:
         conv = layer.conv1d
@@ -86,7 +93,7 @@ def kernel_tensors(layer: Any, conv_dim_first: bool) -> tuple:
         )
     bias = conv_params.get("bias")
     key = (
-        id(conv_state), conv_state.data_ptr(), id(ssm_state), id(a_log), id(dt_bias), id(weight),
+        id(conv_state), conv_state.data_ptr(), id(ssm_state), id(a_log), a_log._version, id(dt_bias), id(weight),
         _plain_data_ptr(weight), id(bias),
     )  # fmt: skip
     cached = layer.__dict__.get("_caovan_kernel_tensors")
@@ -98,9 +105,18 @@ def kernel_tensors(layer: Any, conv_dim_first: bool) -> tuple:
 
 
 def _as_kernel_args(a_log, dt_bias, weight, bias, conv_state, ssm_state, conv_dim_first: bool) -> tuple:
-    """The layer's tensors as the kernels take them: the conv weight 2-D, the conv state dim-first."""
+    """The layer's tensors as the kernels take them: the conv weight 2-D, the conv state dim-first, ``A_log`` in
+    float32 (vLLM 0.12 - 0.18 create it in the model's dtype; the kernels, compiled for sm_75 with an fp32
+    ``A_log``, read the same values from an fp32 copy, re-made when an in-place weight update moves its version)."""
     conv_view = conv_state if conv_dim_first else conv_state.transpose(-1, -2)
+    a_log = a_log if a_log.dtype == _float32() else a_log.detach().float()
     return (a_log, dt_bias, weight.view(weight.size(0), weight.size(2)), bias, conv_view, ssm_state)
+
+
+def _float32() -> Any:
+    import torch
+
+    return torch.float32
 
 
 def gpu_reason(capability: tuple[int, int] | None) -> str | None:

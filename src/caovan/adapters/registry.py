@@ -27,6 +27,8 @@ class Selection:
     adapter: GdnAdapter | None
     reason: str
     reports: tuple[ProbeReport, ...] = field(default_factory=tuple)
+    #: The family the release lands in when caovan recognises it but does not serve it (``GdnFamily.refusal``).
+    refused: GdnFamily | None = None
 
     @property
     def family_id(self) -> str | None:
@@ -60,6 +62,10 @@ def select_adapter(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> Selecti
         if report.ok and chosen is None:
             chosen = adapter
             break
+    refused = getattr(chosen, "family", None)
+    if refused is not None and refused.refusal is not None:
+        why = f"vLLM {vllm_version} is {refused.label} {refused.family_id}; caovan does not serve it: {refused.refusal}"
+        return Selection(vllm_version, None, why, tuple(reports), refused=refused)
     if chosen is not None:
         # The version this selection ordered the families by, which its reports carry too.
         hint = "" if version_in(vllm_version, chosen.version_hint) else " (outside its version hint; chosen by probing)"
@@ -73,11 +79,23 @@ def probe_all(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> tuple[ProbeR
     return tuple(cls().probe() for cls in adapters)
 
 
-def installed_family() -> GdnFamily:
-    """The record of the family the installed vLLM lands in, for the test rig, the bench baseline and the serve
-    runner (which build and time vLLM's own layer the way that family lays it out); RuntimeError when none does."""
+def recognised_family() -> tuple[GdnFamily, str | None]:
+    """The record of the family the installed vLLM lands in, served or not, and why caovan does not serve it (None:
+    it does); RuntimeError when it lands in none."""
     selection = select_adapter()
+    if selection.refused is not None:
+        return selection.refused, selection.reason
     family = getattr(selection.adapter, "family", None)
     if family is None:
         raise RuntimeError(f"caovan cannot serve this vLLM: {selection.reason}")
+    return family, None
+
+
+def installed_family() -> GdnFamily:
+    """The record of the family the installed vLLM lands in, for the test rig, the bench baseline and the serve
+    runner (which build and time vLLM's own layer the way that family lays it out); RuntimeError when none does
+    or caovan does not serve it."""
+    family, refusal = recognised_family()
+    if refusal is not None:
+        raise RuntimeError(f"caovan cannot serve this vLLM: {refusal}")
     return family

@@ -98,8 +98,9 @@ def measure(fn: SpecDecodeFn, inputs: SpecDecodeInputs, ref: SpecDecodeInputs, *
 
 
 def measure_vllm(vllm_fn: SpecDecodeFn, inputs: SpecDecodeInputs, ref: SpecDecodeInputs) -> ErrorReport:
-    """``measure`` for vLLM's path: "kv" cases run on a "vk" copy (all vLLM >= 0.16 can store)."""
-    mine = inputs.with_ssm_layout("vk")
+    """``measure`` for vLLM's path, on a copy in the SSM layout its kernel takes (``ssm_layout`` of the core, "vk"
+    for a plain function: vLLM 0.16 on)."""
+    mine = inputs.with_ssm_layout(getattr(vllm_fn, "ssm_layout", "vk"))
     check = getattr(vllm_fn, "check_inputs", None)
     if check is not None:
         call(check, mine)

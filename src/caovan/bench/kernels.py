@@ -227,9 +227,10 @@ def bench_case(
     err_vllm = accuracy.measure_vllm(vllm, inputs, ref)
     del ref
 
+    vllm_layout = getattr(vllm, "ssm_layout", "vk")  # the layout the release's kernel takes
     calls = {
         "ours": _bound_call(ours, inputs.clone()),
-        "vllm": _bound_call(vllm, inputs.with_ssm_layout("vk")),
+        "vllm": _bound_call(vllm, inputs.with_ssm_layout(vllm_layout)),
     }
     eager_us = eager_timer(list(calls.values()), settings)
     times = {
@@ -239,7 +240,7 @@ def bench_case(
     del calls
     l2 = _l2_bytes(device)
     n_layers = layer_copies(traffic.total, inputs.nbytes(), l2, settings)
-    for name, fn, layout in (("ours", ours, None), ("vllm", vllm, "vk")):
+    for name, fn, layout in (("ours", ours, None), ("vllm", vllm, vllm_layout)):
         copies = [inputs.clone() if layout is None else inputs.with_ssm_layout(layout) for _ in range(n_layers)]
         times[name]["graph_layers_us"] = _layers_graph_us(fn, copies, settings, graph_timer)
         del copies

@@ -190,9 +190,18 @@ def _closest(reports: list[Any]) -> str | None:
     return closest(reports)
 
 
+def _refusals() -> dict[str, str]:
+    """Family id -> why caovan does not serve that family, for the families it recognises but leaves to vLLM."""
+    from ..adapters.families import FAMILIES
+
+    return {f.family_id: f.refusal for f in FAMILIES if f.refusal is not None}
+
+
 def collect() -> dict[str, Any]:
     reports = family_reports()
-    passing = [r for r in reports if r.ok]
+    refusals = _refusals()
+    passing = [r for r in reports if r.ok and r.family_id not in refusals]
+    refused = [r for r in reports if r.ok and r.family_id in refusals]
     gpus = gpu_facts()
     guards = guard_facts(gpus)
     facts = {
@@ -212,6 +221,12 @@ def collect() -> dict[str, Any]:
         "closest_family": _closest(reports),
         "family": passing[0].family_id if passing else None,
         "family_ok": bool(passing),
+        # Start-up's verdict on such a release too: the plugin stays inert and says this.
+        "family_refused": (
+            None
+            if passing or not refused
+            else {"family": refused[0].family_id, "reason": refusals[refused[0].family_id]}
+        ),
     }
     ok, text = verdict(facts)
     facts["result"] = {"ok": ok, "verdict": text}
@@ -222,7 +237,12 @@ def collect() -> dict[str, Any]:
 def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
     """Doctor's one verdict (text, JSON and exit code all use it): PASS only when vLLM will load a working caovan."""
     problems = []
-    if not facts["family_ok"]:
+    refused = facts.get("family_refused")
+    if refused:
+        problems.append(
+            f"vLLM {facts['vllm']} is family {refused['family']}, which caovan does not serve: {refused['reason']}"
+        )
+    elif not facts["family_ok"]:
         # The result line is what a user reads (and greps): it names why, e.g. a vLLM that is there but fails to
         # import (a torch of another CUDA build), not only that no family passed.
         # The family this vLLM's version points at says best what broke (a vLLM that fails to import, say); a
@@ -271,6 +291,7 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
     else:
         gpu_line = f"none ({gpus['reason']})"
     disc = facts["discovery"]
+    refused = {facts["family_refused"]["family"]} if facts.get("family_refused") else set()
     lines = [
         f"{facts['plugin']['name']} {facts['plugin']['version']} doctor",
         f"python        {facts['python']}",
@@ -291,7 +312,7 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
     if not facts["families"]:
         lines.append("GDN interface check: FAIL (vLLM is not installed)")
     for fam in facts["families"]:
-        verdict = "PASS" if fam["ok"] else "SKIP"
+        verdict = ("REFUSED" if fam["family"] in refused else "PASS") if fam["ok"] else "SKIP"
         hint = "matches" if fam["hint_matches"] else "does not match"
         lines.append(
             f"GDN interface check: {verdict} family={fam['family']} "

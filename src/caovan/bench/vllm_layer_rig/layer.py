@@ -264,7 +264,15 @@ def build_gdn_layer(vllm_config: Any, model: TinyGdnModel, prefix: str, device: 
     from caovan.adapters.override import in_tree_class
     from caovan.adapters.registry import installed_family
 
-    in_tree = in_tree_class(installed_family())
+    family = installed_family()
+    if family.install_route != "register_oot":
+        # Before vLLM 0.19 the layer takes (config, model_config, cache_config, quant_config, speculative_config,
+        # prefix) and binds kv_cache per virtual engine: this rig builds and binds the PluggableLayer families only.
+        raise NotImplementedError(
+            f"the layer rig builds the PluggableLayer families (vLLM 0.19 on), not {family.family_id} "
+            f"({family.label}, {family.gdn_class} patched in place)"
+        )
+    in_tree = in_tree_class(family)
     replacement = caovan_override_class() if caovan else None
     with (
         _oot_entry(replacement),
