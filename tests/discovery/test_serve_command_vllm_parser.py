@@ -18,8 +18,8 @@ import sys
 import textwrap
 
 import pytest
-from helpers.tiny_models import write_tiny_qwen3_next
 
+from caovan.bench.model_folders import write_tiny_qwen3_next
 from caovan.serving.serve_command import COLD_START_TIMEOUTS, VLLM_CLI_MODULE, plan_serve
 
 pytestmark = [pytest.mark.discovery, pytest.mark.usefixtures("served_release")]

@@ -79,7 +79,8 @@ import pytest
 import serve_env
 import serve_workload
 import token_agreement
-from helpers.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
+
+from caovan.bench.model_folders import write_tiny_qwen3_dense, write_tiny_qwen3_next
 
 pytestmark = pytest.mark.serve
 

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import engine_runner
 import pytest
 import serve_workload
-from helpers.tiny_models import write_tiny_qwen3_next
+
+from caovan.bench.model_folders import write_tiny_qwen3_next
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ twice and writes its record.  What is asserted:
 * benchmark exits 0, and its record holds every request, no error, and the completion tokens asked for.
 
 The text prompts need a tokenizer: the model folder gets the word-level one of
-``tests/helpers/tiny_tokenizer.py`` (no network on the tier's machines).
+``caovan.bench.model_folders.write_word_tokenizer`` (no network on the tier's machines).
 Timing numbers from this run are not judged (a tiny model on a shared machine says nothing about speed).
 """
 
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 import serve_env
-from helpers.tiny_models import write_tiny_qwen3_next
-from helpers.tiny_tokenizer import write_word_tokenizer
+
+from caovan.bench.model_folders import write_tiny_qwen3_next, write_word_tokenizer
 
 pytestmark = pytest.mark.serve
 

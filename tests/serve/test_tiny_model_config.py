@@ -9,8 +9,8 @@ import json
 
 import pytest
 import serve_workload
-from helpers import tiny_models
 
+from caovan.bench import model_folders as tiny_models
 from caovan.model_check import check_model_dir
 
 
@@ -140,8 +140,9 @@ def test_vllm_reads_the_tiny_dense_model_as_a_plain_model(tmp_path):
 @pytest.mark.usefixtures("served_release")
 def test_vllm_loads_the_tiny_word_tokenizer(tmp_path):
     # The HTTP test of the serve tier sends text prompts through this tokenizer; vLLM loads it as it loads any.
-    from helpers.tiny_tokenizer import KNOWN_WORDS, write_word_tokenizer
     from vllm.tokenizers import get_tokenizer
+
+    from caovan.bench.model_folders import KNOWN_WORDS, write_word_tokenizer
 
     folder = write_word_tokenizer(tiny_models.write_tiny_qwen3_next(tmp_path / "m"), 2048)
     tokenizer = get_tokenizer(str(folder))
@@ -153,7 +154,58 @@ def test_vllm_loads_the_tiny_word_tokenizer(tmp_path):
 
 
 def test_tiny_tokenizer_refuses_a_vocabulary_too_small(tmp_path):
-    from helpers.tiny_tokenizer import write_word_tokenizer
+    from caovan.bench.model_folders import write_word_tokenizer
 
     with pytest.raises(ValueError, match="vocab_size=8 is smaller than its fixed words"):
         write_word_tokenizer(tmp_path, 8)
+
+
+def test_the_27b_architecture_is_the_public_config_s(tmp_path):
+    import json
+
+    folder = tiny_models.write_architecture("qwen3.6-27b", tmp_path / "m27")
+    text = json.loads((folder / "config.json").read_text())["text_config"]
+    assert (text["num_hidden_layers"], text["hidden_size"], text["intermediate_size"]) == (64, 5120, 17408)
+    assert (text["num_attention_heads"], text["num_key_value_heads"], text["head_dim"]) == (24, 4, 256)
+    assert text["layer_types"].count("linear_attention") == 48 and text["layer_types"][3] == "full_attention"
+    linear = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+    assert [text[name] for name in linear] == [16, 48, 128, 128] and text["linear_conv_kernel_dim"] == 4
+    assert (text["vocab_size"], text["mtp_num_hidden_layers"], text["mamba_ssm_dtype"]) == (248320, 1, "float32")
+    assert text["rope_parameters"]["mrope_section"] == [11, 11, 10]
+    assert (folder / "tokenizer.json").is_file()
+    with pytest.raises(ValueError, match="unknown architecture 'qwen9' \\(known: qwen3.6-27b\\)"):
+        tiny_models.write_architecture("qwen9", tmp_path / "x")
+
+
+def test_the_model_folder_command_writes_once_and_never_over_a_folder(tmp_path, capsys):
+    from caovan.cli import main
+
+    assert main(["bench", "model-folder", "qwen3.6-27b", str(tmp_path / "m27")]) == 0
+    assert "config.json and a word tokenizer" in capsys.readouterr().out
+    before = (tmp_path / "m27" / "config.json").read_text()
+    assert main(["bench", "model-folder", "qwen3.6-27b", str(tmp_path / "m27")]) == 2
+    assert "exists and is not an empty folder (nothing written)" in capsys.readouterr().err
+    assert (tmp_path / "m27" / "config.json").read_text() == before
+
+
+@pytest.mark.discovery
+@pytest.mark.usefixtures("served_release")
+def test_vllm_reads_the_27b_folder_as_the_hybrid_model_with_its_mtp_draft(tmp_path):
+    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
+    from vllm.model_executor.models import ModelRegistry
+
+    if "Qwen3_5ForConditionalGeneration" not in ModelRegistry.get_supported_archs():
+        import vllm
+
+        pytest.skip(f"vLLM {vllm.__version__} has no Qwen3_5ForConditionalGeneration: Qwen3.5 arrived in vLLM 0.18")
+    folder = tiny_models.write_architecture("qwen3.6-27b", tmp_path / "m27")
+    target = ModelConfig(model=str(folder), dtype="float16", max_model_len=4096, seed=0)
+    assert target.architectures == ["Qwen3_5ForConditionalGeneration"] and target.is_hybrid
+    text = target.hf_text_config
+    assert (text.num_hidden_layers, text.hidden_size, text.linear_num_value_heads, text.vocab_size) == (
+        64, 5120, 48, 248320
+    )  # fmt: skip
+    spec = SpeculativeConfig(
+        method="mtp", num_speculative_tokens=3, target_model_config=target, target_parallel_config=ParallelConfig()
+    )
+    assert spec.draft_model_config.architectures == ["Qwen3_5MTP"]

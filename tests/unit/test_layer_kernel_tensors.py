@@ -134,3 +134,24 @@ def test_conv_kept_outside_the_submodules_takes_the_attribute_path():
     got = kernel_tensors(layer, False)
     assert got[2].shape == (DIM, WIDTH) and got[2].data_ptr() == conv.weight.data_ptr()
     assert "_caovan_kernel_tensors" not in layer.__dict__
+
+
+def test_a_kv_cache_per_virtual_engine_is_read_at_the_engine_given():
+    # vLLM before 0.19 binds kv_cache as one [conv, ssm] per virtual engine.
+    layer = StandInLayer()
+    engines = [StandInLayer.new_cache(), StandInLayer.new_cache()]
+    layer.kv_cache = engines
+    got = kernel_tensors(layer, False, 1)
+    assert got[4].data_ptr() == engines[1][0].data_ptr() and got[5] is engines[1][1]
+
+
+def test_an_a_log_in_the_model_dtype_is_handed_over_as_float32_and_follows_in_place_updates():
+    layer = StandInLayer()
+    layer.A_log = nn.Parameter(torch.randn(HV).to(torch.bfloat16))
+    first = kernel_tensors(layer, False)
+    assert first[0].dtype == torch.float32 and torch.equal(first[0], layer.A_log.float())
+    assert kernel_tensors(layer, False) is first  # cached while nothing changed
+    with torch.no_grad():
+        layer.A_log.add_(1)  # a weight update in place: same object, same storage, new version
+    again = kernel_tensors(layer, False)
+    assert again is not first and torch.equal(again[0], layer.A_log.float())

@@ -34,6 +34,26 @@ def _configs(additional):
     return SimpleNamespace(model_config=model_config, additional_config=additional), model_config
 
 
+@pytest.fixture(autouse=True)
+def guard_installs(monkeypatch):
+    """The uniform-decode guard's installs (recorded, not done: the real one wraps vLLM's GPUModelRunner)."""
+    calls = []
+    monkeypatch.setattr(layer_mod.uniform_decode_guard, "install", calls.append)
+    return calls
+
+
+def test_a_gdn_model_gets_the_uniform_decode_guard_and_a_dense_one_does_not(guard_installs):
+    vllm_config, model_config = _configs({"caovan": True})
+    check_required_model(vllm_config, model_config, _LlamaForCausalLM())
+    assert guard_installs == []
+    for planned in (True, False):  # whoever runs its GDN layers, caovan or vLLM
+        check_required_model(vllm_config, model_config, _Model(planned=planned))
+    assert guard_installs == [vllm_config, vllm_config]
+    off, model_config = _configs({"caovan": False})
+    check_required_model(off, model_config, _Model(planned=True))
+    assert guard_installs == [vllm_config, vllm_config]
+
+
 def test_require_without_any_gdn_layer_fails_start_up(monkeypatch):
     monkeypatch.delenv("CAOVAN_REQUIRE_TURBO3", raising=False)
     vllm_config, model_config = _configs({"caovan": True, "caovan_require_turbo3": True})

@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers.tiny_models import write_tiny_qwen3_dense, write_tiny_qwen3_next
 
 from caovan import cli
+from caovan.bench.model_folders import write_tiny_qwen3_dense, write_tiny_qwen3_next
 from caovan.cli import serve as serve_cli
 from caovan.model_check import check_model_dir
 from caovan.plugin import guards

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.tiny_models import write_tiny_qwen3_next
 
 from caovan import cli
+from caovan.bench.model_folders import write_tiny_qwen3_next
 from caovan.cli import serve as serve_cli
 from caovan.plugin import guards
 from caovan.serving.serve_command import COLD_START_TIMEOUTS

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from types import MethodType
 from typing import Any
 
-from ..plugin import counters, model_loader
+from ..plugin import counters, model_loader, uniform_decode_guard
 from .family import GdnFamily
 from .layer_support import announce_once, check_required_model, kernel_tensors, plan_for_layer
 
@@ -244,6 +244,7 @@ def _layer_override_in_place(family: GdnFamily) -> bool:
 def uninstall(family: GdnFamily) -> bool:
     """Remove the override (tests; ``pip uninstall`` needs nothing: vLLM then never loads caovan)."""
     model_loader.uninstall()
+    uniform_decode_guard.uninstall()
     if family.install_route == "class_patch":
         base = in_tree_class(family)
         wrapper = base.__dict__.get(INIT_WRAPPER_ATTRIBUTE)

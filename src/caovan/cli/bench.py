@@ -35,6 +35,7 @@ def _json_option(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from caovan.bench.cases import BENCH_CASE_SETS
+    from caovan.bench.model_folders import ARCHITECTURES
 
     targets = parser.add_subparsers(dest="bench_target", metavar="TARGET", required=True)
     k = targets.add_parser(
@@ -93,7 +94,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # folder the user never wrote.
     m.add_argument("record", help="a JSON file written by `caovan bench kernels --json`")
     m.add_argument("--against", metavar="OLD", help="an older record of the same cases to compare with")
-    for target in (k, t, ly, m):
+    mf = targets.add_parser(
+        "model-folder",
+        help="write a released GDN architecture's config and a word tokenizer, to serve with dummy weights",
+        description=(
+            "Writes FOLDER/config.json with the text architecture of a released model, from its public config "
+            "(a tiny vision tower beside it: text serving never runs it), and a word-level tokenizer, so that "
+            "`caovan-vllm-serve FOLDER --load-format dummy` serves it with no weights and no network (the "
+            "end-to-end records). Refuses a FOLDER that exists and is not an empty folder."
+        ),
+    )
+    mf.add_argument("architecture", choices=sorted(ARCHITECTURES), help="which released architecture")
+    mf.add_argument("folder", help="the model folder to create")
+    for target in (k, t, ly, m, mf):
         target.epilog = EPILOG  # `caovan bench kernels --help` shows the exit codes too
 
 
@@ -133,6 +146,8 @@ def _run_target(args: argparse.Namespace) -> int:
         return run_summary(args)
     if args.bench_target == "layer":
         return run_layer(args)
+    if args.bench_target == "model-folder":
+        return run_model_folder(args)
     return _error(f"unknown bench target {args.bench_target!r}")  # argparse already refuses these
 
 
@@ -248,6 +263,22 @@ def run_summary(args: argparse.Namespace) -> int:
     except RecordError as exc:
         return _error(str(exc))
     print(format_report(record, old))
+    return 0
+
+
+def run_model_folder(args: argparse.Namespace) -> int:
+    from caovan.bench.model_folders import write_architecture
+
+    folder = Path(args.folder)
+    if args.folder == "":
+        return _error("FOLDER '': an empty folder name")
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        return _error(f"FOLDER {args.folder}: exists and is not an empty folder (nothing written)")
+    try:
+        write_architecture(args.architecture, folder)
+    except OSError as exc:
+        return _error(f"FOLDER {args.folder}: cannot write it: {exc.strerror or exc}")
+    print(f"{args.architecture}: {folder / 'config.json'} and a word tokenizer; serve it with --load-format dummy")
     return 0
 
 

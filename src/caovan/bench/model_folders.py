@@ -1,10 +1,12 @@
-"""Tiny GDN + MTP model folders (a ``config.json`` only) for engine tests with ``load_format="dummy"``.
+"""GDN + MTP model folders for engines run with dummy weights: ``config.json`` (and a word tokenizer, for servers).
 
 vLLM builds the model from the config alone when asked for dummy weights, so a folder holding just
 ``config.json`` is enough for ``vllm.LLM(model=folder, load_format="dummy", skip_tokenizer_init=True)``:
-no tokenizer, no weights, no network.  The shapes keep everything caovan's spec-decode kernels care about
-(K = V = 128 by default, HV/H = 2, conv width 4, the 3-GDN-then-1-attention layer pattern of the released
-models, one MTP layer) and shrink everything else (hidden size, experts, vocabulary) so start-up is quick.
+no tokenizer, no weights, no network. The tiny folders of the serve tier keep everything caovan's spec-decode
+kernels care about (K = V = 128 by default, HV/H = 2 or 3, conv width 4, the 3-GDN-then-1-attention layer pattern
+of the released models, one MTP layer) and shrink everything else (hidden size, experts, vocabulary) so start-up is
+quick. :data:`ARCHITECTURES` holds the released shapes the end-to-end records serve
+(``caovan bench model-folder``), from their public configs.
 
 Field names follow vLLM 0.21.0's config classes
 (``vllm/transformers_utils/configs/qwen3_next.py``, ``qwen3_5.py``) and its model code:
@@ -14,11 +16,17 @@ Field names follow vLLM 0.21.0's config classes
   must be a sparse-MoE layer: ``QwenNextMixtureOfExperts.set_moe_parameters`` raises when a model has none,
   and the MTP layer (index 0) picks MoE from ``num_experts > 0`` and ``decoder_sparse_step``.  So MoE stays
   on with 4 small experts instead of being switched off.
-* Qwen3.5 (``Qwen3_5ForConditionalGeneration``): text fields under ``text_config`` plus a ``vision_config``
-  (vLLM always builds the vision tower of this class); the MTP draft reads ``mtp_num_hidden_layers``.
+* Qwen3.5 / Qwen3.6 (``Qwen3_5ForConditionalGeneration``): text fields under ``text_config`` plus a
+  ``vision_config`` (vLLM always builds the vision tower of this class; it is kept tiny here, as text-only
+  serving never runs it); the MTP draft reads ``mtp_num_hidden_layers``.
 * Qwen3 dense (``Qwen3ForCausalLM``): no GDN layer at all, for require mode's "no GDN layer" refusal.
 
-Importable without vLLM or a GPU (standard library only).
+The word tokenizer (:func:`write_word_tokenizer`) lets ``vllm serve`` take text prompts with no network: built in
+place with the ``tokenizers`` library (a vLLM dependency), whitespace-split words, ``w0 … wN`` plus the words of
+:data:`KNOWN_WORDS`, everything else ``[UNK]``, written as ``tokenizer.json`` + ``tokenizer_config.json`` that
+``transformers.AutoTokenizer`` (and so vLLM) loads as a ``PreTrainedTokenizerFast``.
+
+Importable without vLLM or a GPU (standard library only; the tokenizer writer imports ``tokenizers``).
 """
 
 from __future__ import annotations
@@ -37,12 +45,12 @@ DTYPES = ("float16", "bfloat16", "float32")
 
 def _check_positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"tiny model: {name} must be a positive int, got {value!r}")
+        raise ValueError(f"model folder: {name} must be a positive int, got {value!r}")
 
 
 def _check_dtype(torch_dtype: str) -> None:
     if torch_dtype not in DTYPES:
-        raise ValueError(f"tiny model: torch_dtype must be one of {DTYPES}, got {torch_dtype!r}")
+        raise ValueError(f"model folder: torch_dtype must be one of {DTYPES}, got {torch_dtype!r}")
 
 
 def _check_gdn_shape(
@@ -63,12 +71,12 @@ def _check_gdn_shape(
         _check_positive(name, value)
     if num_hidden_layers % FULL_ATTENTION_INTERVAL:
         raise ValueError(
-            f"tiny model: num_hidden_layers={num_hidden_layers} must be a multiple of {FULL_ATTENTION_INTERVAL} "
+            f"model folder: num_hidden_layers={num_hidden_layers} must be a multiple of {FULL_ATTENTION_INTERVAL} "
             "(three GDN layers then one full-attention layer, as in the released models)"
         )
     if linear_num_value_heads % linear_num_key_heads:
         raise ValueError(
-            f"tiny model: linear_num_value_heads={linear_num_value_heads} must be a multiple of "
+            f"model folder: linear_num_value_heads={linear_num_value_heads} must be a multiple of "
             f"linear_num_key_heads={linear_num_key_heads} (value head hv reads key head hv // (HV // H))"
         )
     _check_dtype(torch_dtype)
@@ -154,11 +162,19 @@ def tiny_qwen3_next_config(
     }
 
 
+#: mRoPE sections of the rotary half-dimension (head_dim * 0.25 / 2) per head_dim, as the released configs have them.
+MROPE_SECTIONS = {128: [6, 5, 5], 256: [11, 11, 10]}
+
+
 def tiny_qwen3_5_config(
     *,
     num_hidden_layers: int = 4,
     hidden_size: int = 256,
+    intermediate_size: int | None = None,
     vocab_size: int = 2048,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    head_dim: int = 128,
     linear_num_key_heads: int = 2,
     linear_num_value_heads: int = 6,
     linear_key_head_dim: int = 128,
@@ -167,12 +183,26 @@ def tiny_qwen3_5_config(
     torch_dtype: str = "bfloat16",
     mamba_ssm_dtype: str | None = "float32",
 ) -> dict[str, Any]:
-    """``config.json`` content of a tiny dense Qwen3.5 / Qwen3.6 (``Qwen3_5ForConditionalGeneration``).
+    """``config.json`` content of a dense Qwen3.5 / Qwen3.6 (``Qwen3_5ForConditionalGeneration``), tiny by default.
 
-    HV/H defaults to 3 (the 27B ratio: 48/16).  The vision tower is shrunk but present; its special token
-    ids are placed at the top of the small vocabulary.  ``mamba_ssm_dtype`` float32 is what the released
-    configs ask for (fp32 SSM state); ``None`` leaves the field out.
+    HV/H defaults to 3 (the 27B ratio: 48/16); ``intermediate_size`` defaults to twice the hidden size. The vision
+    tower is shrunk but present; its special token ids are placed at the top of the vocabulary.
+    ``mamba_ssm_dtype`` float32 is what the released configs ask for (fp32 SSM state); ``None`` leaves it out.
     """
+    intermediate_size = 2 * hidden_size if intermediate_size is None else intermediate_size
+    for name, value in (
+        ("intermediate_size", intermediate_size),
+        ("num_attention_heads", num_attention_heads),
+        ("num_key_value_heads", num_key_value_heads),
+    ):
+        _check_positive(name, value)
+    if head_dim not in MROPE_SECTIONS:
+        raise ValueError(f"model folder: head_dim must be one of {sorted(MROPE_SECTIONS)}, got {head_dim!r}")
+    if num_attention_heads % num_key_value_heads:
+        raise ValueError(
+            f"model folder: num_attention_heads={num_attention_heads} must be a multiple of "
+            f"num_key_value_heads={num_key_value_heads}"
+        )
     _check_gdn_shape(
         num_hidden_layers,
         linear_num_key_heads,
@@ -188,9 +218,9 @@ def tiny_qwen3_5_config(
     ):
         _check_positive(name, value)
     if vocab_size < 16:
-        raise ValueError(f"tiny model: vocab_size={vocab_size} leaves no room for the vision special tokens")
+        raise ValueError(f"model folder: vocab_size={vocab_size} leaves no room for the vision special tokens")
     if mamba_ssm_dtype is not None and mamba_ssm_dtype not in DTYPES:
-        raise ValueError(f"tiny model: mamba_ssm_dtype must be one of {DTYPES} or None, got {mamba_ssm_dtype!r}")
+        raise ValueError(f"model folder: mamba_ssm_dtype must be one of {DTYPES} or None, got {mamba_ssm_dtype!r}")
     image_token_id, video_token_id = vocab_size - 4, vocab_size - 3
     vision_start_token_id, vision_end_token_id = vocab_size - 2, vocab_size - 1
     text_config: dict[str, Any] = {
@@ -200,11 +230,11 @@ def tiny_qwen3_5_config(
         "attn_output_gate": True,
         "dtype": torch_dtype,
         "full_attention_interval": FULL_ATTENTION_INTERVAL,
-        "head_dim": 128,
+        "head_dim": head_dim,
         "hidden_act": "silu",
         "hidden_size": hidden_size,
         "initializer_range": 0.02,
-        "intermediate_size": 2 * hidden_size,
+        "intermediate_size": intermediate_size,
         "layer_types": layer_types(num_hidden_layers),
         "linear_conv_kernel_dim": 4,
         "linear_key_head_dim": linear_key_head_dim,
@@ -215,15 +245,14 @@ def tiny_qwen3_5_config(
         "mlp_only_layers": [],
         "mtp_num_hidden_layers": mtp_num_hidden_layers,
         "mtp_use_dedicated_embeddings": False,
-        "num_attention_heads": 4,
+        "num_attention_heads": num_attention_heads,
         "num_hidden_layers": num_hidden_layers,
-        "num_key_value_heads": 2,
+        "num_key_value_heads": num_key_value_heads,
         "partial_rotary_factor": 0.25,
         "rms_norm_eps": 1e-06,
         "rope_parameters": {
             "mrope_interleaved": True,
-            # Sections of the rotary half-dimension (head_dim 128 * 0.25 / 2 = 16), as 11/11/10 is for 64.
-            "mrope_section": [6, 5, 5],
+            "mrope_section": MROPE_SECTIONS[head_dim],
             "partial_rotary_factor": 0.25,
             "rope_theta": 10000000,
             "rope_type": "default",
@@ -301,7 +330,7 @@ def tiny_qwen3_dense_config(
 def _write_config(directory: str | Path, config: dict[str, Any]) -> Path:
     folder = Path(directory)
     if folder.exists() and not folder.is_dir():
-        raise ValueError(f"tiny model: {folder} exists and is not a directory")
+        raise ValueError(f"model folder: {folder} exists and is not a directory")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / CONFIG_FILE_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return folder
@@ -329,3 +358,67 @@ def write_tiny_qwen3_dense(directory: str | Path, **overrides: Any) -> Path:
     ``overrides`` are the keyword arguments of :func:`tiny_qwen3_dense_config`.
     """
     return _write_config(directory, tiny_qwen3_dense_config(**overrides))
+
+
+UNK, EOS = "[UNK]", "[EOS]"
+#: Words given their own ids (the rest of the vocabulary is ``w0``, ``w1``, …).
+KNOWN_WORDS = ("the", "a", "of", "and", "to", "in", "is", "model", "token", "decode", "prefill", "caovan")
+
+
+def write_word_tokenizer(directory: str | Path, vocab_size: int) -> Path:
+    """Write the tokenizer files into ``directory`` (the model folder); ids stay below ``vocab_size``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    specials = [UNK, EOS]
+    if vocab_size < len(specials) + len(KNOWN_WORDS):
+        raise ValueError(f"word tokenizer: vocab_size={vocab_size} is smaller than its fixed words")
+    words = [*specials, *KNOWN_WORDS]
+    words += [f"w{i}" for i in range(vocab_size - len(words))]
+    tokenizer = Tokenizer(models.WordLevel(vocab={word: i for i, word in enumerate(words)}, unk_token=UNK))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": UNK,
+        "eos_token": EOS,
+        "model_max_length": 1 << 20,
+        "clean_up_tokenization_spaces": False,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+#: Released text architectures the end-to-end records serve, as keyword arguments of :func:`tiny_qwen3_5_config`,
+#: from the public ``config.json`` (its ``text_config``) of each model.
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    # Qwen/Qwen3.6-27B: 64 layers, full attention every 4th (48 GDN layers), GDN H=16 / HV=48 / K=V=128.
+    "qwen3.6-27b": dict(
+        num_hidden_layers=64,
+        hidden_size=5120,
+        intermediate_size=17408,
+        vocab_size=248320,
+        num_attention_heads=24,
+        num_key_value_heads=4,
+        head_dim=256,
+        linear_num_key_heads=16,
+        linear_num_value_heads=48,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        mtp_num_hidden_layers=1,
+        torch_dtype="bfloat16",
+        mamba_ssm_dtype="float32",
+    ),
+}
+#: Words of the tokenizer written beside an architecture's config (its ids stay below the model's vocabulary).
+TOKENIZER_WORDS = 32768
+
+
+def write_architecture(name: str, directory: str | Path) -> Path:
+    """Write ``config.json`` of a released architecture (:data:`ARCHITECTURES`) and a word tokenizer into
+    ``directory``, for serving with ``--load-format dummy``; returns the folder."""
+    if name not in ARCHITECTURES:
+        raise ValueError(f"model folder: unknown architecture {name!r} (known: {', '.join(ARCHITECTURES)})")
+    folder = _write_config(directory, tiny_qwen3_5_config(**ARCHITECTURES[name]))
+    return write_word_tokenizer(folder, TOKENIZER_WORDS)
