@@ -44,23 +44,10 @@ def _current_override(family, in_tree):
     return wrapper if wrapper is not None and in_tree.__dict__["__init__"] is wrapper else None
 
 
-def _forget_layer_override(family, in_tree):
-    """The layer part of caovan's install undone behind its back, the model-loader part left: a plugin loaded twice."""
-    if family.install_route == "register_oot":
-        from vllm.model_executor.custom_op import op_registry_oot
-
-        op_registry_oot.pop(family.oot_key)
-        return
-    from caovan.adapters.override import INIT_WRAPPER_ATTRIBUTE
-
-    wrapper = in_tree.__dict__[INIT_WRAPPER_ATTRIBUTE]
-    type.__setattr__(in_tree, "__init__", wrapper._caovan_original)
-    type.__delattr__(in_tree, INIT_WRAPPER_ATTRIBUTE)
-
-
 def test_install_is_idempotent_and_reversible(installed):
     adapter, family, in_tree = installed
     original_init = in_tree.__dict__["__init__"]
+    class_core = in_tree.__dict__[family.core_method]
 
     assert _current_override(family, in_tree) is None
     assert adapter.install() == "installed"
@@ -77,7 +64,7 @@ def test_install_is_idempotent_and_reversible(installed):
     else:
         # The class's own __init__ runs first, untouched; the core stays the class method here too.
         assert first._caovan_original is original_init
-        assert in_tree.__dict__[family.core_method] is getattr(in_tree, family.core_method)
+        assert in_tree.__dict__[family.core_method] is class_core
     assert adapter.uninstall() is True
     assert _current_override(family, in_tree) is None
     assert in_tree.__dict__["__init__"] is original_init
@@ -153,7 +140,9 @@ def test_install_wraps_the_model_loader_once_and_uninstall_restores_it(installed
     adapter.install()
     wrapped = BaseModelLoader.load_model
     assert wrapped._caovan_wrapped is original
-    _forget_layer_override(family, in_tree)  # a second install in the same process (plugin loaded twice)
+    from caovan.adapters.override import uninstall_layer
+
+    assert uninstall_layer(family)  # the loader part stays: a second install in the same process (plugin loaded twice)
     adapter.install()
     assert BaseModelLoader.load_model is wrapped, "the loader must not be wrapped twice"
     adapter.uninstall()

@@ -245,6 +245,11 @@ def uninstall(family: GdnFamily) -> bool:
     """Remove the override (tests; ``pip uninstall`` needs nothing: vLLM then never loads caovan)."""
     model_loader.uninstall()
     uniform_decode_guard.uninstall()
+    return uninstall_layer(family)
+
+
+def uninstall_layer(family: GdnFamily) -> bool:
+    """Take out the layer part of the override alone (the model-loader checks stay); True when it was in place."""
     if family.install_route == "class_patch":
         base = in_tree_class(family)
         wrapper = base.__dict__.get(INIT_WRAPPER_ATTRIBUTE)
