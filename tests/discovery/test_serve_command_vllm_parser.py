@@ -128,7 +128,7 @@ def test_vllm_serve_parser_serves_the_model_caovan_serve_checks(tmp_path):
 
 
 def test_vllm_refuses_model_and_model_option_together():
-    # caovan serve refuses MODEL with --model (serve_command.served_model) because vLLM does: once vLLM accepts
+    # caovan serve refuses MODEL with --model (serve_flags.served_model) because vLLM does: once vLLM accepts
     # it, this fails and caovan serve must learn which of the two vLLM serves.
     (parsed,) = _parse_with_vllm([["/m", "--model", "/other"]])
     assert parsed == {"exit": 2}
@@ -145,7 +145,7 @@ def _parse_with_vllm(argvs: list[list[str]]) -> list[dict]:
 
 def test_the_forms_caovan_serve_refuses_still_mislead_vllm(tmp_path):
     # caovan serve refuses abbreviations of the flags it edits, "--config=FILE" and a config file's dotted
-    # additional-config keys (serve_command.py). Once vLLM stops taking the abbreviation, starts reading the file in
+    # additional-config keys (serve_flags.py). Once vLLM stops taking the abbreviation, starts reading the file in
     # that form, or stops letting the file's dotted keys replace the command line's object, this fails: the refusal
     # can go.
     config = tmp_path / "serve.yaml"

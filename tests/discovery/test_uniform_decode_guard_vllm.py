@@ -23,11 +23,15 @@ def runner():
 
 def test_vllm_still_tells_uniform_decode_by_shape_alone(runner):
     # Fails once vLLM asks whether each request is decoding (vLLM issue 49918): then the guard can go.
-    methods = [getattr(runner, guard.METHOD), getattr(runner, "_is_uniform_decode", None)]
-    source = "".join(inspect.getsource(m) for m in methods if m is not None)
-    assert "max_num_scheduled_tokens == " in source, "the shape test moved: read vLLM's new classification"
-    for word in ("num_computed_tokens", "num_prompt_tokens", "is_prefill"):
-        assert word not in source, f"vLLM's classification now reads {word}: check whether the guard can go"
+    by_shape = guard.tells_uniform_decode_by_shape(runner)
+    assert by_shape is not None, f"the shape test ({guard.SHAPE_TEST!r}) moved: read vLLM's new classification"
+    assert by_shape, f"vLLM's classification now reads one of {guard.PHASE_WORDS}: check whether the guard can go"
+
+
+def test_full_graphs_are_safe_with_caovan_on_and_not_without(runner):
+    safety = guard.full_graph_safety()
+    assert (safety.with_caovan, safety.without_caovan) == (True, False), safety
+    assert "PIECEWISE" in safety.verdict(caovan_on=False) and "PIECEWISE" not in safety.verdict(caovan_on=True)
 
 
 def test_the_guard_wraps_the_real_runner_and_reads_what_its_input_batch_has(runner):

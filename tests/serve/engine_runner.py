@@ -78,6 +78,8 @@ def stock_gdn_class() -> type:
     return in_tree_class(installed_family())
 
 
+#: ``--cudagraph-mode`` choices: eager, or a vLLM ``CUDAGraphMode`` name the tier runs.
+CUDAGRAPH_MODES = ("eager", "PIECEWISE", "FULL_AND_PIECEWISE")
 #: Hugging Face's ``initializer_range`` of the Qwen3-Next config (std of the normal init of every matrix).
 INITIALIZER_RANGE = 0.02
 #: Environment this runner needs: in-process engine (see module docstring); FlashInfer's sampler is absent on
@@ -140,6 +142,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
     p.add_argument(
+        "--workload",
+        choices=serve_workload.NAMES,
+        default="mixed",
+        help="the greedy requests to run (see serve_workload.py; default: mixed)",
+    )
+    p.add_argument(
+        "--cudagraph-mode",
+        choices=CUDAGRAPH_MODES,
+        default="eager",
+        help="eager: enforce_eager, caovan's counters see every core call (default); otherwise vLLM's "
+        "compilation_config cudagraph_mode",
+    )
+    p.add_argument(
         "--weights",
         choices=("hf-init", "dummy"),
         default="hf-init",
@@ -168,7 +183,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     config = args.model / "config.json"
     if not args.print_engine_kwargs and not config.is_file():
         parser.error(f"--model {args.model}: no config.json there")
-    longest = max(len(p) + m for p, m in zip(serve_workload.PROMPT_TOKEN_IDS, serve_workload.MAX_TOKENS, strict=True))
+    try:
+        args.requests = serve_workload.workload(args.workload, args.num_speculative_tokens)
+    except ValueError as exc:
+        parser.error(f"--workload {args.workload}: {exc}")
+    longest = args.requests.longest_request
     if args.max_model_len < longest:
         parser.error(f"--max-model-len {args.max_model_len} is shorter than the workload's longest request ({longest})")
     return args
@@ -180,7 +199,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "model": str(args.model),
         "load_format": "dummy",
         "skip_tokenizer_init": True,
-        "enforce_eager": True,  # caovan's counters see Python-level core calls; graph replays would hide them
+        # caovan's counters see Python-level core calls; graph replays would hide them.
+        "enforce_eager": args.cudagraph_mode == "eager",
         "dtype": args.dtype,
         "additional_config": args.additional_config,
         "gpu_memory_utilization": args.gpu_memory_utilization,
@@ -189,6 +209,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "disable_log_stats": False,  # keeps the spec-decode acceptance metrics
     }
+    if args.cudagraph_mode != "eager":
+        kwargs["compilation_config"] = {"cudagraph_mode": args.cudagraph_mode}
     if args.num_speculative_tokens:
         kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": args.num_speculative_tokens}
     if args.kv_cache_memory_bytes:
@@ -369,17 +391,24 @@ def top_logprobs(position: Any, k: int) -> list[list[Any]]:
     return [list(p) for p in pairs[:k]]
 
 
-def workload_requests(logprobs: int) -> tuple[list[Any], list[Any]]:
+def workload_requests(requests: serve_workload.Workload, logprobs: int) -> tuple[list[Any], list[Any]]:
     """The workload as vLLM prompts (token ids, no tokenizer) and greedy sampling parameters."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in serve_workload.PROMPT_TOKEN_IDS]
+    prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in requests.prompt_token_ids]
     params = [
         SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, logprobs=logprobs, detokenize=False)
-        for n in serve_workload.MAX_TOKENS
+        for n in requests.max_tokens
     ]
     return prompts, params
+
+
+def cudagraph_mode_in_effect(llm: Any) -> str:
+    """The cudagraph mode the engine settled on (vLLM may lower the one asked for, e.g. for an attention backend
+    without FULL-graph support); "NONE" under enforce_eager."""
+    mode = llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
+    return str(getattr(mode, "name", mode))
 
 
 def run_engine(
@@ -407,7 +436,8 @@ def run_engine(
     else:
         record["weights"] = {"mode": "dummy"}
 
-    prompts, params = workload_requests(args.logprobs)
+    _best_effort(record, "cudagraph_mode_in_effect", lambda: cudagraph_mode_in_effect(llm))
+    prompts, params = workload_requests(args.requests, args.logprobs)
     started = time.monotonic()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     record["timings"]["generate_s"] = round(time.monotonic() - started, 1)
@@ -447,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         "pid": os.getpid(),
         "engine_kwargs": kwargs,
         "weights_mode": args.weights,
+        "workload": args.workload,
         "env": {k: os.environ.get(k) for k in REPORTED_ENV},
         "timings": {},
     }

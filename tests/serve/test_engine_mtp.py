@@ -57,51 +57,25 @@ Require mode: ``require_mtp`` starts, dispatches, and agrees with ``enabled`` un
 over" (raised from the model loader, after vLLM built the model and found no layer to hand to caovan);
 ``bad_option_type`` fails at start-up with the exact CaovanConfigError ``caovan.plugin.options`` gives for it.
 
-Environment knobs: ``CAOVAN_SERVE_DTYPE`` (float16 | bfloat16, default float16 as on SM75),
-``CAOVAN_SERVE_JOBS`` (engines at once, default all), ``CAOVAN_SERVE_TIMEOUT_S`` (per engine, default 540),
-``CAOVAN_SERVE_ARTIFACTS`` (keep logs/results in this folder instead of pytest's tmp dir).
+Environment knobs: see ``engine_cases`` (dtype, logprob tolerance, engines at once, timeout, artifacts folder).
 Run: ``pytest -m serve tests/serve -v`` (caovan installed, e.g. ``pip install -e .``, so vLLM finds the plugin).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 import serve_env
-import serve_workload
-import token_agreement
-
-from caovan.bench.model_folders import write_tiny_qwen3_dense, write_tiny_qwen3_next
+from engine_cases import PREFILL_BACKEND, Case, EngineRun, compare, start_engines, succeeded
 
 pytestmark = pytest.mark.serve
 
-RUNNER = Path(__file__).resolve().with_name("engine_runner.py")
 ACTIVE_LINE = serve_env.ACTIVE_LINE
 KERNEL_NAMES = ("_caovan_sm75_prepare_qk_conv_spec_decode_kernel", "_caovan_sm75_fused_v_gdn_spec_decode_kernel")
 INTERFACE_PASS = "GDN interface check: PASS"
 ALLOWED_FALLBACKS = frozenset({"no-metadata", "no-spec-tokens"})
 NUM_SPECULATIVE_TOKENS = 2
-PREFILL_BACKEND = {"gdn_prefill_backend": "triton"}
-DEFAULT_LOGPROB_TOL = {"float16": 0.02, "bfloat16": 0.08}
-TAIL_LINES = 80
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    additional_config: dict[str, Any]
-    num_speculative_tokens: int
-    model: str = "qwen3-next"  # key of the fixture's model folders: "qwen3-next" (GDN + MTP) or "dense"
-
 
 CASES = (
     Case("enabled", {**PREFILL_BACKEND, "caovan": True}, NUM_SPECULATIVE_TOKENS),
@@ -117,134 +91,12 @@ CASES = (
 )
 
 
-@dataclass
-class EngineRun:
-    case: Case
-    returncode: int | None  # None: killed at the timeout
-    wall_s: float
-    log: str
-    result: dict[str, Any] | None
-    counters_files: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def tail(self) -> str:
-        return "\n".join(self.log.splitlines()[-TAIL_LINES:])
-
-    def describe(self) -> str:
-        error = (self.result or {}).get("error")
-        ended = f"killed at the {TIMEOUT_S:.0f}s timeout" if self.returncode is None else f"rc={self.returncode}"
-        return (
-            f"engine case {self.case.name!r}: {ended} after {self.wall_s:.0f}s, error={error}\n"
-            f"--- last {TAIL_LINES} log lines ---\n{self.tail()}"
-        )
-
-
-def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
-    value = os.environ.get(name, default)
-    if value not in choices:
-        raise pytest.UsageError(f"{name}={value!r}: expected one of {choices}")
-    return value
-
-
-def _env_number(name: str, default: float, kind: type = float) -> Any:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise pytest.UsageError(f"{name}={raw!r}: expected a {kind.__name__}") from None
-    if value <= 0:
-        raise pytest.UsageError(f"{name}={raw!r}: must be > 0")
-    return value
-
-
-DTYPE = _env_choice("CAOVAN_SERVE_DTYPE", "float16", ("float16", "bfloat16"))
-LOGPROB_TOL = _env_number("CAOVAN_SERVE_LOGPROB_TOL", DEFAULT_LOGPROB_TOL[DTYPE])
-JOBS = _env_number("CAOVAN_SERVE_JOBS", len(CASES), int)
-TIMEOUT_S = _env_number("CAOVAN_SERVE_TIMEOUT_S", 540.0)
-
-
-def _command(case: Case, model_dirs: dict[str, Path], case_dir: Path) -> list[str]:
-    return [
-        sys.executable,
-        str(RUNNER),
-        "--model",
-        str(model_dirs[case.model]),
-        "--out",
-        str(case_dir / "result.json"),
-        "--additional-config",
-        json.dumps(case.additional_config),
-        "--num-speculative-tokens",
-        str(case.num_speculative_tokens),
-        "--dtype",
-        DTYPE,
-    ]
-
-
-def _collect(case: Case, case_dir: Path, returncode: int | None, wall_s: float) -> EngineRun:
-    result_path = case_dir / "result.json"
-    result = json.loads(result_path.read_text()) if result_path.is_file() else None
-    counters = {p.name: json.loads(p.read_text()) for p in sorted(case_dir.glob("counters-*.json"))}
-    log = (case_dir / "engine.log").read_text(errors="replace")
-    return EngineRun(case, returncode, wall_s, log, result, counters)
-
-
-def _run_all(model_dirs: dict[str, Path], work_dir: Path) -> dict[str, EngineRun]:
-    pending, running, done = list(CASES), {}, {}
-    while pending or running:
-        while pending and len(running) < JOBS:
-            case = pending.pop(0)
-            case_dir = work_dir / case.name
-            case_dir.mkdir(parents=True, exist_ok=True)
-            log = open(case_dir / "engine.log", "w")  # noqa: SIM115  (closed when the process ends)
-            proc = subprocess.Popen(
-                _command(case, model_dirs, case_dir),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=serve_env.engine_env(case_dir, VLLM_ENABLE_V1_MULTIPROCESSING="0"),
-                cwd=case_dir,
-                start_new_session=True,  # its own process group, so a timeout can stop all it started
-            )
-            running[case.name] = (case, case_dir, proc, log, time.monotonic())
-        for name, (case, case_dir, proc, log, started) in list(running.items()):
-            code = proc.poll()
-            elapsed = time.monotonic() - started
-            if code is None and elapsed > TIMEOUT_S:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                code = None
-            elif code is None:
-                continue
-            log.close()
-            done[name] = _collect(case, case_dir, code, elapsed)
-            del running[name]
-            print(f"[serve] {name}: returncode={code} after {elapsed:.0f}s", flush=True)
-        time.sleep(1.0)
-    return done
-
-
 @pytest.fixture(scope="module")
 def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EngineRun]:
-    serve_env.require_cuda()
-    serve_env.require_plugin_entry_point()
-    artifacts = os.environ.get("CAOVAN_SERVE_ARTIFACTS")
-    work_dir = Path(artifacts) if artifacts else tmp_path_factory.mktemp("serve")
-    work_dir.mkdir(parents=True, exist_ok=True)
-    model_dirs = {
-        "qwen3-next": write_tiny_qwen3_next(work_dir / "tiny-qwen3-next", torch_dtype=DTYPE),
-        "dense": write_tiny_qwen3_dense(work_dir / "tiny-qwen3-dense", torch_dtype=DTYPE),
-    }
-    print(f"[serve] models {model_dirs}, artifacts {work_dir}, dtype {DTYPE}, {JOBS} engines at once", flush=True)
-    return _run_all(model_dirs, work_dir)
+    return start_engines(CASES, tmp_path_factory, "serve")
 
 
 # --- helpers on one run ---------------------------------------------------------------------------------------
-
-
-def _succeeded(run: EngineRun) -> dict[str, Any]:
-    if run.returncode != 0 or not run.result or not run.result.get("ok"):
-        pytest.fail(f"the engine run failed\n{run.describe()}")
-    return run.result
 
 
 def _dispatch_totals(run: EngineRun) -> tuple[dict[str, int], dict[str, int]]:
@@ -279,7 +131,7 @@ def _activation_lines(log: str) -> list[str]:
 
 
 def _assert_routed_to_caovan(run: EngineRun) -> dict[str, int]:
-    result = _succeeded(run)
+    result = succeeded(run)
     assert INTERFACE_PASS in run.log, f"no '{INTERFACE_PASS}' status line\n{run.describe()}"
     lines = _activation_lines(run.log)
     assert lines, f"no activation line '{ACTIVE_LINE}'\n{run.describe()}"
@@ -304,23 +156,6 @@ def _assert_routed_to_caovan(run: EngineRun) -> dict[str, int]:
     return dispatched
 
 
-def _steps(result: dict[str, Any]) -> list[list[token_agreement.Step]]:
-    sequences = result.get("sequences") or []
-    lengths = [len(s["token_ids"]) for s in sequences]
-    assert lengths == list(serve_workload.MAX_TOKENS), f"unexpected output lengths {lengths}"
-    return token_agreement.runs_from_records(sequences)
-
-
-def _compare(candidate: EngineRun, reference: EngineRun) -> token_agreement.Agreement:
-    agreement = token_agreement.compare_greedy_runs(
-        _steps(_succeeded(candidate)), _steps(_succeeded(reference)), logprob_tolerance=LOGPROB_TOL
-    )
-    print(f"[serve] {candidate.case.name} vs {reference.case.name}: {agreement.report()}")
-    for run in (candidate, reference):
-        print(f"[serve] {run.case.name} spec-decode metrics: {run.result.get('spec_decode_metrics')}")
-    return agreement
-
-
 def _error_in_chain(run: EngineRun, type_suffix: str) -> dict[str, str]:
     assert run.returncode not in (0, None), f"expected a start-up failure\n{run.describe()}"
     error = (run.result or {}).get("error")
@@ -341,7 +176,7 @@ def test_enabled_engine_routes_every_spec_decode_core_call_to_caovan(engine_runs
 
 def test_enabled_engine_takes_mixed_prefill_and_spec_batches(engine_runs):
     run = engine_runs["enabled"]
-    _succeeded(run)
+    succeeded(run)
     dispatched, _ = _dispatch_totals(run)
     assert dispatched.get("mixed", 0) > 0, (
         f"no mixed prefill + spec batch reached caovan ({dispatched}); the workload admits prompts 4 and 5 "
@@ -351,7 +186,7 @@ def test_enabled_engine_takes_mixed_prefill_and_spec_batches(engine_runs):
 
 def test_disabled_engine_leaves_every_call_to_vllm(engine_runs):
     run = engine_runs["disabled"]
-    result = _succeeded(run)
+    result = succeeded(run)
     assert INTERFACE_PASS in run.log, f"plugin not loaded in the disabled run\n{run.describe()}"
     assert "off (caovan=false)" in run.log, f"caovan did not report the option off\n{run.describe()}"
     assert not _activation_lines(run.log), "activation line logged with caovan off"
@@ -367,7 +202,7 @@ def test_disabled_engine_leaves_every_call_to_vllm(engine_runs):
 
 
 def test_greedy_tokens_agree_with_vllm_kernels(engine_runs):
-    agreement = _compare(engine_runs["enabled"], engine_runs["disabled"])
+    agreement = compare(engine_runs["enabled"], engine_runs["disabled"])
     problems = agreement.problems()
     assert not problems, "caovan's greedy outputs differ from vLLM's beyond rounding:\n" + "\n".join(
         problems + [agreement.report()]
@@ -376,7 +211,7 @@ def test_greedy_tokens_agree_with_vllm_kernels(engine_runs):
 
 def test_require_mode_with_mtp_starts_and_dispatches(engine_runs):
     _assert_routed_to_caovan(engine_runs["require_mtp"])
-    agreement = _compare(engine_runs["require_mtp"], engine_runs["enabled"])
+    agreement = compare(engine_runs["require_mtp"], engine_runs["enabled"])
     assert not agreement.problems(), "\n".join(agreement.problems() + [agreement.report()])
 
 

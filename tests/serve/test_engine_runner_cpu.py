@@ -51,9 +51,31 @@ def test_engine_kwargs_follow_the_arguments(model_dir, tmp_path):
     assert "speculative_config" not in no_spec and "kv_cache_memory_bytes" not in no_spec
 
 
+def test_graph_modes_and_workloads_reach_the_engine(model_dir):
+    args = engine_runner.parse_args(
+        ["--model", str(model_dir), "--out", "r", "--cudagraph-mode", "FULL_AND_PIECEWISE"]
+        + ["--workload", "draft-shaped", "--num-speculative-tokens", "3"]
+    )
+    kwargs = engine_runner.engine_kwargs(args)
+    assert kwargs["enforce_eager"] is False
+    assert kwargs["compilation_config"] == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+    # Every prompt has the shape vLLM takes for a uniform spec-decode batch: 1 + num_speculative_tokens tokens.
+    assert {len(ids) for ids in args.requests.prompt_token_ids} == {4}
+    assert args.requests.max_tokens == serve_workload.MAX_TOKENS
+
+
+def test_mixed_workload_has_no_draft_shaped_prompt():
+    # The mixed workload is the FULL-graph tier's control: none of its prompts may hit vLLM's shape-only rule at
+    # the draft lengths the tier and Turbo3 users run (1 to 3).
+    lengths = {len(ids) for ids in serve_workload.workload("mixed", 2).prompt_token_ids}
+    assert lengths.isdisjoint({1 + k for k in range(1, 4)})
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
+        (["--workload", "draft-shaped", "--num-speculative-tokens", "0"], "needs speculative decoding"),
+        (["--cudagraph-mode", "FULL"], "invalid choice: 'FULL'"),
         (["--additional-config", "[1]"], "must be a JSON object, got list"),
         (["--additional-config", "{x"], "not valid JSON"),
         (["--num-speculative-tokens", "-1"], "must be >= 0, got -1"),
@@ -121,11 +143,24 @@ def test_top_logprobs_are_best_first_and_cut_to_k():
 
 @pytest.mark.discovery
 @pytest.mark.usefixtures("served_release")
-def test_workload_requests_are_valid_vllm_inputs():
-    prompts, params = engine_runner.workload_requests(logprobs=2)
-    assert [p["prompt_token_ids"] for p in prompts] == [list(ids) for ids in serve_workload.PROMPT_TOKEN_IDS]
+@pytest.mark.parametrize("name", serve_workload.NAMES)
+def test_workload_requests_are_valid_vllm_inputs(name):
+    requests = serve_workload.workload(name, num_speculative_tokens=2)
+    prompts, params = engine_runner.workload_requests(requests, logprobs=2)
+    assert [p["prompt_token_ids"] for p in prompts] == [list(ids) for ids in requests.prompt_token_ids]
     assert [p.max_tokens for p in params] == list(serve_workload.MAX_TOKENS)
     assert all(p.temperature == 0.0 and p.ignore_eos and p.logprobs == 2 and not p.detokenize for p in params)
+
+
+@pytest.mark.discovery
+@pytest.mark.usefixtures("served_release")
+@pytest.mark.parametrize("mode", [m for m in engine_runner.CUDAGRAPH_MODES if m != "eager"])
+def test_cudagraph_mode_in_effect_reads_vllms_compilation_config(mode):
+    from vllm.config import CompilationConfig
+
+    config = SimpleNamespace(compilation_config=CompilationConfig(cudagraph_mode=mode))
+    llm = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=config))
+    assert engine_runner.cudagraph_mode_in_effect(llm) == mode
 
 
 # --- with the real vLLM classes (CPU) -------------------------------------------------------------------------

@@ -87,6 +87,10 @@ class _EntryPoint:
         return register
 
 
+#: doctor's own, before the fixture below replaces it with a stand-in (it would import vLLM).
+FULL_GRAPH_FACTS = doctor.full_graph_facts
+
+
 @pytest.fixture
 def healthy(monkeypatch, tmp_path):
     """A doctor run that passes on a CPU machine without importing vLLM or compiling: each case breaks one fact."""
@@ -97,6 +101,9 @@ def healthy(monkeypatch, tmp_path):
     monkeypatch.setattr(doctor, "gpu_facts", lambda: {"available": False, "reason": "no CUDA device", "devices": []})
     monkeypatch.setattr(doctor, "kernel_compile_facts", lambda gpus: {"target": "sm_75", "ok": True, "detail": "ok"})
     monkeypatch.setattr(doctor, "entry_points", lambda group: [_EntryPoint()])
+    monkeypatch.setattr(
+        doctor, "full_graph_facts", lambda installed: {"with_caovan": True, "without_caovan": False, "line": "stand-in"}
+    )
     for name in ("VLLM_PLUGINS", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         monkeypatch.delenv(name, raising=False)
     for name in [n for n in os.environ if n.upper().startswith("CAOVAN_")]:  # doctor judges them: none but ours
@@ -317,3 +324,34 @@ def test_doctor_command_exits_1_for_a_require_value_start_up_refuses():
     child = _caovan("doctor", CAOVAN_REQUIRE_TURBO3="maybe")
     assert child.returncode == 1, child.stdout + child.stderr
     assert "CAOVAN_REQUIRE_TURBO3='maybe' is not understood" in child.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("with_caovan", "without_caovan", "words"),
+    [
+        (True, False, "with MTP: safe with caovan on, NOT safe with it off (then use --compilation-config"),
+        (True, True, "with MTP: safe with caovan on, safe with it off: why"),
+        (False, False, "with MTP: NOT safe with caovan on, NOT safe with it off (use --compilation-config"),
+    ],
+)
+def test_full_graph_line_says_both_answers_and_leaves_the_verdict_alone(
+    healthy, capsys, monkeypatch, with_caovan, without_caovan, words
+):
+    from caovan.plugin import uniform_decode_guard
+
+    safety = uniform_decode_guard.FullGraphSafety(with_caovan, without_caovan, "why")
+    monkeypatch.setattr(uniform_decode_guard, "full_graph_safety", lambda: safety)
+    monkeypatch.setattr(doctor, "full_graph_facts", FULL_GRAPH_FACTS)
+    rc, facts, _ = _verdicts(capsys)
+    assert rc == 0  # information only: a server may run PIECEWISE graphs
+    assert (facts["full_graphs"]["with_caovan"], facts["full_graphs"]["without_caovan"]) == (
+        with_caovan,
+        without_caovan,
+    )
+    _, text = _doctor(capsys)
+    (line,) = [x for x in text.splitlines() if x.startswith("full graphs")]
+    assert line.startswith(f"full graphs   {words}") and line.endswith(": why")
+
+
+def test_full_graph_facts_without_vllm_are_not_judged():
+    assert FULL_GRAPH_FACTS(False)["line"] == "not judged (vLLM is not installed)"

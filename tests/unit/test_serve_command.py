@@ -19,13 +19,9 @@ from caovan.bench.model_folders import write_tiny_qwen3_dense, write_tiny_qwen3_
 from caovan.cli import serve as serve_cli
 from caovan.model_check import check_model_dir
 from caovan.plugin import guards
-from caovan.serving.serve_command import (
-    COLD_START_TIMEOUTS,
-    ServeArgsError,
-    find_flag,
-    plan_serve,
-    split_model,
-)
+from caovan.plugin.uniform_decode_guard import FullGraphSafety
+from caovan.serving.serve_command import COLD_START_TIMEOUTS, plan_serve
+from caovan.serving.serve_flags import ServeArgsError, find_flag, split_model
 
 ALL_TIMEOUTS = set(COLD_START_TIMEOUTS)
 
@@ -40,8 +36,14 @@ def dense(tmp_path_factory) -> Path:
     return write_tiny_qwen3_dense(tmp_path_factory.mktemp("models") / "dense")
 
 
+#: Stands in for the probe of vLLM's runner (the discovery tier runs the real one): this vLLM's answer, as
+#: vLLM 0.12 - 0.33 give it.
+STAND_IN_SAFETY = FullGraphSafety(with_caovan=True, without_caovan=False, reason="why")
+
+
 def plan(model, args, environ=None, **kwargs):
     kwargs.setdefault("vllm_env_names", ALL_TIMEOUTS)
+    kwargs.setdefault("judge_full_graphs", lambda pp: STAND_IN_SAFETY)
     return plan_serve(str(model), args, {} if environ is None else environ, **kwargs)
 
 
@@ -605,3 +607,73 @@ def test_an_uncached_hugging_face_name_is_still_one_autospec_note():
     assert "--speculative-config" not in result.vllm_args
     notes = [note for note in result.notes if note.startswith("AutoSpec")]
     assert len(notes) == 1 and "is not in the Hugging Face cache" in notes[0]
+
+
+# --- what serve says about vLLM's default FULL CUDA graphs ------------------------------------------------------
+
+
+def graph_notes(result) -> list[str]:
+    return [note for note in result.notes if note.startswith("cudagraphs:")]
+
+
+def test_full_graphs_are_said_safe_with_caovan_on_and_no_piecewise_is_recommended(candidate):
+    (note,) = graph_notes(plan(candidate, []))
+    assert (
+        note == "cudagraphs: vLLM's default FULL_AND_PIECEWISE; FULL CUDA graphs with MTP are safe with caovan on: why"
+    )
+
+
+def test_piecewise_is_recommended_where_full_graphs_are_not_safe(candidate):
+    (note,) = graph_notes(plan(candidate, ["--additional-config", '{"caovan": false}']))
+    assert 'NOT safe with caovan off: why; use --compilation-config \'{"cudagraph_mode": "PIECEWISE"}\'' in note
+    unsafe = FullGraphSafety(False, False, "no guard here")
+    (note,) = graph_notes(plan(candidate, [], judge_full_graphs=lambda pp: unsafe))
+    assert "NOT safe with caovan on: no guard here; use --compilation-config" in note
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--compilation-config", '{"cudagraph_mode": "PIECEWISE"}'],
+        ["-O", '{"cudagraph_mode": "FULL_AND_PIECEWISE"}'],
+        ["--compilation-config.cudagraph_mode=PIECEWISE"],
+        ["-cc.cudagraph_mode", "NONE"],
+        ["--enforce-eager"],
+        ["--enforce_eager"],
+    ],
+)
+def test_a_user_who_chose_the_graph_mode_hears_nothing(candidate, args):
+    def judge(pp):
+        raise AssertionError("not asked: the user chose")
+
+    assert graph_notes(plan(candidate, args, judge_full_graphs=judge)) == []
+
+
+@pytest.mark.parametrize("text", ["compilation-config:\n  cudagraph_mode: PIECEWISE\n", "enforce_eager: true\n"])
+def test_a_config_file_that_chose_the_graph_mode_hears_nothing(candidate, tmp_path, text):
+    config = tmp_path / "serve.yaml"
+    config.write_text(text)
+    assert graph_notes(plan(candidate, ["--config", str(config)])) == []
+
+
+def test_without_speculative_decoding_nothing_is_said(candidate, dense):
+    def judge(pp):
+        raise AssertionError("not asked: no spec-decode step")
+
+    assert graph_notes(plan(candidate, [], autospec=False, judge_full_graphs=judge)) == []
+    assert graph_notes(plan(dense, [], judge_full_graphs=judge)) == []
+
+
+@pytest.mark.parametrize(("args", "size"), [(["-pp", "2"], 2), (["--pipeline-parallel-size=4"], 4), ([], 1)])
+def test_the_pipeline_parallel_size_reaches_the_judge(candidate, args, size):
+    asked = []
+    plan(candidate, args, judge_full_graphs=lambda pp: asked.append(pp) or STAND_IN_SAFETY)
+    assert asked == [size]
+
+
+def test_a_judge_that_fails_leaves_one_note_and_serve_goes_on(candidate):
+    def judge(pp):
+        raise ImportError("no runner")
+
+    (note,) = graph_notes(plan(candidate, [], judge_full_graphs=judge))
+    assert note == "cudagraphs: FULL CUDA graphs with MTP not judged (ImportError: no runner)"

@@ -47,6 +47,11 @@ class FakeRunner:
         self.calls.append(force_uniform_decode)
         return "dispatched"
 
+    @staticmethod
+    def _is_uniform_decode(max_num_scheduled_tokens, uniform_decode_query_len):
+        # vLLM's shape test (0.12 - 0.33), as the guard's premise reads it.
+        return max_num_scheduled_tokens == uniform_decode_query_len
+
 
 @pytest.fixture
 def runner_module(monkeypatch):
@@ -87,13 +92,63 @@ def test_install_is_once_and_uninstall_puts_vllms_method_back(runner_module):
     assert guard.uninstall() is False
 
 
+def test_the_start_up_line_says_full_graphs_are_safe_with_the_guard(runner_module, caovan_records):
+    guard.install(_config())
+    (record,) = caovan_records
+    assert record.levelno == logging.INFO
+    assert record.getMessage().startswith(
+        "caovan_sm75_turbo3: FULL CUDA graphs with MTP are safe with caovan on: vLLM tells a uniform spec-decode "
+        "batch by its shape alone"
+    )
+    assert "PIECEWISE" not in record.getMessage()
+
+
 def test_pipeline_parallel_is_left_as_vllm_has_it_and_says_so(runner_module, caovan_records):
     original = FakeRunner.__dict__[guard.METHOD]
     assert guard.install(_config(pp=2)) is False
     assert FakeRunner.__dict__[guard.METHOD] is original
     (record,) = caovan_records
     assert record.levelno == logging.WARNING
-    assert "pipeline parallelism" in record.getMessage() and "PIECEWISE" in record.getMessage()
+    assert "NOT safe" in record.getMessage() and "pipeline parallelism" in record.getMessage()
+    assert "PIECEWISE" in record.getMessage()
+
+
+class FixedRunner:
+    """A vLLM that asks whether each request is decoding (what upstream's fix would read)."""
+
+    def _determine_batch_execution_and_padding(self, num_tokens, num_reqs, force_uniform_decode=None):
+        computed, prompt = self.input_batch.num_computed_tokens_cpu, self.input_batch.num_prompt_tokens
+        return max_num_scheduled_tokens == 3 and (computed >= prompt).all()  # noqa: F821
+
+
+class MovedRunner:
+    """A vLLM whose classification no longer has the shape test the guard's premise reads."""
+
+    def _determine_batch_execution_and_padding(self, num_tokens, num_reqs, force_uniform_decode=None):
+        return self.classify(num_tokens)
+
+
+@pytest.mark.parametrize(
+    ("runner", "with_caovan", "without_caovan", "words"),
+    [
+        (FakeRunner, True, False, "caovan's guard keeps such batches out"),
+        (FixedRunner, True, True, "vLLM asks whether each request is decoding"),
+        (MovedRunner, False, False, "uniform-decode test moved"),
+    ],
+)
+def test_full_graph_safety_follows_what_the_runner_reads(monkeypatch, runner, with_caovan, without_caovan, words):
+    module = types.ModuleType(guard.RUNNER_MODULE)
+    module.GPUModelRunner = runner
+    monkeypatch.setitem(sys.modules, guard.RUNNER_MODULE, module)
+    safety = guard.full_graph_safety()
+    assert (safety.with_caovan, safety.without_caovan) == (with_caovan, without_caovan)
+    assert words in safety.reason
+    assert ("PIECEWISE" in safety.verdict(caovan_on=False)) is not without_caovan
+    # The guard goes in exactly where vLLM needs it and caovan can fix it.
+    needed = with_caovan and not without_caovan
+    assert guard.install(_config()) is needed
+    assert hasattr(runner.__dict__[guard.METHOD], "_caovan_wrapped") is needed
+    assert guard.uninstall() is needed
 
 
 def test_a_runner_without_the_forcing_parameter_is_not_wrapped(monkeypatch):
@@ -106,6 +161,9 @@ def test_a_runner_without_the_forcing_parameter_is_not_wrapped(monkeypatch):
     monkeypatch.setitem(sys.modules, guard.RUNNER_MODULE, module)
     assert guard.install(_config()) is False
     assert not hasattr(OldRunner.__dict__[guard.METHOD], "_caovan_wrapped")
+    safety = guard.full_graph_safety()
+    assert not safety.with_caovan and not safety.without_caovan
+    assert "force_uniform_decode" in safety.reason
 
 
 def test_uninstall_imports_nothing(monkeypatch):

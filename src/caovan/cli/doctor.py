@@ -197,6 +197,24 @@ def _refusals() -> dict[str, str]:
     return {f.family_id: f.refusal for f in FAMILIES if f.refusal is not None}
 
 
+def full_graph_facts(vllm_installed: bool) -> dict[str, Any]:
+    """Whether FULL CUDA graphs with MTP decode right with this vLLM, caovan on and off (information: it does not
+    change the verdict, as a server may run PIECEWISE graphs)."""
+    if not vllm_installed:
+        return {"with_caovan": None, "without_caovan": None, "line": "not judged (vLLM is not installed)"}
+    try:
+        from ..plugin.uniform_decode_guard import full_graph_safety
+
+        safety = full_graph_safety()
+    except Exception as exc:  # doctor reports; it never raises
+        return {"with_caovan": None, "without_caovan": None, "line": f"not judged ({type(exc).__name__}: {exc})"}
+    return {
+        "with_caovan": safety.with_caovan,
+        "without_caovan": safety.without_caovan,
+        "line": safety.summary(),
+    }
+
+
 def collect() -> dict[str, Any]:
     reports = family_reports()
     refusals = _refusals()
@@ -216,6 +234,7 @@ def collect() -> dict[str, Any]:
         "guards": guards,
         "caches": cache_facts(guards),
         "kernels": kernel_compile_facts(gpus),
+        "full_graphs": full_graph_facts(bool(reports)),
         "settings": [dataclasses.asdict(finding) for finding in check_environment()],
         "families": [r.as_dict() for r in reports],
         "closest_family": _closest(reports),
@@ -328,6 +347,7 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
         lines.append(f"cache         {c['cache']}: {c['path'] or repr(c['path'])} ({c['detail']})")
     k = facts["kernels"]
     lines.append(f"kernels       compile for {k['target']}: {'PASS' if k['ok'] else 'FAIL'} ({k['detail']})")
+    lines.append(f"full graphs   {facts['full_graphs']['line']}")
     for setting in facts["settings"]:
         lines.append(f"settings      {setting['level']} {setting['setting']}: {setting['message']}")
     if not facts["settings"]:

@@ -16,6 +16,7 @@ from caovan.plugin import guards
 from caovan.plugin.options import FAIL, check_environment
 
 from . import prog
+from ._streams import stdout_to_stderr
 
 NAME = "serve"
 HELP = "run `vllm serve` with caovan on, AutoSpec's MTP speculative config and raised timeouts"
@@ -64,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_caovan_options(parser)
     # One positional takes everything: argparse cannot leave vLLM's own options (--model among them) alone, so
-    # MODEL is found in it by caovan.serving.serve_command.split_model and the top-level CLI hands the arguments over
+    # MODEL is found in it by caovan.serving.serve_flags.split_model and the top-level CLI hands the arguments over
     # unparsed (raw_namespace).
     parser.add_argument(
         "vllm_args",
@@ -88,7 +89,7 @@ def _error(args: argparse.Namespace, message: str) -> int:
 
 def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
     """The vLLM arguments with the --caovan-* options taken out into ``args``; a message for an unknown one."""
-    from caovan.serving.serve_command import flag_name, split_double_dash
+    from caovan.serving.serve_flags import flag_name, split_double_dash
 
     picker = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     _add_caovan_options(picker)
@@ -122,7 +123,8 @@ def _vllm_env_names() -> set[str] | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from caovan.serving.serve_command import ServeArgsError, help_plan, plan_serve, split_model
+    from caovan.serving.serve_command import help_plan, plan_serve
+    from caovan.serving.serve_flags import ServeArgsError, split_model
 
     vllm_args = _split_caovan_options(args)
     if isinstance(vllm_args, str):
@@ -139,14 +141,17 @@ def run(args: argparse.Namespace) -> int:
     if failures:
         return _error(args, "; ".join(failures))
     try:
-        plan = help_asked or plan_serve(
-            model,
-            vllm_args,
-            os.environ,
-            mtp=args.caovan_mtp,
-            autospec=not args.caovan_no_autospec,
-            vllm_env_names=env_names,
-        )
+        # The graph-mode advice imports vLLM's model runner, which logs to stdout (and its C extensions may write
+        # to fd 1): stdout carries the dry run's command alone.
+        with stdout_to_stderr():
+            plan = help_asked or plan_serve(
+                model,
+                vllm_args,
+                os.environ,
+                mtp=args.caovan_mtp,
+                autospec=not args.caovan_no_autospec,
+                vllm_env_names=env_names,
+            )
     except ServeArgsError as exc:
         return _error(args, str(exc))
     if not (args.caovan_dry_run or help_asked):

@@ -17,7 +17,7 @@ Patch of upstream behaviour, documented in place:
   GDN layers; with pipeline parallelism, where the worker asks the same question before the batch is prepared, it is
   not installed (the two answers must agree), and the log says so.
 * Upstream: ``vllm/v1/worker/gpu_model_runner.py``, ``GPUModelRunner._is_uniform_decode`` and
-  ``_determine_batch_execution_and_padding`` (the same in vLLM 0.19 - 0.33).
+  ``_determine_batch_execution_and_padding`` (the same in vLLM 0.12 - 0.33).
 * Remove when: vLLM's classification asks whether every request is decoding. The discovery test
   ``test_vllm_still_tells_uniform_decode_by_shape_alone`` fails then.
 """
@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import logging
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from .. import PLUGIN_NAME
@@ -39,6 +41,11 @@ RUNNER_CLASS = "GPUModelRunner"
 METHOD = "_determine_batch_execution_and_padding"
 #: The input-batch arrays the decision reads (numpy, one entry per request slot).
 BATCH_FIELDS = ("num_computed_tokens_cpu", "num_prompt_tokens")
+#: What vLLM's classification compares (the shape test) and what it would read if it asked whether each request
+#: is decoding (then the guard can go).
+SHAPE_TEST = "max_num_scheduled_tokens == "
+PHASE_WORDS = ("num_computed_tokens", "num_prompt_tokens", "is_prefill")
+PIECEWISE_HINT = """--compilation-config '{"cudagraph_mode": "PIECEWISE"}'"""
 
 
 def batch_has_prompt_tokens(input_batch: Any, num_reqs: int) -> bool | None:
@@ -65,6 +72,69 @@ def runner_class() -> type | None:
     return cls
 
 
+def tells_uniform_decode_by_shape(cls: type) -> bool | None:
+    """Whether vLLM's uniform-decode classification reads the batch's shape alone (vLLM issue 49918); None when
+    its source cannot be read or holds no shape test (moved: the guard's premise is then unknown)."""
+    methods = [getattr(cls, METHOD, None), getattr(cls, "_is_uniform_decode", None)]
+    try:
+        source = "".join(inspect.getsource(getattr(m, "_caovan_wrapped", m)) for m in methods if m is not None)
+    except (OSError, TypeError):
+        return None
+    if SHAPE_TEST not in source:
+        return None
+    return not any(word in source for word in PHASE_WORDS)
+
+
+@dataclass(frozen=True)
+class FullGraphSafety:
+    """Whether FULL CUDA graphs (vLLM's default ``FULL_AND_PIECEWISE``) decode a GDN + MTP model right."""
+
+    with_caovan: bool
+    without_caovan: bool
+    reason: str
+
+    def summary(self) -> str:
+        """Both answers in one line (``caovan doctor``, which cannot know whether the server will switch it on)."""
+        words = {True: "safe", False: "NOT safe"}
+        text = f"with MTP: {words[self.with_caovan]} with caovan on, {words[self.without_caovan]} with it off"
+        if not self.without_caovan:
+            text += f" (then use {PIECEWISE_HINT})" if self.with_caovan else f" (use {PIECEWISE_HINT})"
+        return f"{text}: {self.reason}"
+
+    def verdict(self, caovan_on: bool) -> str:
+        safe = self.with_caovan if caovan_on else self.without_caovan
+        side = "with caovan on" if caovan_on else "with caovan off"
+        return f"FULL CUDA graphs with MTP are {'safe' if safe else 'NOT safe'} {side}: {self.reason}" + (
+            "" if safe else f"; use {PIECEWISE_HINT}"
+        )
+
+
+def full_graph_safety(pipeline_parallel_size: int = 1) -> FullGraphSafety:
+    """This vLLM's answer, from what its runner does (probed, not looked up by version)."""
+    cls = runner_class()
+    if cls is None:
+        return FullGraphSafety(
+            False,
+            False,
+            f"{RUNNER_CLASS}.{METHOD}(force_uniform_decode) is not in this vLLM, so caovan cannot keep prompts of "
+            "1 + num_speculative_tokens tokens out of the spec-decode FULL graph",
+        )
+    by_shape = tells_uniform_decode_by_shape(cls)
+    if by_shape is False:
+        return FullGraphSafety(True, True, "vLLM asks whether each request is decoding before it replays that graph")
+    if by_shape is None:
+        return FullGraphSafety(
+            False, False, f"vLLM's uniform-decode test moved ({RUNNER_CLASS}.{METHOD}): caovan's guard is unchecked"
+        )
+    bug = (
+        "vLLM tells a uniform spec-decode batch by its shape alone, so a prompt of 1 + num_speculative_tokens tokens "
+        "replays the spec-decode FULL graph and its GDN state is lost (vLLM issues 49918, 53051)"
+    )
+    if pipeline_parallel_size > 1:
+        return FullGraphSafety(False, False, f"{bug}; caovan's guard is off with pipeline parallelism")
+    return FullGraphSafety(True, False, f"{bug}; caovan's guard keeps such batches out of it")
+
+
 def wrap(original: Any) -> Any:
     @functools.wraps(original)
     def determine(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -79,29 +149,17 @@ def wrap(original: Any) -> Any:
 
 
 def install(vllm_config: Any) -> bool:
-    """Wrap the dispatch once per process; True when the guard is in place (now or already)."""
-    if getattr(getattr(vllm_config, "parallel_config", None), "pipeline_parallel_size", 1) > 1:
-        logger.warning(
-            "%s: prompts of 1 + num_speculative_tokens tokens are not kept out of FULL CUDA graphs with pipeline "
-            'parallelism (vLLM issue 49918): use --compilation-config \'{"cudagraph_mode": "PIECEWISE"}\'',
-            PLUGIN_NAME,
-        )
-        return False
+    """Wrap the dispatch once per process where this vLLM needs it, and log the start-up line that says whether
+    FULL CUDA graphs with MTP are safe; True when the guard is in place (now or already)."""
+    safety = full_graph_safety(getattr(getattr(vllm_config, "parallel_config", None), "pipeline_parallel_size", 1))
     cls = runner_class()
-    if cls is None:
-        return False
-    current = cls.__dict__.get(METHOD)
-    if current is None:
-        return False
-    if getattr(current, "_caovan_wrapped", None) is None:
+    current = cls.__dict__.get(METHOD) if cls is not None else None
+    installed = safety.with_caovan and not safety.without_caovan and current is not None
+    if installed and getattr(current, "_caovan_wrapped", None) is None:
         setattr(cls, METHOD, wrap(current))
-        logger.log(
-            logging.INFO,
-            "%s: prompts of 1 + num_speculative_tokens tokens kept out of the spec-decode FULL CUDA graph "
-            "(vLLM issue 49918)",
-            PLUGIN_NAME,
-        )
-    return True
+    level = logging.INFO if safety.with_caovan else logging.WARNING
+    logger.log(level, "%s: %s", PLUGIN_NAME, safety.verdict(caovan_on=True))
+    return installed
 
 
 def uninstall() -> bool:

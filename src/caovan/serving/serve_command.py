@@ -13,14 +13,12 @@ The user's own ``vllm serve`` arguments, unchanged, plus three things Turbo3 use
 AutoMem, DynamicTP and Elastic-KV are not built: the user's ``--gpu-memory-utilization`` and
 ``--tensor-parallel-size`` pass through as given.
 
-The argument forms follow vLLM's ``FlexibleArgumentParser`` (``vllm/utils/argparse_utils.py``, 0.21.0): ``_`` and
-``-`` are the same in a flag name, ``--flag=value`` and ``--flag value`` are the same, ``--flag.key value`` sets
-one key of a JSON flag, and every dotted form of a flag is gathered into one JSON object appended after the other
-arguments, so that it replaces a plain ``--flag JSON`` given anywhere.  ``--config FILE.yaml`` values come before
-the command line's.  The model is MODEL first, the first ``--model``, or the config file's ``model``
-(:func:`served_model`).  The discovery tier parses what :func:`plan_serve` builds with the installed vLLM's own serve
-parser (``tests/discovery/test_serve_command_vllm_parser.py``), so a vLLM that reads these forms differently fails
-there rather than in a user's start-up.  This module only computes; ``caovan.cli.serve`` prints and execs.
+The user's arguments are read as vLLM reads them (:mod:`caovan.serving.serve_flags`).  The discovery tier parses
+what :func:`plan_serve` builds with the installed vLLM's own serve parser
+(``tests/discovery/test_serve_command_vllm_parser.py``), so a vLLM that reads these forms differently fails there
+rather than in a user's start-up.  Before a run with speculative decoding, serve says whether vLLM's default FULL
+CUDA graphs are safe for it (:mod:`caovan.serving.cudagraph_advice`).  This module only computes;
+``caovan.cli.serve`` prints and execs.
 """
 
 from __future__ import annotations
@@ -32,8 +30,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from caovan import PLUGIN_NAME
 from caovan.model_check import (
@@ -47,6 +43,19 @@ from caovan.model_check import (
     mtp_speculative_config,
 )
 from caovan.plugin.options import AUTOSPEC_ENV, CaovanConfigError, parse_options, vllm_plugins_leaves_out
+from caovan.serving.cudagraph_advice import graph_note
+from caovan.serving.serve_flags import (
+    ServeArgsError,
+    config_file,
+    dotted_value,
+    file_json_flag,
+    find_flag,
+    flag_name,
+    json_object,
+    refuse_abbreviations,
+    served_model,
+    split_double_dash,
+)
 
 #: What ``caovan serve`` adds to ``--additional-config`` when the user set none of caovan's switches.
 ENABLE_KEYS: dict[str, Any] = {"caovan": True, "caovan_mode": "auto"}
@@ -64,20 +73,6 @@ COLD_START_TIMEOUTS: dict[str, str] = {
 #: How the command is run: the ``vllm`` console script's own entry, with the interpreter caovan runs under, so the
 #: served vLLM is the one caovan was installed next to (not whichever ``vllm`` comes first on PATH).
 VLLM_CLI_MODULE = "vllm.entrypoints.cli.main"
-
-
-class ServeArgsError(ValueError):
-    """The arguments cannot be handed to vLLM as they are; the message names the argument and what is wrong."""
-
-
-@dataclass(frozen=True)
-class FlagUse:
-    """One use of a flag in an argument list: ``args[index:index + width]``."""
-
-    index: int
-    width: int  # 1: --flag=value, 2: --flag value
-    key_path: tuple[str, ...]  # () for the whole flag, ("a", "b") for --flag.a.b
-    value: str
 
 
 @dataclass
@@ -115,178 +110,6 @@ class ServePlan:
         return f"{env} {command}" if env else command
 
 
-def flag_name(token: str) -> str:
-    """``--additional_config.caovan=x`` → ``--additional-config``: vLLM's normalisation of a flag's name."""
-    name = token.split("=", 1)[0].split(".", 1)[0]
-    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
-
-
-def find_flag(args: Sequence[str], long: str, short: str | None = None) -> list[FlagUse]:
-    """Every use of ``long`` (or ``short``) in ``args``, in order, in the forms vLLM accepts."""
-    uses = []
-    index = 0
-    while index < len(args):
-        token = args[index]
-        if token == "--":
-            break
-        name = flag_name(token)
-        if name == long or (short is not None and name == short):
-            head, has_inline, inline = token.partition("=")
-            key_path = tuple(head.split(".")[1:]) if name == long else ()
-            if has_inline:
-                uses.append(FlagUse(index, 1, key_path, inline))
-            elif index + 1 < len(args):
-                uses.append(FlagUse(index, 2, key_path, args[index + 1]))
-                index += 1
-            else:
-                raise ServeArgsError(f"{token} needs a value")
-        index += 1
-    return uses
-
-
-def split_double_dash(args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The arguments before the first ``--`` and the rest from it on: after it every argument is positional to
-    vLLM, none of them caovan's to read or edit."""
-    split = args.index("--") if "--" in args else len(args)
-    return list(args[:split]), list(args[split:])
-
-
-def split_model(args: Sequence[str]) -> tuple[str | None, list[str]]:
-    """``MODEL`` when it is the first argument (vLLM's positional ``model_tag``) and the arguments after it;
-    ``None`` and all of them otherwise (the model may then be given another way, see :func:`served_model`).
-
-    Only the first place is looked at: where a positional lands among other options depends on which options
-    take values, which only vLLM's own parser knows.
-    """
-    if args and not args[0].startswith("-"):
-        return args[0], list(args[1:])
-    return None, list(args)
-
-
-def served_model(positional: str | None, args: Sequence[str], config: Mapping[str, Any]) -> str:
-    """The model ``vllm serve`` will load, found where vLLM looks for it; :class:`ServeArgsError` when none is.
-
-    vLLM 0.21's ``FlexibleArgumentParser.parse_args`` moves the first ``--model`` (``--model X`` or
-    ``--model=X``) to MODEL's place, so MODEL and ``--model`` together are an error there ("unrecognized
-    arguments"); without either, a ``--config`` file's ``model`` is used.  The discovery tier checks both.
-    """
-    uses = find_flag(args, "--model")
-    if positional is not None:
-        model = positional
-    elif uses:
-        model = uses[0].value
-    elif "model" in config:
-        model = str(config["model"])
-    else:
-        raise ServeArgsError(
-            "no model: write it first (caovan serve MODEL [vllm serve arguments]), give --model MODEL, or set model "
-            "in the --config file; caovan serve does not fall back to vLLM's default model"
-        )
-    if not model.strip():
-        raise ServeArgsError("the model name is empty; give a folder or a Hugging Face name")
-    if positional is not None and uses:
-        raise ServeArgsError(
-            f"the model is given twice ({positional} as MODEL and --model {uses[0].value}); vllm serve refuses "
-            "that: keep one"
-        )
-    return model
-
-
-def _json_object(text: str, where: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ServeArgsError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise ServeArgsError(f"{where}: must be a JSON object, got {type(value).__name__}: {text!r}")
-    return value
-
-
-def _dotted_value(text: str) -> Any:
-    # vLLM reads a dotted value as JSON when it can, else keeps the text (``true`` is a bool, ``triton`` a string).
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def read_config_file(path: str) -> dict[str, Any]:
-    """The ``--config`` YAML file vLLM would read, as a dict with vLLM's flag spelling (dashes) for its keys.
-
-    Refused where vLLM 0.21's ``FlexibleArgumentParser.load_config_file`` would fail at start-up (an extension other
-    than .yaml/.yml, an empty file) and where caovan serve cannot tell what vLLM will make of it (dotted
-    ``additional-config.KEY`` keys: vLLM gathers them into one object that replaces the command line's).
-    """
-    if path.split(".")[-1] not in ("yaml", "yml"):
-        raise ServeArgsError(f"--config {path}: vLLM reads only .yaml or .yml config files")
-    try:
-        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ServeArgsError(f"--config {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ServeArgsError(f"--config {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except yaml.YAMLError as exc:
-        raise ServeArgsError(f"--config {path}: not valid YAML: {exc}") from None
-    if loaded is None:
-        raise ServeArgsError(f"--config {path}: the file is empty (vLLM cannot start from an empty config file)")
-    if not isinstance(loaded, dict):
-        raise ServeArgsError(f"--config {path}: must be a YAML mapping of vLLM arguments, got {type(loaded).__name__}")
-    config = {str(key).replace("_", "-"): value for key, value in loaded.items()}
-    dotted = next((key for key in loaded if flag_name("--" + str(key)) == "--additional-config" and "." in key), None)
-    if dotted is not None:
-        raise ServeArgsError(
-            f"--config {path}: {dotted}: write the file's additional-config as one mapping (additional-config: "
-            "{key: value}); vLLM's dotted keys from a file would replace what caovan serve adds"
-        )
-    return config
-
-
-#: The flags caovan serve reads or edits; it finds them by their full names only.
-EDITED_FLAGS = ("--additional-config", "--speculative-config", "--config")
-#: Their single-dash forms, which argparse abbreviates too (``-s`` is taken for ``-sc``).
-EDITED_SHORT_FLAGS = ("-sc",)
-
-
-def refuse_abbreviations(args: Sequence[str]) -> None:
-    """An abbreviation of a flag caovan serve edits is an error.
-
-    vLLM's parser (argparse, ``allow_abbrev`` on) takes ``--additional-conf`` for ``--additional-config``; caovan
-    serve would not see it and would add its own flag after it, which vLLM keeps instead of the user's.
-    """
-    for token in args:
-        if token == "--":
-            return
-        name = flag_name(token)
-        single_dash = name.startswith("-") and not name.startswith("--")
-        for flag in EDITED_SHORT_FLAGS if single_dash else EDITED_FLAGS:
-            if len(name) > (1 if single_dash else 2) and name != flag and flag.startswith(name):
-                raise ServeArgsError(f"{token}: write {flag} in full; caovan serve reads and edits it by its full name")
-
-
-def _config_file(args: Sequence[str]) -> tuple[str | None, dict[str, Any]]:
-    uses = find_flag(args, "--config")
-    if not uses:
-        return None, {}
-    if len(uses) > 1:
-        raise ServeArgsError("--config is given more than once; vLLM reads one config file")
-    if uses[0].width == 1:
-        # FlexibleArgumentParser pulls a config file in only for the separate token "--config" (``"--config" in
-        # args``); "--config=FILE" reaches argparse as a value nobody reads, and the file is silently ignored.
-        raise ServeArgsError(f"{args[uses[0].index]}: write --config FILE (vLLM reads the file only in that form)")
-    return uses[0].value, read_config_file(uses[0].value)
-
-
-def _file_json_flag(config: Mapping[str, Any], key: str, path: str) -> dict[str, Any] | None:
-    if key not in config:
-        return None
-    value = config[key]
-    if isinstance(value, str):
-        return _json_object(value, f"--config {path}: {key}")
-    if not isinstance(value, dict):
-        raise ServeArgsError(f"--config {path}: {key} must be a mapping, got {type(value).__name__}")
-    return value
-
-
 def _keys_to_add(effective: Mapping[str, Any]) -> dict[str, Any]:
     """What of :data:`ENABLE_KEYS` to add: nothing when the user switched caovan on or off themselves
     (``caovan``, ``caovan_sm75_turbo3``, or ``caovan_mode`` "on"/"off"); ``caovan_mode`` "auto" alone decides
@@ -320,7 +143,7 @@ def _merge_additional_config(
             for key in use.key_path[:-1]:
                 child = node.get(key)
                 node = node[key] = child if isinstance(child, dict) else {}
-            node[use.key_path[-1]] = _dotted_value(use.value)
+            node[use.key_path[-1]] = dotted_value(use.value)
         added = _keys_to_add(effective)
         new_args = list(args)
         for key, value in added.items():
@@ -328,7 +151,7 @@ def _merge_additional_config(
         where = "--additional-config.KEY arguments"
     elif plain:
         last = plain[-1]
-        effective = _json_object(last.value, "--additional-config")
+        effective = json_object(last.value, "--additional-config")
         added = _keys_to_add(effective)
         merged = {**effective, **added}
         dropped = {use.index + offset for use in plain for offset in range(use.width)}
@@ -340,7 +163,7 @@ def _merge_additional_config(
                 new_args.append(token)
         where = "--additional-config"
     else:
-        effective = _file_json_flag(config, "additional-config", config_path or "") or {}
+        effective = file_json_flag(config, "additional-config", config_path or "") or {}
         added = _keys_to_add(effective)
         merged = {**effective, **added}
         # A command-line value replaces the file's, so the file's keys are carried over into it.
@@ -435,6 +258,7 @@ def plan_serve(
     vllm_env_names: Collection[str] | None = None,
     locate: Callable[[str, str | None], Path | None] = find_model_folder,
     check: Callable[[Path], ModelReport] = check_model_dir,
+    judge_full_graphs: Callable[[int], Any] | None = None,
 ) -> ServePlan:
     """The ``vllm serve`` command for ``model`` and the user's ``vllm_args``; :class:`ServeArgsError` if impossible.
 
@@ -443,13 +267,15 @@ def plan_serve(
 
     ``vllm_env_names``: the variables the installed vLLM reads (``vllm.envs.environment_variables``); a timeout it
     does not read is not set.  None: set them all (the caller could not ask vLLM).
+
+    ``judge_full_graphs``: pipeline-parallel size -> ``FullGraphSafety``; None: probe the installed vLLM.
     """
     if mtp is not None and mtp < 1:
         raise ServeArgsError(f"--caovan-mtp {mtp}: the MTP depth is a number of tokens, at least 1")
     # What caovan serve adds goes before a "--", never after it.
     args, after_double_dash = split_double_dash(vllm_args)
     refuse_abbreviations(args)
-    config_path, config = _config_file(args)
+    config_path, config = config_file(args)
     model_positional = model is not None
     model = served_model(model, args, config)
     revisions = find_flag(args, "--revision")
@@ -492,6 +318,10 @@ def plan_serve(
         if depth is not None:
             plan.vllm_args += ["--speculative-config", mtp_speculative_config(depth)]
             plan.env_added[AUTOSPEC_ENV] = str(depth)
+    if users_spec == "given" or AUTOSPEC_ENV in plan.env_added:
+        graphs = graph_note(args, config, options.enabled, judge_full_graphs)
+        if graphs is not None:
+            plan.notes.append(graphs)
 
     raised = []
     for name, value in COLD_START_TIMEOUTS.items():

@@ -1,0 +1,86 @@
+"""Serve tier: FULL CUDA graphs with MTP decode right with caovan on (vLLM issues 49918 and 53051).
+
+vLLM tells a uniform spec-decode batch by its shape alone, so under ``FULL_AND_PIECEWISE`` a prompt of exactly
+``1 + num_speculative_tokens`` tokens replays the FULL graph captured for spec-decode and its GDN state is never
+written (caovan's ``plugin/uniform_decode_guard.py`` says how it keeps such batches out).  A second class reported
+upstream: padded rows of a FULL-graph decode batch whose GDN metadata is stale.  Each is reproduced with the tiny
+Qwen3-Next GDN + MTP model of the tier, greedy, with re-drawn weights, and judged by token agreement against an
+eager engine with caovan off (vLLM's own kernels, no graphs), under the rules of ``test_engine_mtp``:
+
+* ``draft-shaped`` workload (every prompt ``1 + k`` tokens; see ``serve_workload``): FULL_AND_PIECEWISE with caovan
+  off shows vLLM's bug (a test that fails once vLLM decodes them right, so the guard can go), with caovan on agrees;
+* ``mixed`` workload (no prompt of that length, batches shrinking from four requests to one, so FULL graphs run
+  with padded rows): FULL_AND_PIECEWISE with caovan on agrees; caovan off is reported beside it.
+
+Caovan's counters are not asserted here: graph replays run no Python, so they count only captures and the batches
+outside the graphs.  The engines must really have run FULL graphs: vLLM can lower the mode it was asked for (an
+attention backend without FULL-graph support), and then these comparisons would test nothing, so that fails.
+
+Run: ``pytest -m serve tests/serve/test_full_graph_mtp.py -v`` (a CUDA GPU; caovan installed).
+"""
+
+from __future__ import annotations
+
+import pytest
+from engine_cases import PREFILL_BACKEND, Case, EngineRun, compare, start_engines, succeeded
+
+pytestmark = pytest.mark.serve
+
+NUM_SPECULATIVE_TOKENS = 2
+FULL = "FULL_AND_PIECEWISE"
+GUARD_LINE = "FULL CUDA graphs with MTP are safe with caovan on"
+OFF = {**PREFILL_BACKEND, "caovan": False}
+ON = {**PREFILL_BACKEND, "caovan": True}
+
+CASES = (
+    Case("draft_shaped_eager_off", OFF, NUM_SPECULATIVE_TOKENS, workload="draft-shaped"),
+    Case("draft_shaped_full_off", OFF, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL, workload="draft-shaped"),
+    Case("draft_shaped_full_on", ON, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL, workload="draft-shaped"),
+    Case("mixed_eager_off", OFF, NUM_SPECULATIVE_TOKENS),
+    Case("mixed_full_off", OFF, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL),
+    Case("mixed_full_on", ON, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL),
+)
+
+
+@pytest.fixture(scope="module")
+def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EngineRun]:
+    return start_engines(CASES, tmp_path_factory, "full-graph")
+
+
+@pytest.mark.parametrize("name", [c.name for c in CASES if c.cudagraph_mode == FULL])
+def test_engines_really_ran_full_graphs(engine_runs, name):
+    result = succeeded(engine_runs[name])
+    assert result.get("cudagraph_mode_in_effect") == FULL, (
+        f"{name}: asked for {FULL}, vLLM settled on {result.get('cudagraph_mode_in_effect')}: the FULL-graph "
+        "agreement checks would test nothing"
+    )
+
+
+def test_caovan_keeps_draft_shaped_prompts_right_under_full_graphs(engine_runs):
+    run = engine_runs["draft_shaped_full_on"]
+    succeeded(run)
+    assert GUARD_LINE in run.log, f"caovan's uniform-decode guard was not installed\n{run.describe()}"
+    agreement = compare(run, engine_runs["draft_shaped_eager_off"])
+    problems = agreement.problems()
+    assert not problems, "FULL graphs with caovan on decode draft-shaped prompts wrong:\n" + "\n".join(
+        problems + [agreement.report()]
+    )
+
+
+def test_vllm_alone_still_loses_the_state_of_draft_shaped_prompts(engine_runs):
+    """Shows what caovan's guard is for; fails once vLLM decodes these prompts right on its own."""
+    agreement = compare(engine_runs["draft_shaped_full_off"], engine_runs["draft_shaped_eager_off"])
+    assert agreement.problems(), (
+        "with caovan off, FULL_AND_PIECEWISE decoded prompts of 1 + num_speculative_tokens tokens like eager: if "
+        "this vLLM fixed issues 49918 / 53051, caovan's uniform_decode_guard can go (see its 'Remove when')"
+    )
+
+
+def test_caovan_decodes_padded_full_graph_batches_right(engine_runs):
+    off = compare(engine_runs["mixed_full_off"], engine_runs["mixed_eager_off"])
+    print(f"[serve] for comparison, caovan off under {FULL}: {'; '.join(off.problems()) or 'agrees with eager'}")
+    agreement = compare(engine_runs["mixed_full_on"], engine_runs["mixed_eager_off"])
+    problems = agreement.problems()
+    assert not problems, "FULL graphs with caovan on decode the mixed workload wrong:\n" + "\n".join(
+        problems + [agreement.report()]
+    )
