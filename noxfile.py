@@ -13,6 +13,7 @@ Runs with nothing installed: ``uv run noxfile.py -l`` (uv reads the script heade
     nox -s "matrix(vllm-0.21.0)"         # one row -> matrix/results/<runner>/vllm-0.21.0.json
     nox -t matrix -- --tiers discovery   # every row, discovery tier only
     nox -s compat                        # docs/compat.md from matrix/results/
+    nox -s performance                   # docs/performance.md + plot from docs/performance/*/e2e.json
     nox -s "wheelhouse(vllm-0.21.0)"     # the row's wheels, for an offline GPU host
 
 Matrix options, as posargs after ``--`` or as environment variables (a posarg wins):
@@ -67,6 +68,10 @@ nox.options.error_on_missing_interpreters = True
 MATRIX_DIR = ROOT / "matrix"
 RESULTS_DIR = MATRIX_DIR / "results"
 COMPAT_DOC = ROOT / "docs" / "compat.md"
+#: `caovan bench e2e --out docs/performance` records, and the page made from them.
+PERFORMANCE_RECORDS = ROOT / "docs" / "performance"
+PERFORMANCE_DOC = ROOT / "docs" / "performance.md"
+PERFORMANCE_PLOT = PERFORMANCE_RECORDS / "e2e-decode.png"
 #: Wheels, partial row state, JUnit XML and pytest logs of matrix runs (``build/`` is git-ignored).
 CACHE_DIR = Path(os.environ.get("CAOVAN_MATRIX_CACHE", ROOT / "build" / "matrix")).resolve()
 #: The row whose pins the ``tests`` session uses: the release the README installs.
@@ -76,6 +81,8 @@ TESTS_ROW_ID = "vllm-0.21.0"
 WHEELHOUSE_TOOLS_DIR = "_tools"
 #: The lint session's tools, pinned: a new ruff release must not turn a green checkout red.
 LINT_TOOLS = ("ruff==0.17.6", "check-jsonschema==0.39.0")
+#: What draws docs/performance.md's plot; the tests session installs it too, so the plot's test runs in CI.
+PLOT_REQUIREMENTS = ("matplotlib==3.10.7",)
 #: What ``--without-host-provided`` leaves out of a wheelhouse: GPU hosts often have them.
 HOST_PROVIDED = ("torch", "triton", "nvidia-*")
 
@@ -242,6 +249,7 @@ def tests(session: nox.Session) -> None:
     row = ROWS[TESTS_ROW_ID]
     wheel = plugin_wheel(session)
     install_row(session, row, wheel, None)
+    session.install(*PLOT_REQUIREMENTS)
     session.log("pytest tests (all markers; GPU tests skip with their reasons; exit 5 = no tests = failure)")
     try:
         session.run("python", "-m", "pytest", "tests", *session.posargs)
@@ -263,6 +271,21 @@ def lint(session: nox.Session) -> None:
     source_env = {"PYTHONPATH": str(ROOT / "src")}
     session.run("python", "-m", "caovan.matrix", "validate", env=source_env)
     session.run("python", "-m", "caovan.matrix.compat", "--check", env=source_env)
+    if PERFORMANCE_DOC.exists():
+        session.run(*_performance_command(), "--check", env=source_env)
+
+
+def _performance_command() -> list[str]:
+    records, doc = (str(path.relative_to(ROOT)) for path in (PERFORMANCE_RECORDS, PERFORMANCE_DOC))
+    return ["python", "-m", "caovan.bench.e2e_report", records, "--doc", doc]
+
+
+@nox.session(default=False, tags=["docs"])
+def performance(session: nox.Session) -> None:
+    """Regenerate docs/performance.md's table and plot from docs/performance/*/e2e.json (caovan bench e2e)."""
+    session.install(*PLOT_REQUIREMENTS, "tabulate")
+    plot = str(PERFORMANCE_PLOT.relative_to(ROOT))
+    session.run(*_performance_command(), "--plot", plot, env={"PYTHONPATH": str(ROOT / "src")})
 
 
 @nox.session(python=False, tags=["compat"])

@@ -6,18 +6,24 @@ It answers the routes caovan's client uses the way vLLM 0.21.0 does (see caovan.
 ``data: {chunk}`` + blank line, a last usage chunk with ``"choices": []``, then ``data: [DONE]``), errors as
 ``{"error": {"message", "type", "param", "code"}}``, routes it lacks as FastAPI's 404 ``{"detail": "Not Found"}``.
 Knobs make it fail.
+
+Also a process of its own, standing in for ``vllm serve`` (``python fake_openai_server.py PORT [PROFILE_DIR]``): it
+serves until SIGINT or SIGTERM and then exits 0, as vLLM's server does; with PROFILE_DIR, /start_profile and
+/stop_profile answer and the second writes a small trace there.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 class FakeOpenAI:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.models: list[str] = ["fake-model"]
         self.max_model_len: int | None = 4096  # None: the model cards carry no max_model_len
         self.tokenize = True  # False: no /tokenize route (404)
@@ -33,12 +39,15 @@ class FakeOpenAI:
         self.tokens_cap: int | None = None  # generate at most this many tokens (a server ignoring ignore_eos)
         self.stream_delay_s = 0.0  # a streamed answer waits this long before its first chunk
         self.in_flight_peaks: list[int] = []  # per completion request (arrival order): completions in flight then
+        #: Where /stop_profile writes a small torch-profiler trace (vLLM's --profiler-config folder); None: the
+        #: profile routes are missing (404), as without --profiler-config.
+        self.profile_dir: Path | None = None
         self.requests: list[tuple[str, str, dict | None]] = []  # (method, path, JSON body) of every request
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self._completions = 0
         self._in_flight = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
 
@@ -54,6 +63,17 @@ class FakeOpenAI:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def write_trace(self) -> Path:
+        """A worker trace as vLLM's torch profiler writes it: two model steps, kernels of three categories."""
+        kernels = [("_caovan_sm75_fused_v_gdn_spec_decode_kernel", 30), ("flash_fwd_splitkv_kernel", 50),
+                   ("nvjet_tst_128x64_64x4_1x2_h_bz_coopA_TNT", 120)]  # fmt: skip
+        events = [{"ph": "X", "cat": "user_annotation", "name": "gpu_model_runner: forward", "dur": 400}] * 2
+        events += [{"ph": "X", "cat": "kernel", "name": name, "dur": dur} for name, dur in kernels * 2]
+        self.profile_dir.mkdir(parents=True, exist_ok=True)
+        path = self.profile_dir / f"fake-worker.{time.time_ns()}.pt.trace.json.gz"
+        path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+        return path
 
     def completion_bodies(self) -> list[dict]:
         return [body for method, path, body in self.requests if path == "/v1/completions"]
@@ -133,6 +153,11 @@ class FakeOpenAI:
                     body = None
                 self._record(body)
                 if not self._authorised():
+                    return
+                if self.path in ("/start_profile", "/stop_profile") and fake.profile_dir is not None:
+                    if self.path == "/stop_profile":
+                        fake.write_trace()
+                    self._send(200, b"")
                     return
                 if self.path == "/tokenize" and fake.tokenize and isinstance(body, dict):
                     self._tokenize(body)
@@ -235,3 +260,24 @@ class FakeOpenAI:
                 data("[DONE]")
 
         return Handler
+
+
+def main(port: int, profile_dir: str | None = None) -> int:
+    import signal
+
+    fake = FakeOpenAI(port)
+    fake.profile_dir = Path(profile_dir) if profile_dir else None
+    fake.start()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"fake vLLM server on {fake.url}", flush=True)
+    stop.wait()
+    fake.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(int(sys.argv[1]), *sys.argv[2:3]))

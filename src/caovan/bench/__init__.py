@@ -7,4 +7,6 @@
 - ``roofline``: bytes a spec-decode step must move through DRAM (no torch needed).
 - ``accuracy``: max-abs-error of an implementation against the float64 reference, and the rules.
 - ``kernels``: ``caovan bench kernels`` (timing, roofline, errors, table and JSON).
+- ``e2e``: ``caovan bench e2e`` (a model served caovan off then on through the user's commands, decode tokens/s);
+  ``e2e_report``: the table and plot of ``docs/performance.md`` from its records.
 """

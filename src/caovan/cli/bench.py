@@ -9,10 +9,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from caovan.jsonfile import output_path_problem
+
+if TYPE_CHECKING:
+    from caovan.bench.e2e import E2ESettings
 
 from . import cuda_visible_note
 
@@ -106,7 +111,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     mf.add_argument("architecture", choices=sorted(ARCHITECTURES), help="which released architecture")
     mf.add_argument("folder", help="the model folder to create")
-    for target in (k, t, ly, m, mf):
+    e2e = targets.add_parser(
+        "e2e",
+        help="serve a model with caovan off then on (caovan serve) and compare decode tokens/s (caovan benchmark)",
+        description=(
+            "For one cudagraph mode: `caovan serve MODEL [SERVE_ARGS]` with caovan off, `caovan benchmark` "
+            "decode-heavy at every --concurrency, the server stopped; then the same with caovan on, each benchmark "
+            "compared with the baseline of its concurrency. Writes OUT/<mode>/: the benchmark records, the server "
+            "logs and e2e.json (commands, GPU, versions, medians and ratios). Warm only: start-up, graph capture and "
+            "first-request compiles are not timed."
+        ),
+    )
+    e2e.add_argument("model", help="the model caovan serve loads (a folder or a Hugging Face name)")
+    e2e.add_argument("--out", required=True, metavar="DIR", help="where OUT/<mode>/ is written")
+    e2e.add_argument(
+        "--cudagraph-mode",
+        choices=("PIECEWISE", "FULL_AND_PIECEWISE"),
+        default="PIECEWISE",
+        help="vLLM's cudagraph_mode for both runs (default: PIECEWISE, what SM75 users run)",
+    )
+    e2e.add_argument("--concurrency", default="1,4,8", metavar="N[,N...]", help="requests in flight (default: 1,4,8)")
+    e2e.add_argument("--repeats", type=int, default=2, metavar="N", help="benchmark repeats, at least 2 (default: 2)")
+    e2e.add_argument("--max-tokens", type=int, default=256, metavar="N", help="tokens out per request (default: 256)")
+    e2e.add_argument(
+        "--requests-per-slot",
+        type=int,
+        default=2,
+        metavar="N",
+        help="requests per repeat = concurrency x N (default: 2)",
+    )
+    e2e.add_argument(
+        "--additional-config",
+        default="{}",
+        metavar="JSON",
+        help='vLLM additional_config keys for both runs, e.g. \'{"gdn_prefill_backend": "triton"}\'; caovan\'s '
+        "switch is set per run",
+    )
+    e2e.add_argument("--ready-timeout-s", type=float, default=1800.0, metavar="S", help="start-up limit per server")
+    e2e.add_argument("--port", type=int, metavar="PORT", help="the servers' port (default: a free one)")
+    e2e.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile one warm decode request per run with vLLM's torch profiler: OUT/<mode>/<run>-profile.txt "
+        "says where a step's GPU time goes (GDN spec core, attention, GEMMs, the rest)",
+    )
+    e2e.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep a run (caovan off or on) that an earlier call finished in OUT/<mode>/ instead of repeating it",
+    )
+    e2e.add_argument(
+        "--serve-args",
+        default="",
+        metavar="'ARGS'",
+        help="caovan serve (vllm serve) arguments for both runs, in one quoted string, e.g. '--load-format dummy "
+        "--dtype half --max-model-len 4096'",
+    )
+    for target in (k, t, ly, m, mf, e2e):
         target.epilog = EPILOG  # `caovan bench kernels --help` shows the exit codes too
 
 
@@ -148,6 +209,8 @@ def _run_target(args: argparse.Namespace) -> int:
         return run_layer(args)
     if args.bench_target == "model-folder":
         return run_model_folder(args)
+    if args.bench_target == "e2e":
+        return run_e2e(args)
     return _error(f"unknown bench target {args.bench_target!r}")  # argparse already refuses these
 
 
@@ -316,3 +379,64 @@ def run_layer(args: argparse.Namespace) -> int:
         if not _write_record(args.json, report):
             return 2
     return 1 if summary["errors"] else 0
+
+
+def e2e_settings(args: argparse.Namespace) -> E2ESettings | str:
+    """The checked settings of ``bench e2e``, or what is wrong with the arguments."""
+    from caovan.bench.e2e import E2ESettings
+
+    try:
+        concurrency = tuple(int(item) for item in args.concurrency.split(","))
+    except ValueError:
+        return f"--concurrency {args.concurrency!r}: expected numbers separated by commas"
+    if not concurrency or min(concurrency) < 1 or len(set(concurrency)) != len(concurrency):
+        return f"--concurrency {args.concurrency!r}: expected distinct numbers >= 1"
+    for option, value, least in (("--repeats", args.repeats, 2), ("--max-tokens", args.max_tokens, 2)):
+        if value < least:
+            return f"{option} {value}: at least {least}"
+    if args.requests_per_slot < 1:
+        return f"--requests-per-slot {args.requests_per_slot}: at least 1"
+    try:
+        extra = json.loads(args.additional_config)
+    except json.JSONDecodeError as exc:
+        return f"--additional-config: not valid JSON ({exc.msg})"
+    if not isinstance(extra, dict) or any(key.startswith("caovan") for key in extra):
+        return "--additional-config: a JSON object without caovan's keys (each run sets its own switch)"
+    try:
+        serve_args = shlex.split(args.serve_args)
+    except ValueError as exc:
+        return f"--serve-args: {exc}"
+    return E2ESettings(
+        model=args.model,
+        out_dir=Path(args.out),
+        cudagraph_mode=args.cudagraph_mode,
+        concurrency=concurrency,
+        repeats=args.repeats,
+        max_tokens=args.max_tokens,
+        requests_per_slot=args.requests_per_slot,
+        additional_config=extra,
+        serve_args=tuple(serve_args),
+        ready_timeout_s=args.ready_timeout_s,
+        port=args.port,
+        profile=args.profile,
+    )
+
+
+def run_e2e(args: argparse.Namespace) -> int:
+    from caovan.bench.e2e import E2EError, run_e2e
+
+    settings = e2e_settings(args)
+    if isinstance(settings, str):
+        return _error(settings)
+    try:
+        record = run_e2e(settings, resume=args.resume)
+    except E2EError as exc:
+        return _error(str(exc), 1)
+    for row in record["summary"]:
+        print(
+            f"concurrency {row['concurrency']}: caovan {row['caovan_tok_s']['median']:.1f} tok/s against "
+            f"{row['baseline_tok_s']['median']:.1f} with caovan off ({row['ratio']:.3f}x, medians of "
+            f"{settings.repeats} repeats)"
+        )
+    print(f"wrote {settings.mode_dir / 'e2e.json'}", file=sys.stderr)
+    return 0

@@ -23,6 +23,7 @@ import tabulate as tabulate_module
 from packaging.version import InvalidVersion, Version
 from tabulate import tabulate
 
+from ..doc_markers import MarkerError, replace_between
 from . import TIERS, MatrixError
 from .fixed_hosts import load_hosts, render_gpu_coverage
 from .results import load_result, write_text_atomic
@@ -367,16 +368,10 @@ def render_families() -> str:
 
 
 def replace_block(doc_text: str, block: str, *, shown: str) -> str:
-    starts, ends = doc_text.count(MARK_START), doc_text.count(MARK_END)
-    if starts != 1 or ends != 1:
-        raise MatrixError(
-            f"{shown}: expected the markers {MARK_START} and {MARK_END} once each, found {starts} and {ends}"
-        )
-    head, rest = doc_text.split(MARK_START)
-    if MARK_END not in rest:
-        raise MatrixError(f"{shown}: {MARK_END} comes before {MARK_START}")
-    _, tail = rest.split(MARK_END)
-    return f"{head}{MARK_START}\n{block}\n{MARK_END}{tail}"
+    try:
+        return replace_between(doc_text, block, start=MARK_START, end=MARK_END, shown=shown)
+    except MarkerError as exc:
+        raise MatrixError(str(exc)) from None
 
 
 def regenerate(

@@ -1,0 +1,366 @@
+"""``caovan bench e2e``: a model served through the user's own commands, caovan off then on, decode tokens/s compared.
+
+For one cudagraph mode, into ``OUT/<mode>/``:
+
+1. ``caovan serve MODEL`` (Turbo3's ``caovan-vllm-serve``) with the user's serve arguments plus
+   ``--compilation-config '{"cudagraph_mode": MODE}'`` and ``{"caovan": false}`` merged into ``--additional-config``;
+   once it answers ``/v1/models`` (start-up, compiles and graph capture are over: not timed), ``caovan benchmark``
+   (``caovan-sm75-benchmark``) decode-heavy at every ``--concurrency``, each writing ``baseline-c<N>.json``; the
+   server is stopped.
+2. The same with ``{"caovan": true}``, each benchmark with ``--compare baseline-c<N>.json`` (same flags, same
+   prompts: the benchmark refuses otherwise), writing ``caovan-c<N>.json``.
+3. ``e2e.json``: the exact commands, their exit statuses, each server's start-up seconds, the GPU, and per
+   concurrency the two median output tokens/s (over ``--repeats``) and their ratio. Server logs sit beside it.
+
+With ``profile``, each server also runs with vLLM's torch profiler configured (``--profiler-config``, the same
+for both runs but its folder), and after its benchmarks one warm greedy request of ``PROFILE_TOKENS`` tokens is
+profiled (``POST /start_profile`` / ``/stop_profile``): ``<label>-profile.txt`` says where a step's GPU time goes
+(:mod:`caovan.bench.profile_summary`), caovan off (before) and on (after).
+
+Each finished run also leaves ``<label>-run.json``; with ``resume``, a run whose file and records are all there is
+not repeated (a procedure split over two sittings, e.g. two calls of a time-limited GPU host).
+
+Warm only, as Turbo3 taught: each benchmark's warmup requests (as many as ``--concurrency``, sent together) pay the
+first-request compiles of that batch size before the repeats are timed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from caovan import __version__
+from caovan.jsonfile import write_text_atomic
+
+SCHEMA = "caovan-e2e/1"
+LOAD = "decode-heavy"
+#: The two runs, in the order they run: the baseline first, so the caovan run can --compare against it.
+RUNS = (("baseline", False), ("caovan", True))
+STOP_GRACE_S = 60.0
+PROFILE_TOKENS = 64
+PROFILE_PROMPT = "Tell a long story about a river."
+#: How long the worker may take to write its trace after /stop_profile answered.
+TRACE_WAIT_S = 300.0
+LOG_TAIL_LINES = 40
+
+
+class E2EError(RuntimeError):
+    """The procedure cannot go on (a server that died or never answered, a benchmark that failed)."""
+
+
+@dataclass(frozen=True)
+class E2ESettings:
+    model: str
+    out_dir: Path
+    cudagraph_mode: str = "PIECEWISE"
+    concurrency: tuple[int, ...] = (1, 4, 8)
+    repeats: int = 2
+    max_tokens: int = 256
+    #: Requests per repeat = concurrency x this (every slot busy for the whole repeat but its last request).
+    requests_per_slot: int = 2
+    additional_config: dict[str, Any] = field(default_factory=dict)
+    serve_args: tuple[str, ...] = ()
+    ready_timeout_s: float = 1800.0
+    port: int | None = None
+    profile: bool = False
+
+    @property
+    def mode_dir(self) -> Path:
+        return self.out_dir / self.cudagraph_mode.lower()
+
+
+def trace_dir(settings: E2ESettings, label: str) -> Path:
+    return (settings.mode_dir / f"{label}-trace").absolute()  # vLLM wants an absolute folder
+
+
+def server_command(settings: E2ESettings, caovan_on: bool, port: int) -> list[str]:
+    """``caovan serve`` as a user types it; the caovan switch is theirs, so serve adds none (AutoSpec alike)."""
+    config = {**settings.additional_config, "caovan": caovan_on}
+    label = dict((on, name) for name, on in RUNS)[caovan_on]
+    profiler = []
+    if settings.profile:
+        # ignore_frontend: only the worker's trace (the GPU), and no front-end profiling over the whole window.
+        options = {"profiler": "torch", "torch_profiler_dir": str(trace_dir(settings, label)), "ignore_frontend": True,
+                   "torch_profiler_with_stack": False}  # fmt: skip
+        profiler = ["--profiler-config", json.dumps(options)]
+    return [
+        sys.executable,
+        "-m",
+        "caovan",
+        "serve",
+        settings.model,
+        *settings.serve_args,
+        "--port",
+        str(port),
+        "--compilation-config",
+        json.dumps({"cudagraph_mode": settings.cudagraph_mode}),
+        "--additional-config",
+        json.dumps(config, sort_keys=True),
+        *profiler,
+    ]
+
+
+def benchmark_command(
+    settings: E2ESettings, label: str, concurrency: int, port: int, baseline: Path | None
+) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "caovan",
+        "benchmark",
+        "--api-base",
+        f"http://127.0.0.1:{port}",
+        "--load",
+        LOAD,
+        "--concurrency",
+        str(concurrency),
+        "--requests",
+        str(concurrency * settings.requests_per_slot),
+        "--repeats",
+        str(settings.repeats),
+        "--max-tokens",
+        str(settings.max_tokens),
+        "--label",
+        label,
+        "--output",
+        str(record_path(settings, label, concurrency)),
+    ]
+    return command + (["--compare", str(baseline)] if baseline is not None else [])
+
+
+def record_path(settings: E2ESettings, label: str, concurrency: int) -> Path:
+    return settings.mode_dir / f"{label}-c{concurrency}.json"
+
+
+def shown(command: Sequence[str]) -> str:
+    """A command as the user would type it (``python -m caovan X`` is the ``caovan X`` console script)."""
+    words = list(command)
+    if words[:3] == [sys.executable, "-m", "caovan"]:
+        words = ["caovan", *words[3:]]
+    return shlex.join(words)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def gpu_name() -> str:
+    """The GPUs as nvidia-smi names them (not through torch: a CUDA context here would hold memory the servers
+    need)."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unknown ({type(exc).__name__})"
+    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return " + ".join(names) if done.returncode == 0 and names else "unknown"
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+def median_rate(record: dict[str, Any]) -> dict[str, float]:
+    summary = record["results"][LOAD]["summary"]["output_tokens_per_s"]
+    return {key: summary[key] for key in ("median", "min", "max")}
+
+
+def summarise(records: dict[tuple[str, int], dict[str, Any]], concurrency: Sequence[int]) -> list[dict[str, Any]]:
+    """Per concurrency: both runs' output tokens/s (median, min, max over the repeats) and the ratio of medians."""
+    rows = []
+    for n in concurrency:
+        baseline, caovan = (median_rate(records[(label, n)]) for label, _ in RUNS)
+        rows.append(
+            {
+                "concurrency": n,
+                "baseline_tok_s": baseline,
+                "caovan_tok_s": caovan,
+                "ratio": round(caovan["median"] / baseline["median"], 4),
+            }
+        )
+    return rows
+
+
+def profile_decode(port: int, folder: Path, wait_s: float = TRACE_WAIT_S) -> Path:
+    """One warm greedy request under vLLM's torch profiler; the trace the worker wrote into ``folder``."""
+    import httpx
+
+    base = f"http://127.0.0.1:{port}"
+    before = set(folder.glob("*.pt.trace.json*"))
+    try:
+        with httpx.Client(timeout=600.0) as http:
+            model = http.get(f"{base}/v1/models").raise_for_status().json()["data"][0]["id"]
+            http.post(f"{base}/start_profile").raise_for_status()
+            request = {"model": model, "prompt": PROFILE_PROMPT, "max_tokens": PROFILE_TOKENS, "temperature": 0,
+                       "ignore_eos": True}  # fmt: skip
+            http.post(f"{base}/v1/completions", json=request).raise_for_status()
+            http.post(f"{base}/stop_profile").raise_for_status()
+    except httpx.HTTPError as exc:
+        raise E2EError(f"profiling a decode on {base} failed: {type(exc).__name__}: {exc}") from None
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        new = sorted(set(folder.glob("*.pt.trace.json*")) - before, key=lambda p: p.stat().st_mtime)
+        if new and not new[-1].name.endswith(".tmp"):
+            return new[-1]
+        time.sleep(1.0)
+    raise E2EError(f"no trace appeared in {folder} within {wait_s:.0f} s of /stop_profile")
+
+
+class Server:
+    """One ``caovan serve`` process in its own process group, its output in a log file."""
+
+    def __init__(self, command: list[str], log_path: Path, popen: Callable[..., Any] = subprocess.Popen):
+        self.command = command
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115  (closed in stop)
+        self.started = time.monotonic()
+        self.proc = popen(command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log_tail(self) -> str:
+        self._log.flush()
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-LOG_TAIL_LINES:])
+
+    def wait_ready(self, port: int, timeout_s: float) -> float:
+        """Seconds until the server answered ``/v1/models``; :class:`E2EError` when it exits or never answers."""
+        from caovan.serving.client import ServerSettings, ServingClient
+        from caovan.serving.errors import ClientError
+
+        def sleep(seconds: float) -> None:
+            if self.proc.poll() is not None:
+                raise E2EError(
+                    f"the server exited with status {self.proc.returncode} before it answered "
+                    f"({shown(self.command)}); last lines of {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(seconds)
+
+        settings = ServerSettings(f"http://127.0.0.1:{port}", None, timeout_s, 30.0)
+        with ServingClient(settings) as client:
+            try:
+                client.wait_ready(timeout_s, sleep=sleep)
+            except ClientError as exc:
+                raise E2EError(f"{exc}; last lines of {self.log_path}:\n{self.log_tail()}") from None
+        return round(time.monotonic() - self.started, 1)
+
+    def stop(self) -> int | None:
+        """SIGINT to the group (vLLM shuts down its workers), SIGKILL after a grace period; the exit status."""
+        if self.proc.poll() is None:
+            for sig, wait_s in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        self._log.close()
+        return self.proc.poll()
+
+
+def _profile(settings: E2ESettings, label: str, port: int) -> dict[str, Any]:
+    from caovan.bench.profile_summary import TraceError, format_summary, load_trace, summarise
+
+    folder = trace_dir(settings, label)
+    folder.mkdir(parents=True, exist_ok=True)
+    trace = profile_decode(port, folder)
+    try:
+        summary = summarise(load_trace(trace))
+    except TraceError as exc:
+        raise E2EError(f"{trace}: {exc}") from None
+    title = f"{settings.cudagraph_mode}, caovan {'on' if label == 'caovan' else 'off'} ({trace.name})"
+    write_text_atomic(settings.mode_dir / f"{label}-profile.txt", format_summary(summary, title) + "\n")
+    return {"trace": trace.name, **summary}
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def _finished_run(settings: E2ESettings, label: str) -> dict[str, Any] | None:
+    """A run an earlier sitting finished: its entry, when the entry and every record of it are there."""
+    entry_path = settings.mode_dir / f"{label}-run.json"
+    paths = [record_path(settings, label, n) for n in settings.concurrency]
+    if not entry_path.is_file() or not all(path.is_file() for path in paths):
+        return None
+    entry = _read(entry_path)
+    if [b["concurrency"] for b in entry.get("benchmarks", [])] != list(settings.concurrency):
+        return None
+    return entry
+
+
+def run_e2e(
+    settings: E2ESettings,
+    *,
+    resume: bool = False,
+    run: Callable[..., Any] = subprocess.run,
+    popen: Callable[..., Any] = subprocess.Popen,
+) -> dict[str, Any]:
+    """The whole procedure for one cudagraph mode; the e2e record, also written to ``<mode>/e2e.json``."""
+    settings.mode_dir.mkdir(parents=True, exist_ok=True)
+    port = settings.port or free_port()
+    runs, records = [], {}
+    for label, caovan_on in RUNS:
+        done_before = _finished_run(settings, label) if resume else None
+        if done_before is not None:
+            print(f"[Caovan] e2e: {label}: kept from {settings.mode_dir / (label + '-run.json')}", flush=True)
+            runs.append(done_before)
+            records.update({(label, n): _read(record_path(settings, label, n)) for n in settings.concurrency})
+            continue
+        server = Server(server_command(settings, caovan_on, port), settings.mode_dir / f"{label}-server.log", popen)
+        entry: dict[str, Any] = {"label": label, "caovan": caovan_on, "server_command": shown(server.command)}
+        runs.append(entry)
+        try:
+            print(f"[Caovan] e2e: {label}: {entry['server_command']}", flush=True)
+            entry["server_ready_after_s"] = server.wait_ready(port, settings.ready_timeout_s)
+            entry["benchmarks"] = []
+            for n in settings.concurrency:
+                baseline = record_path(settings, "baseline", n) if caovan_on else None
+                command = benchmark_command(settings, label, n, port, baseline)
+                print(f"[Caovan] e2e: {shown(command)}", flush=True)
+                done = run(command)
+                entry["benchmarks"].append({"concurrency": n, "command": shown(command), "returncode": done.returncode})
+                if done.returncode != 0:
+                    raise E2EError(f"the benchmark exited with status {done.returncode}: {shown(command)}")
+                records[(label, n)] = _read(record_path(settings, label, n))
+            if settings.profile:
+                entry["profile"] = _profile(settings, label, port)
+        finally:
+            entry["server_returncode"] = server.stop()
+        write_text_atomic(settings.mode_dir / f"{label}-run.json", json.dumps(entry, indent=1) + "\n")
+    record = {
+        "schema": SCHEMA,
+        "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "settings": {**asdict(settings), "out_dir": str(settings.out_dir), "load": LOAD},
+        "gpu": gpu_name(),
+        "versions": {
+            "caovan": __version__,
+            "vllm": records[("baseline", settings.concurrency[0])].get("server", {}).get("vllm_version"),
+            "torch": _version("torch"),
+            "python": sys.version.split()[0],
+        },
+        "runs": runs,
+        "summary": summarise(records, settings.concurrency),
+    }
+    text = json.dumps(record, indent=1, sort_keys=True) + "\n"
+    write_text_atomic(settings.mode_dir / "e2e.json", text)
+    return json.loads(text)

@@ -1,0 +1,104 @@
+"""docs/performance.md's table and plot from ``caovan bench e2e`` records (caovan.bench.e2e_report)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from caovan.bench import e2e_report
+from caovan.bench.e2e import SCHEMA
+
+DOC = f"# Performance\n\nbefore\n{e2e_report.MARK_START}\nold\n{e2e_report.MARK_END}\nafter\n"
+
+
+def _rates(median):
+    return {"median": median, "min": median - 1, "max": median + 1}
+
+
+def _write(folder, mode, rows, gpu="NVIDIA H200"):
+    record = {
+        "schema": SCHEMA,
+        "written_at": "2026-12-06T10:00:00+00:00",
+        "settings": {"cudagraph_mode": mode, "repeats": 2, "requests_per_slot": 2, "max_tokens": 256},
+        "gpu": gpu,
+        "versions": {"caovan": "0.1.0", "vllm": "0.21.0", "torch": "2.11.0", "python": "3.12.3"},
+        "summary": [
+            {"concurrency": n, "baseline_tok_s": _rates(off), "caovan_tok_s": _rates(on), "ratio": round(on / off, 4)}
+            for n, off, on in rows
+        ],
+    }
+    path = folder / "perf" / mode.lower() / "e2e.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
+    return path
+
+
+@pytest.fixture
+def records(tmp_path):
+    _write(tmp_path, "FULL_AND_PIECEWISE", [(1, 50.0, 51.0)])
+    _write(tmp_path, "PIECEWISE", [(1, 40.0, 57.2), (4, 120.0, 170.0)])
+    doc = tmp_path / "docs" / "performance.md"
+    doc.parent.mkdir()
+    doc.write_text(DOC)
+    return tmp_path / "perf", doc
+
+
+def test_the_table_lists_piecewise_first_with_medians_spreads_and_ratios(records):
+    folder, doc = records
+    assert e2e_report.regenerate(folder, doc) is True
+    text = doc.read_text()
+    assert text.startswith("# Performance\n\nbefore\n") and text.endswith(f"{e2e_report.MARK_END}\nafter\n")
+    cells = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("| ") and "×" in line
+    ]
+    assert cells == [
+        ["PIECEWISE", "1", "40.0 (39.0–41.0)", "57.2 (56.2–58.2)", "1.43×"],
+        ["PIECEWISE", "4", "120.0 (119.0–121.0)", "170.0 (169.0–171.0)", "1.42×"],
+        ["FULL_AND_PIECEWISE", "1", "50.0 (49.0–51.0)", "51.0 (50.0–52.0)", "1.02×"],
+    ]
+    assert "[`../perf/piecewise/e2e.json`](../perf/piecewise/e2e.json)" in text
+    assert "- PIECEWISE: NVIDIA H200, vLLM 0.21.0, torch 2.11.0" in text
+    assert e2e_report.regenerate(folder, doc) is False  # current now
+    assert e2e_report.main([str(folder), "--doc", str(doc), "--check"]) == 0
+
+
+def test_check_says_when_the_doc_is_stale_and_writes_nothing(records, capsys):
+    folder, doc = records
+    assert e2e_report.main([str(folder), "--doc", str(doc), "--check"]) == 1
+    assert doc.read_text() == DOC
+    assert "not current (run `nox -s performance`)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda folder, doc: (folder / "piecewise" / "e2e.json").write_text("{"), "cannot read it as JSON"),
+        (lambda folder, doc: (folder / "piecewise" / "e2e.json").write_text('{"schema": "x"}'), f"not a {SCHEMA}"),
+        (lambda folder, doc: doc.write_text("# no markers\n"), "expected the markers"),
+    ],
+)
+def test_a_bad_record_or_doc_is_one_error_and_nothing_is_written(records, capsys, damage, message):
+    folder, doc = records
+    damage(folder, doc)
+    before = doc.read_text()
+    assert e2e_report.main([str(folder), "--doc", str(doc)]) == 2
+    assert message in capsys.readouterr().err
+    assert doc.read_text() == before
+
+
+def test_no_records_names_the_command_that_makes_them(tmp_path, capsys):
+    doc = tmp_path / "performance.md"
+    doc.write_text(DOC)
+    assert e2e_report.main([str(tmp_path / "none"), "--doc", str(doc)]) == 2
+    assert "no */e2e.json (made by `caovan bench e2e --out" in capsys.readouterr().err
+
+
+def test_the_plot_is_drawn_from_the_records(records):
+    pytest.importorskip("matplotlib", reason="matplotlib is installed by `nox -s performance`, not the test session")
+    folder, doc = records
+    target = folder.parent / "plot.png"
+    assert e2e_report.main([str(folder), "--doc", str(doc), "--plot", str(target)]) == 0
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
