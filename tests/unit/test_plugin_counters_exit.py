@@ -2,6 +2,7 @@
 
 import json
 import logging
+import multiprocessing
 
 import pytest
 
@@ -12,6 +13,7 @@ from caovan.plugin import counters
 def exit_env(monkeypatch):
     monkeypatch.delenv("CAOVAN_LOG_COUNTERS", raising=False)
     monkeypatch.delenv("CAOVAN_COUNTERS_FILE", raising=False)
+    monkeypatch.setattr(counters, "_written_pid", None)  # each test is a fresh exit of this process
     return monkeypatch
 
 
@@ -66,3 +68,29 @@ def test_counters_file_naming_no_file_is_one_warning(exit_env, caovan_records, v
         .getMessage()
         .startswith(f"caovan dispatch counters not written: CAOVAN_COUNTERS_FILE={value}: ")
     )
+
+
+def test_the_hook_writes_once_per_process(exit_env, caovan_records, tmp_path):
+    exit_env.setenv("CAOVAN_LOG_COUNTERS", "1")
+    counters._at_exit()
+    counters._at_exit()  # atexit after the multiprocessing finalizer: nothing more
+    assert len(caovan_records) == 1
+
+
+def _forked_worker(target: str) -> None:
+    """What a vLLM worker does: take a layer over (hook installed), dispatch, return (os._exit follows)."""
+    counters.reset()
+    counters.install_exit_hook()
+    counters.record_dispatch("spec", "test-family", ("k",), "layers.0")
+
+
+def test_a_forked_worker_writes_its_counters(exit_env, tmp_path):
+    # vLLM forks its engine core and TP workers; a forked multiprocessing child skips atexit.
+    exit_env.setenv("CAOVAN_COUNTERS_FILE", str(tmp_path / "counters-{pid}.json"))
+    counters.install_exit_hook()  # the parent's hook, inherited by the fork, must not stand in for the child's
+    child = multiprocessing.get_context("fork").Process(target=_forked_worker, args=(str(tmp_path),))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    written = json.loads((tmp_path / f"counters-{child.pid}.json").read_text())
+    assert written["pid"] == child.pid and written["dispatched"] == {"spec": 1}

@@ -5,7 +5,10 @@ Counters count Python-level calls of the layer core: under full CUDA graphs the 
 and replays are invisible here, so the engine tests that count calls run eagerly.
 
 ``CAOVAN_COUNTERS_FILE``: when set, each process writes its counters as JSON at exit to this path, with
-``{pid}`` replaced by the process id (vLLM runs the model in worker processes the caller cannot inspect).
+``{pid}`` replaced by the process id (vLLM runs the model in worker processes the caller cannot inspect).  vLLM
+starts its engine core and, with tensor parallelism, its workers as ``multiprocessing`` children, by default
+forked: such a child ends with ``os._exit`` after running multiprocessing's finalizers, never ``atexit``'s, so the
+exit hook is registered with both (it runs once per process).
 ``CAOVAN_LOG_COUNTERS=1``: also log the counters at exit (a boolean switch like the others: 1/true/yes/on or
 0/false/no/off).  Neither ever makes the exit fail: a value that cannot be used is one warning line.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import multiprocessing.util
 import os
 import threading
 from collections import Counter
@@ -30,7 +34,9 @@ _lock = threading.Lock()
 _dispatched: Counter[str] = Counter()
 _fallbacks: Counter[str] = Counter()
 _activation_logged = False
-_exit_hook_installed = False
+#: The process that registered the exit hook / wrote its counters (a forked child inherits these values).
+_exit_hook_pid: int | None = None
+_written_pid: int | None = None
 
 
 def record_dispatch(kind: str, family: str, kernels: tuple[str, ...], layer: str) -> None:
@@ -64,6 +70,10 @@ def reset() -> None:
 
 
 def _at_exit() -> None:
+    global _written_pid
+    if _written_pid == os.getpid():
+        return  # the finalizer and atexit both ran in this process
+    _written_pid = os.getpid()
     snap = snapshot()
     try:
         log_counters = env_flag("CAOVAN_LOG_COUNTERS", meaning="log the counters")
@@ -90,8 +100,9 @@ def _at_exit() -> None:
 
 def install_exit_hook() -> None:
     """Called when a layer is taken over, so processes that never build one write nothing."""
-    global _exit_hook_installed
+    global _exit_hook_pid
     with _lock:
-        if not _exit_hook_installed:
-            _exit_hook_installed = True
+        if _exit_hook_pid != os.getpid():
+            _exit_hook_pid = os.getpid()
             atexit.register(_at_exit)
+            multiprocessing.util.Finalize(None, _at_exit, exitpriority=0)
