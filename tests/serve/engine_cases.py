@@ -28,7 +28,7 @@ import serve_env
 import serve_workload
 import token_agreement
 
-from caovan.bench.model_folders import write_tiny_qwen3_dense, write_tiny_qwen3_next
+from caovan.bench.model_folders import write_tiny_qwen3_5, write_tiny_qwen3_dense, write_tiny_qwen3_next
 
 RUNNER = Path(__file__).resolve().with_name("engine_runner.py")
 PREFILL_BACKEND = {"gdn_prefill_backend": "triton"}
@@ -41,9 +41,10 @@ class Case:
     name: str
     additional_config: dict[str, Any]
     num_speculative_tokens: int
-    model: str = "qwen3-next"  # key of the model folders: "qwen3-next" (GDN + MTP) or "dense"
+    model: str = "qwen3-next"  # key of the model folders: "qwen3-next", "qwen3.5" (GDN + MTP) or "dense"
     cudagraph_mode: str = "eager"  # engine_runner.CUDAGRAPH_MODES
     workload: str = "mixed"  # serve_workload.NAMES
+    tensor_parallel_size: int = 1
 
 
 @dataclass
@@ -111,6 +112,8 @@ def _command(case: Case, model_dirs: dict[str, Path], case_dir: Path) -> list[st
         case.cudagraph_mode,
         "--workload",
         case.workload,
+        "--tensor-parallel-size",
+        str(case.tensor_parallel_size),
     ]
 
 
@@ -161,13 +164,14 @@ def start_engines(
     cases: tuple[Case, ...], tmp_path_factory: pytest.TempPathFactory, group: str
 ) -> dict[str, EngineRun]:
     """Run ``cases`` (a module's engines, under the folder ``group``) and return each case's run by name."""
-    serve_env.require_cuda()
+    serve_env.require_cuda(max(case.tensor_parallel_size for case in cases))
     serve_env.require_plugin_entry_point()
     artifacts = os.environ.get("CAOVAN_SERVE_ARTIFACTS")
     work_dir = Path(artifacts) / group if artifacts else tmp_path_factory.mktemp(group)
     work_dir.mkdir(parents=True, exist_ok=True)
     model_dirs = {
         "qwen3-next": write_tiny_qwen3_next(work_dir / "tiny-qwen3-next", torch_dtype=DTYPE),
+        "qwen3.5": write_tiny_qwen3_5(work_dir / "tiny-qwen3.5", torch_dtype=DTYPE),
         "dense": write_tiny_qwen3_dense(work_dir / "tiny-qwen3-dense", torch_dtype=DTYPE),
     }
     print(

@@ -160,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="hf-init",
         help="hf-init: re-draw the target's dummy weights like an untrained Hugging Face model (default)",
     )
+    p.add_argument("--tensor-parallel-size", type=_positive_int, default=1, help="GPUs the model is split over")
     p.add_argument("--gpu-memory-utilization", type=_fraction, default=0.3)
     p.add_argument(
         "--kv-cache-memory-bytes",
@@ -209,6 +210,10 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "disable_log_stats": False,  # keeps the spec-decode acceptance metrics
     }
+    if args.tensor_parallel_size > 1:
+        # The workers are processes of their own: caovan's counters reach the test through CAOVAN_COUNTERS_FILE,
+        # and the stock-kernel count of this process stays 0.
+        kwargs["tensor_parallel_size"] = args.tensor_parallel_size
     if args.cudagraph_mode != "eager":
         kwargs["compilation_config"] = {"cudagraph_mode": args.cudagraph_mode}
     if args.num_speculative_tokens:

@@ -16,13 +16,18 @@ from caovan import PLUGIN_NAME
 ACTIVE_LINE = "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed"
 
 
-def require_cuda() -> None:
+def require_cuda(gpus: int = 1) -> None:
     try:
         import torch
     except ImportError as exc:
         pytest.skip(f"no CUDA GPU: torch is not importable ({exc})")
     if not torch.cuda.is_available():
         pytest.skip(f"no CUDA GPU: the serve tier starts real vLLM engines{cuda_visible_note()}")
+    if torch.cuda.device_count() < gpus:
+        pytest.skip(
+            f"{gpus} CUDA GPUs needed (tensor parallel {gpus}), {torch.cuda.device_count()} visible"
+            f"{cuda_visible_note()}"
+        )
 
 
 def require_plugin_entry_point() -> None:

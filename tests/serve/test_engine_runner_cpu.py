@@ -64,6 +64,13 @@ def test_graph_modes_and_workloads_reach_the_engine(model_dir):
     assert args.requests.max_tokens == serve_workload.MAX_TOKENS
 
 
+def test_tensor_parallel_reaches_the_engine_only_when_asked(model_dir):
+    base = ["--model", str(model_dir), "--out", "r"]
+    assert "tensor_parallel_size" not in engine_runner.engine_kwargs(engine_runner.parse_args(base))
+    kwargs = engine_runner.engine_kwargs(engine_runner.parse_args([*base, "--tensor-parallel-size", "2"]))
+    assert kwargs["tensor_parallel_size"] == 2
+
+
 def test_mixed_workload_has_no_draft_shaped_prompt():
     # The mixed workload is the FULL-graph tier's control: none of its prompts may hit vLLM's shape-only rule at
     # the draft lengths the tier and Turbo3 users run (1 to 3).

@@ -21,14 +21,9 @@ Timing numbers from this run are not judged (a tiny model on a shared machine sa
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
+import http_server
 import pytest
 import serve_env
 
@@ -41,30 +36,6 @@ MTP = 2
 MAX_TOKENS = 24
 STARTUP_WAIT_S = 480
 ACTIVE_LINE = serve_env.ACTIVE_LINE
-TAIL_LINES = 80
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _caovan(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "caovan", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
-class Server:
-    def __init__(self, proc: subprocess.Popen, log_path: Path, api_base: str, model: str) -> None:
-        self.proc, self.log_path, self.api_base, self.model = proc, log_path, api_base, model
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def tail(self) -> str:
-        return "\n".join(self.log().splitlines()[-TAIL_LINES:])
 
 
 @pytest.fixture(scope="module")
@@ -74,60 +45,18 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     work = tmp_path_factory.mktemp("http-serve")
     model = write_tiny_qwen3_next(work / "tiny-qwen3-next", torch_dtype="float16")
     write_word_tokenizer(model, VOCAB_SIZE)
-    port = _free_port()
-    log_path = work / "server.log"
-    command = [
-        sys.executable,
-        "-m",
-        "caovan",
-        "serve",
-        str(model),
-        "--caovan-mtp",
-        str(MTP),
-        "--load-format",
-        "dummy",
-        "--dtype",
-        "float16",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--enforce-eager",
-        "--max-model-len",
-        "1024",
-        "--max-num-seqs",
-        "8",
-        "--gpu-memory-utilization",
-        "0.25",
-        "--additional-config",
-        json.dumps({"gdn_prefill_backend": "triton"}),
-    ]
-    print(f"[http-serve] {' '.join(command)}", flush=True)
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=serve_env.engine_env(work),
-            cwd=work,
-            start_new_session=True,  # its own process group: the engine core it starts stops with it
-        )
-    running = Server(proc, log_path, f"http://127.0.0.1:{port}", str(model))
+    serve_args = ["--caovan-mtp", str(MTP), "--load-format", "dummy", "--dtype", "float16", "--enforce-eager"]
+    serve_args += ["--max-model-len", "1024", "--max-num-seqs", "8", "--gpu-memory-utilization", "0.25"]
+    serve_args += ["--additional-config", json.dumps({"gdn_prefill_backend": "triton"})]
+    running = http_server.start(work, model, serve_args)
     yield running
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    print(f"[http-serve] server ended rc={proc.returncode}; log {log_path}", flush=True)
+    running.stop()
 
 
 @pytest.fixture(scope="module")
 def warmup(server):
     started = time.monotonic()
-    done = _caovan(
+    done = http_server.caovan(
         "warmup",
         "--api-base",
         server.api_base,
@@ -150,30 +79,24 @@ def record_vllm_version() -> str:
     return metadata.version("vllm")
 
 
-def _describe(server: Server, done: subprocess.CompletedProcess[str] | None = None) -> str:
-    ran = f"rc={done.returncode}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}\n" if done else ""
-    alive = "running" if server.proc.poll() is None else f"exited rc={server.proc.returncode}"
-    return f"{ran}--- server ({alive}), last {TAIL_LINES} log lines ---\n{server.tail()}"
-
-
 def test_warmup_reaches_ready_on_the_caovan_server(server, warmup):
-    assert warmup.returncode == 0, _describe(server, warmup)
-    assert warmup.stdout.splitlines()[-1].startswith("[Caovan] warmup=READY"), _describe(server, warmup)
+    assert warmup.returncode == 0, server.describe(warmup)
+    assert warmup.stdout.splitlines()[-1].startswith("[Caovan] warmup=READY"), server.describe(warmup)
 
 
 def test_caovan_serve_switched_caovan_on_with_autospec(server, warmup):
     log = server.log()
     assert '[Caovan] serve: caovan: caovan=true, caovan_mode="auto" added to --additional-config' in log
     assert f"[Caovan] serve: AutoSpec: MTP speculative decoding, {MTP} token(s) per step" in log
-    assert "GDN interface check: PASS" in log, _describe(server)
-    assert f"speculative_config=auto MTP={MTP}: GDN spec-decode core routed to caovan" in log, _describe(server)
-    assert ACTIVE_LINE in log, _describe(server)
+    assert "GDN interface check: PASS" in log, server.describe()
+    assert f"speculative_config=auto MTP={MTP}: GDN spec-decode core routed to caovan" in log, server.describe()
+    assert ACTIVE_LINE in log, server.describe()
 
 
 def test_benchmark_writes_a_complete_record(server, warmup, tmp_path):
     assert warmup.returncode == 0, "warmup failed: see test_warmup_reaches_ready_on_the_caovan_server"
     output = tmp_path / "benchmark.json"
-    done = _caovan(
+    done = http_server.caovan(
         "benchmark",
         "--api-base",
         server.api_base,
@@ -197,7 +120,7 @@ def test_benchmark_writes_a_complete_record(server, warmup, tmp_path):
         timeout=600,
     )
     print(done.stdout)
-    assert done.returncode == 0, _describe(server, done)
+    assert done.returncode == 0, server.describe(done)
     record = json.loads(output.read_text())
     assert record["settings"]["max_tokens"] == MAX_TOKENS
     assert sorted(record["results"]) == ["decode-heavy", "mixed"], record["results"].keys()

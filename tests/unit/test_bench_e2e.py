@@ -36,6 +36,15 @@ def test_settings_take_serve_arguments_as_one_string(tmp_path):
     assert settings.mode_dir == tmp_path / "piecewise"
 
 
+def test_a_tensor_parallel_run_gets_a_folder_of_its_own(tmp_path):
+    for serve_args, folder in [
+        ((), "piecewise"),
+        (("-tp", "2"), "piecewise-tp2"),
+        (("--tensor-parallel-size=2",), "piecewise-tp2"),
+    ]:
+        assert e2e.E2ESettings("/m", tmp_path, serve_args=serve_args).mode_dir == tmp_path / folder
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -16,11 +16,17 @@ def _rates(median):
     return {"median": median, "min": median - 1, "max": median + 1}
 
 
-def _write(folder, mode, rows, gpu="NVIDIA H200"):
+def _write(folder, mode, rows, gpu="NVIDIA H200", tp=1):
     record = {
         "schema": SCHEMA,
         "written_at": "2026-12-06T10:00:00+00:00",
-        "settings": {"cudagraph_mode": mode, "repeats": 2, "requests_per_slot": 2, "max_tokens": 256},
+        "settings": {
+            "cudagraph_mode": mode,
+            "repeats": 2,
+            "requests_per_slot": 2,
+            "max_tokens": 256,
+            "tensor_parallel_size": tp,
+        },
         "gpu": gpu,
         "versions": {"caovan": "0.1.0", "vllm": "0.21.0", "torch": "2.11.0", "python": "3.12.3"},
         "summary": [
@@ -28,7 +34,7 @@ def _write(folder, mode, rows, gpu="NVIDIA H200"):
             for n, off, on in rows
         ],
     }
-    path = folder / "perf" / mode.lower() / "e2e.json"
+    path = folder / "perf" / (mode.lower() + (f"-tp{tp}" if tp > 1 else "")) / "e2e.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(record))
     return path
@@ -63,6 +69,16 @@ def test_the_table_lists_piecewise_first_with_medians_spreads_and_ratios(records
     assert "- PIECEWISE: NVIDIA H200, vLLM 0.21.0, torch 2.11.0" in text
     assert e2e_report.regenerate(folder, doc) is False  # current now
     assert e2e_report.main([str(folder), "--doc", str(doc), "--check"]) == 0
+
+
+def test_tensor_parallel_records_come_after_the_one_gpu_ones_and_say_so(records):
+    folder, doc = records
+    _write(folder.parent, "PIECEWISE", [(1, 30.0, 42.0)], gpu="NVIDIA H200 + NVIDIA H200", tp=2)
+    e2e_report.regenerate(folder, doc)
+    setups = [
+        line.split("|")[1].strip() for line in doc.read_text().splitlines() if line.startswith("| ") and "×" in line
+    ]
+    assert setups == ["PIECEWISE", "PIECEWISE", "FULL_AND_PIECEWISE", "PIECEWISE, TP=2"]
 
 
 def test_check_says_when_the_doc_is_stale_and_writes_nothing(records, capsys):

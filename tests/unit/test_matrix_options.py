@@ -40,7 +40,8 @@ def test_slugify_gpu_names():
 
 def test_runner_name_comes_from_the_first_gpu_or_is_cpu():
     two = "NVIDIA GeForce RTX 2080 Ti\nNVIDIA GeForce RTX 2080 Ti\n"
-    assert detect_runner_name(fake_nvidia_smi(two)) == "nvidia-geforce-rtx-2080-ti"
+    assert detect_runner_name(fake_nvidia_smi(two)) == "nvidia-geforce-rtx-2080-ti-x2"  # a TP=2 host: its own line
+    assert detect_runner_name(fake_nvidia_smi("NVIDIA H200\n")) == "nvidia-h200"
     assert detect_runner_name(fake_nvidia_smi("", returncode=9)) == "cpu"
     assert detect_runner_name(missing_nvidia_smi) == "cpu"
 

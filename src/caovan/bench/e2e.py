@@ -77,8 +77,16 @@ class E2ESettings:
     profile: bool = False
 
     @property
+    def tensor_parallel_size(self) -> int:
+        """From the serve arguments, as vLLM reads them (1 when not given)."""
+        from caovan.serving.serve_flags import parallel_size
+
+        return parallel_size(self.serve_args, {}, "--tensor-parallel-size", "-tp")
+
+    @property
     def mode_dir(self) -> Path:
-        return self.out_dir / self.cudagraph_mode.lower()
+        tp = self.tensor_parallel_size
+        return self.out_dir / (self.cudagraph_mode.lower() + (f"-tp{tp}" if tp > 1 else ""))
 
 
 def trace_dir(settings: E2ESettings, label: str) -> Path:
@@ -350,7 +358,12 @@ def run_e2e(
     record = {
         "schema": SCHEMA,
         "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "settings": {**asdict(settings), "out_dir": str(settings.out_dir), "load": LOAD},
+        "settings": {
+            **asdict(settings),
+            "out_dir": str(settings.out_dir),
+            "load": LOAD,
+            "tensor_parallel_size": settings.tensor_parallel_size,
+        },
         "gpu": gpu_name(),
         "versions": {
             "caovan": __version__,

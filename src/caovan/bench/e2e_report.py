@@ -43,6 +43,12 @@ class E2ERecord:
     def mode(self) -> str:
         return self.data["settings"]["cudagraph_mode"]
 
+    @property
+    def setup(self) -> str:
+        """The mode, and the tensor parallelism when the run split the model over GPUs."""
+        tp = self.data["settings"].get("tensor_parallel_size", 1)
+        return self.mode if tp == 1 else f"{self.mode}, TP={tp}"
+
 
 def load_records(folder: Path) -> list[E2ERecord]:
     paths = sorted(folder.glob("*/e2e.json"))
@@ -57,10 +63,10 @@ def load_records(folder: Path) -> list[E2ERecord]:
         if not isinstance(record, dict) or record.get("schema") != SCHEMA:
             raise ReportError(f"{path}: not a {SCHEMA} record")
         records.append(E2ERecord(path, record))
-    modes = [r.mode for r in records]
-    if len(set(modes)) != len(modes):
-        raise ReportError(f"{folder}: two records of one cudagraph mode ({', '.join(sorted(modes))})")
-    return sorted(records, key=lambda r: _mode_rank(r.mode))
+    setups = [r.setup for r in records]
+    if len(set(setups)) != len(setups):
+        raise ReportError(f"{folder}: two records of one setup ({', '.join(sorted(setups))})")
+    return sorted(records, key=lambda r: (r.data["settings"].get("tensor_parallel_size", 1), _mode_rank(r.mode)))
 
 
 def _mode_rank(mode: str) -> tuple[int, str]:
@@ -77,7 +83,7 @@ def table(records: list[E2ERecord], doc_folder: Path) -> str:
         for row in record.data["summary"]:
             rows.append(
                 [
-                    record.mode,
+                    record.setup,
                     row["concurrency"],
                     _rate(row["baseline_tok_s"]),
                     _rate(row["caovan_tok_s"]),
@@ -92,7 +98,7 @@ def table(records: list[E2ERecord], doc_folder: Path) -> str:
         data, settings, versions = record.data, record.data["settings"], record.data["versions"]
         link = Path(os.path.relpath(record.path, doc_folder)).as_posix()
         lines.append(
-            f"- {record.mode}: {data['gpu']}, vLLM {versions['vllm']}, torch {versions['torch']}, "
+            f"- {record.setup}: {data['gpu']}, vLLM {versions['vllm']}, torch {versions['torch']}, "
             f"caovan {versions['caovan']}, {data['written_at'][:10]}; {settings['repeats']} repeats of "
             f"concurrency × {settings['requests_per_slot']} requests, {settings['max_tokens']} tokens out; "
             f"record [`{link}`]({link})"
@@ -119,7 +125,7 @@ def plot(records: list[E2ERecord], target: Path) -> None:
                         va="bottom", fontsize=8)  # fmt: skip
         ax.set_xticks(list(x), [str(row["concurrency"]) for row in summary])
         ax.set_xlabel("concurrency")
-        ax.set_title(f"{record.mode}\n{record.data['gpu']}, vLLM {record.data['versions']['vllm']}")
+        ax.set_title(f"{record.setup}\n{record.data['gpu']}, vLLM {record.data['versions']['vllm']}")
     axes[0][0].set_ylabel("decode output tokens/s (median)")
     axes[0][0].legend(loc="upper left", fontsize=8)
     fig.tight_layout()

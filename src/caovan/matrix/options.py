@@ -46,11 +46,16 @@ def _nvidia_smi_gpu_names(run: Callable[..., subprocess.CompletedProcess[str]]) 
 def detect_runner_name(
     run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
 ) -> str:
-    """Slug of the first GPU's name as nvidia-smi reports it (e.g. ``nvidia-h200``), or ``cpu``."""
+    """Slug of the first GPU's name as nvidia-smi reports it (e.g. ``nvidia-h200``), ``-xN`` after it on a host
+    with N GPUs (``nvidia-h200-x2``: its serve tier also runs tensor parallel 2, so its results are a line of
+    their own beside the one-GPU host's), or ``cpu``."""
     names = _nvidia_smi_gpu_names(run)
     if not names:
         return "cpu"
-    return slugify(names[0]) or "cpu"
+    slug = slugify(names[0])
+    if not slug:
+        return "cpu"
+    return f"{slug}-x{len(names)}" if len(names) > 1 else slug
 
 
 @dataclass(frozen=True)

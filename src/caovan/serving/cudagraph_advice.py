@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from caovan.serving.serve_flags import find_flag, flag_name, split_double_dash
+from caovan.serving.serve_flags import flag_name, parallel_size, split_double_dash
 
 
 def users_graph_choice(args: Sequence[str], config: Mapping[str, Any]) -> str | None:
@@ -32,15 +32,6 @@ def users_graph_choice(args: Sequence[str], config: Mapping[str, Any]) -> str | 
     return None
 
 
-def pipeline_parallel_size(args: Sequence[str], config: Mapping[str, Any]) -> int:
-    uses = find_flag(args, "--pipeline-parallel-size", "-pp")
-    raw = uses[-1].value if uses else config.get("pipeline_parallel_size", config.get("pipeline-parallel-size", 1))
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        return 1  # vLLM's own parser refuses it, with its message
-
-
 def graph_note(
     args: Sequence[str], config: Mapping[str, Any], caovan_on: bool, judge: Callable[[int], Any] | None = None
 ) -> str | None:
@@ -50,7 +41,7 @@ def graph_note(
     if judge is None:
         from caovan.plugin.uniform_decode_guard import full_graph_safety as judge
     try:
-        safety = judge(pipeline_parallel_size(args, config))
+        safety = judge(parallel_size(args, config, "--pipeline-parallel-size", "-pp"))
     except Exception as exc:  # a probe of vLLM's runner; serve goes on without the advice
         return f"cudagraphs: FULL CUDA graphs with MTP not judged ({type(exc).__name__}: {exc})"
     return f"cudagraphs: vLLM's default FULL_AND_PIECEWISE; {safety.verdict(caovan_on)}"

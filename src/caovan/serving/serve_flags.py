@@ -199,3 +199,14 @@ def file_json_flag(config: Mapping[str, Any], key: str, path: str) -> dict[str, 
     if not isinstance(value, dict):
         raise ServeArgsError(f"--config {path}: {key} must be a mapping, got {type(value).__name__}")
     return value
+
+
+def parallel_size(args: Sequence[str], config: Mapping[str, Any], long: str, short: str) -> int:
+    """``--pipeline-parallel-size`` / ``--tensor-parallel-size`` as the user gave it (flag, or --config key)."""
+    uses = find_flag(args, long, short)
+    key = long.removeprefix("--")
+    raw = uses[-1].value if uses else config.get(key.replace("-", "_"), config.get(key, 1))
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return 1  # vLLM's own parser refuses it, with its message
