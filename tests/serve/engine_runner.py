@@ -210,6 +210,10 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "disable_log_stats": False,  # keeps the spec-decode acceptance metrics
     }
+    if "vision_config" in json.loads((args.model / "config.json").read_text()):
+        # Token-id prompts only: text-only mode, so vLLM neither profiles images nor needs the processor's
+        # tokenizer (skip_tokenizer_init).
+        kwargs["limit_mm_per_prompt"] = {"image": 0, "video": 0}
     if args.tensor_parallel_size > 1:
         # The workers are processes of their own: caovan's counters reach the test through CAOVAN_COUNTERS_FILE,
         # and the stock-kernel count of this process stays 0.

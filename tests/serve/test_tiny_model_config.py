@@ -17,7 +17,8 @@ from caovan.model_check import check_model_dir
 @pytest.mark.parametrize("writer", [tiny_models.write_tiny_qwen3_next, tiny_models.write_tiny_qwen3_5])
 def test_tiny_model_is_a_caovan_candidate(tmp_path, writer):
     folder = writer(tmp_path / "m")
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json"]  # no weights, no tokenizer
+    files = sorted(p.name for p in folder.iterdir())
+    assert files[0] == "config.json" and not any("token" in f or f.endswith(".safetensors") for f in files), files
     report = check_model_dir(folder)
     assert report.is_candidate, report.to_dict()
     failing = [r for r in report.to_dict()["reasons"] if r["status"] == "fail"]
@@ -209,3 +210,30 @@ def test_vllm_reads_the_27b_folder_as_the_hybrid_model_with_its_mtp_draft(tmp_pa
         method="mtp", num_speculative_tokens=3, target_model_config=target, target_parallel_config=ParallelConfig()
     )
     assert spec.draft_model_config.architectures == ["Qwen3_5MTP"]
+
+
+@pytest.mark.discovery
+@pytest.mark.usefixtures("served_release")
+@pytest.mark.parametrize("make", ["tiny", "qwen3.6-27b"])
+def test_vllm_builds_the_qwen3_5_processor_from_the_folder_offline(tmp_path, monkeypatch, make):
+    # A served Qwen3.5 folder is multimodal: vLLM builds Hugging Face's processor (image, video, tokenizer) at
+    # start-up to profile images; it must load from the folder, with no network, and know the vision tokens.
+    from vllm.config import ModelConfig
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.multimodal import MULTIMODAL_REGISTRY
+
+    if "Qwen3_5ForConditionalGeneration" not in ModelRegistry.get_supported_archs():
+        pytest.skip("this vLLM has no Qwen3_5ForConditionalGeneration: Qwen3.5 arrived in vLLM 0.18")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    if make == "tiny":
+        folder = tiny_models.write_word_tokenizer(tiny_models.write_tiny_qwen3_5(tmp_path / "m"), 2048)
+    else:
+        folder = tiny_models.write_architecture(make, tmp_path / "m")
+    config = ModelConfig(model=str(folder), dtype="float16", max_model_len=4096, seed=0)
+    processor = MULTIMODAL_REGISTRY.create_processor(config).info.get_hf_processor()
+    assert type(processor).__name__ == "Qwen3VLProcessor"
+    assert processor.image_token_id == config.hf_config.image_token_id
+    vocab = processor.tokenizer.get_vocab()
+    assert vocab["<|vision_start|>"] == config.hf_config.vision_start_token_id
+    assert len(processor.tokenizer) == config.hf_text_config.vocab_size  # no token past the model's vocabulary

@@ -327,11 +327,17 @@ def tiny_qwen3_dense_config(
     }
 
 
+#: The ``transformers_version`` a saved config carries, as released configs do: without it, Hugging Face's tokenizer
+#: loader takes a local folder for a Mistral one and warns that the tokenization is wrong (transformers 4.57.3+).
+CONFIG_TRANSFORMERS_VERSION = "4.57.1"
+
+
 def _write_config(directory: str | Path, config: dict[str, Any]) -> Path:
     folder = Path(directory)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"model folder: {folder} exists and is not a directory")
     folder.mkdir(parents=True, exist_ok=True)
+    config = {"transformers_version": CONFIG_TRANSFORMERS_VERSION, **config}
     (folder / CONFIG_FILE_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return folder
 
@@ -345,11 +351,54 @@ def write_tiny_qwen3_next(directory: str | Path, **overrides: Any) -> Path:
 
 
 def write_tiny_qwen3_5(directory: str | Path, **overrides: Any) -> Path:
-    """Write ``config.json`` of a tiny Qwen3.5 GDN + MTP model into ``directory``; returns the folder.
+    """Write ``config.json`` of a tiny Qwen3.5 GDN + MTP model and its image/video processor configs into
+    ``directory``; returns the folder.
 
     ``overrides`` are the keyword arguments of :func:`tiny_qwen3_5_config`.
     """
-    return _write_config(directory, tiny_qwen3_5_config(**overrides))
+    folder = _write_config(directory, tiny_qwen3_5_config(**overrides))
+    _write_vision_processor_configs(folder)
+    return folder
+
+
+#: The public Qwen3.5 / Qwen3.6 image and video processor settings (their preprocessor_config.json and
+#: video_preprocessor_config.json), so that Hugging Face's Qwen3VLProcessor loads from the folder offline.
+_VISION_PROCESSOR = {
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "processor_class": "Qwen3VLProcessor",
+}
+VISION_PROCESSOR_FILES = {
+    "preprocessor_config.json": {
+        "image_processor_type": "Qwen2VLImageProcessorFast",
+        "size": {"shortest_edge": 65536, "longest_edge": 16777216},
+    },
+    "video_preprocessor_config.json": {
+        "video_processor_type": "Qwen3VLVideoProcessor",
+        "size": {"shortest_edge": 4096, "longest_edge": 25165824},
+    },
+}
+
+
+def _write_vision_processor_configs(folder: Path) -> None:
+    # Text serving never runs the vision tower (serve with --limit-mm-per-prompt '{"image": 0, "video": 0}'), but a
+    # vLLM that builds the multimodal processor anyway must find these rather than reach for the network.
+    for name, fields in VISION_PROCESSOR_FILES.items():
+        (folder / name).write_text(json.dumps({**_VISION_PROCESSOR, **fields}, indent=2, sort_keys=True) + "\n")
+
+
+def vision_special_tokens(config: dict[str, Any]) -> dict[str, int]:
+    """The vision tokens a Qwen3.5 config names, with their ids (empty for a text-only config)."""
+    names = {
+        "image_token_id": "<|image_pad|>",
+        "video_token_id": "<|video_pad|>",
+        "vision_start_token_id": "<|vision_start|>",
+        "vision_end_token_id": "<|vision_end|>",
+    }
+    return {token: config[key] for key, token in names.items() if key in config}
 
 
 def write_tiny_qwen3_dense(directory: str | Path, **overrides: Any) -> Path:
@@ -366,23 +415,38 @@ KNOWN_WORDS = ("the", "a", "of", "and", "to", "in", "is", "model", "token", "dec
 
 
 def write_word_tokenizer(directory: str | Path, vocab_size: int) -> Path:
-    """Write the tokenizer files into ``directory`` (the model folder); ids stay below ``vocab_size``."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    """Write the tokenizer files into ``directory`` (the model folder); word ids stay below ``vocab_size``.
 
+    Where the folder's ``config.json`` names vision tokens (Qwen3.5), they are special tokens at those ids, as in
+    the released tokenizer, so that the multimodal processor finds them, and the class is the Qwen family's
+    (``Qwen2TokenizerFast``, read from ``tokenizer.json``): Hugging Face's Qwen3VLProcessor accepts no other.
+    Transformers 5 gives a ``qwen3_5`` folder its byte-level BPE class whatever the file says, and that class
+    cannot read a word-level vocabulary: such a folder's text prompts need transformers 4 (vLLM up to 0.23 installs
+    it); token-id prompts work with either.
+    """
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    folder = Path(directory)
+    config_path = folder / CONFIG_FILE_NAME
+    vision = vision_special_tokens(json.loads(config_path.read_text())) if config_path.is_file() else {}
+    # The words end below the first vision token (the tiny configs put those at the top of the vocabulary).
+    words_end = min([vocab_size, *vision.values()])
     specials = [UNK, EOS]
-    if vocab_size < len(specials) + len(KNOWN_WORDS):
+    if words_end < len(specials) + len(KNOWN_WORDS):
         raise ValueError(f"word tokenizer: vocab_size={vocab_size} is smaller than its fixed words")
     words = [*specials, *KNOWN_WORDS]
-    words += [f"w{i}" for i in range(vocab_size - len(words))]
-    tokenizer = Tokenizer(models.WordLevel(vocab={word: i for i, word in enumerate(words)}, unk_token=UNK))
+    words += [f"w{i}" for i in range(words_end - len(words))]
+    vocab = {word: i for i, word in enumerate(words)} | vision
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    folder = Path(directory)
+    tokenizer.add_special_tokens([AddedToken(token, special=True) for token in vision])
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(folder / "tokenizer.json"))
     config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
+        "tokenizer_class": "Qwen2TokenizerFast" if vision else "PreTrainedTokenizerFast",
         "unk_token": UNK,
         "eos_token": EOS,
+        "pad_token": EOS,  # Qwen2TokenizerFast would otherwise add its own, one id past the model's vocabulary
         "model_max_length": 1 << 20,
         "clean_up_tokenization_spaces": False,
     }
@@ -411,8 +475,6 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
         mamba_ssm_dtype="float32",
     ),
 }
-#: Words of the tokenizer written beside an architecture's config (its ids stay below the model's vocabulary).
-TOKENIZER_WORDS = 32768
 
 
 def write_architecture(name: str, directory: str | Path) -> Path:
@@ -420,5 +482,6 @@ def write_architecture(name: str, directory: str | Path) -> Path:
     ``directory``, for serving with ``--load-format dummy``; returns the folder."""
     if name not in ARCHITECTURES:
         raise ValueError(f"model folder: unknown architecture {name!r} (known: {', '.join(ARCHITECTURES)})")
-    folder = _write_config(directory, tiny_qwen3_5_config(**ARCHITECTURES[name]))
-    return write_word_tokenizer(folder, TOKENIZER_WORDS)
+    folder = write_tiny_qwen3_5(directory, **ARCHITECTURES[name])
+    # Words up to the vision tokens at the top: the tokenizer covers the model's vocabulary without holes.
+    return write_word_tokenizer(folder, ARCHITECTURES[name]["vocab_size"])
