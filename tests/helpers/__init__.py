@@ -1,2 +1,2 @@
-"""Builders the test tiers share (tiny model configs, a word tokenizer); importable as ``helpers`` because pytest
+"""Builders the test tiers share (tiny model configs, a tokenizer); importable as ``helpers`` because pytest
 puts ``tests/`` on ``sys.path`` for ``tests/conftest.py``."""

@@ -13,8 +13,8 @@ twice and writes its record.  What is asserted:
 * warmup exits 0 with ``[Caovan] warmup=READY``;
 * benchmark exits 0, and its record holds every request, no error, and the completion tokens asked for.
 
-The text prompts need a tokenizer: the model folder gets the word-level one of
-``caovan.bench.model_folders.write_word_tokenizer`` (no network on the tier's machines).
+The text prompts need a tokenizer: the model folder gets the one of
+``caovan.bench.model_tokenizer.write_tokenizer`` (no network on the tier's machines).
 Timing numbers from this run are not judged (a tiny model on a shared machine says nothing about speed).
 """
 
@@ -27,11 +27,11 @@ import http_server
 import pytest
 import serve_env
 
-from caovan.bench.model_folders import write_tiny_qwen3_next, write_word_tokenizer
+from caovan.bench.model_folders import write_tiny_qwen3_next
+from caovan.bench.model_tokenizer import write_tokenizer
 
 pytestmark = pytest.mark.serve
 
-VOCAB_SIZE = 2048  # the tiny model's default
 MTP = 2
 MAX_TOKENS = 24
 STARTUP_WAIT_S = 480
@@ -44,9 +44,9 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     serve_env.require_plugin_entry_point()
     work = tmp_path_factory.mktemp("http-serve")
     model = write_tiny_qwen3_next(work / "tiny-qwen3-next", torch_dtype="float16")
-    write_word_tokenizer(model, VOCAB_SIZE)
+    write_tokenizer(model)
     serve_args = ["--caovan-mtp", str(MTP), "--load-format", "dummy", "--dtype", "float16", "--enforce-eager"]
-    serve_args += ["--max-model-len", "1024", "--max-num-seqs", "8", "--gpu-memory-utilization", "0.25"]
+    serve_args += ["--max-model-len", "2048", "--max-num-seqs", "8", "--gpu-memory-utilization", "0.25"]
     serve_args += ["--additional-config", json.dumps({"gdn_prefill_backend": "triton"})]
     running = http_server.start(work, model, serve_args)
     yield running

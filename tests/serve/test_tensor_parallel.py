@@ -27,7 +27,8 @@ import pytest
 import serve_env
 from engine_cases import PREFILL_BACKEND, Case, EngineRun, compare, start_engines, succeeded
 
-from caovan.bench.model_folders import write_tiny_qwen3_5, write_tiny_qwen3_next, write_word_tokenizer
+from caovan.bench.model_folders import write_tiny_qwen3_5, write_tiny_qwen3_next
+from caovan.bench.model_tokenizer import write_tokenizer
 
 pytestmark = pytest.mark.serve
 
@@ -96,9 +97,9 @@ def tp_server(request, tmp_path_factory: pytest.TempPathFactory):
     serve_env.require_plugin_entry_point()
     work = tmp_path_factory.mktemp(f"http-tp{TP}-{request.param}")
     model = WRITERS[request.param](work / f"tiny-{request.param}", torch_dtype="float16")
-    write_word_tokenizer(model, 2048)
+    write_tokenizer(model)
     serve_args = ["--tensor-parallel-size", str(TP), "--caovan-mtp", str(NUM_SPECULATIVE_TOKENS)]
-    serve_args += ["--load-format", "dummy", "--dtype", "float16", "--enforce-eager", "--max-model-len", "1024"]
+    serve_args += ["--load-format", "dummy", "--dtype", "float16", "--enforce-eager", "--max-model-len", "2048"]
     serve_args += ["--max-num-seqs", str(CONCURRENCY), "--gpu-memory-utilization", "0.25"]
     serve_args += ["--additional-config", json.dumps(PREFILL_BACKEND)]
     server = http_server.start(work, model, serve_args)

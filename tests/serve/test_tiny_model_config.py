@@ -139,26 +139,38 @@ def test_vllm_reads_the_tiny_dense_model_as_a_plain_model(tmp_path):
 
 @pytest.mark.discovery
 @pytest.mark.usefixtures("served_release")
-def test_vllm_loads_the_tiny_word_tokenizer(tmp_path):
-    # The HTTP test of the serve tier sends text prompts through this tokenizer; vLLM loads it as it loads any.
+@pytest.mark.parametrize("writer", [tiny_models.write_tiny_qwen3_next, tiny_models.write_tiny_qwen3_5])
+def test_vllm_loads_the_tiny_tokenizer_and_it_round_trips_the_benchmark_prompts(tmp_path, monkeypatch, writer):
+    # The HTTP tests of the serve tier send the benchmark's text prompts through this tokenizer, with whatever
+    # tokenizer class this row's transformers picks for the model type.
     from vllm.tokenizers import get_tokenizer
 
-    from caovan.bench.model_folders import KNOWN_WORDS, write_word_tokenizer
+    from caovan.bench.model_tokenizer import END_OF_TEXT, write_tokenizer
+    from caovan.serving.benchmark import WORDS, prompt
 
-    folder = write_word_tokenizer(tiny_models.write_tiny_qwen3_next(tmp_path / "m"), 2048)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = write_tokenizer(writer(tmp_path / "m"))
     tokenizer = get_tokenizer(str(folder))
-    ids = tokenizer.encode("the model w5 unknown-word")
-    assert ids == [2, 2 + KNOWN_WORDS.index("model"), 2 + len(KNOWN_WORDS) + 5, 0]
-    assert tokenizer.eos_token_id == 1
-    assert max(tokenizer.get_vocab().values()) == 2047
-    assert tokenizer.decode(ids[:2]) == "the model"
+    vocab_size = json.loads((folder / "config.json").read_text()).get("text_config", {}).get("vocab_size", 2048)
+    assert len(tokenizer) == vocab_size and tokenizer.eos_token == END_OF_TEXT
+    text = prompt("mixed", "repeat-1", 3)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.decode(ids) == text and max(ids) < vocab_size
+    assert len(ids) < 1.5 * len(text.split())  # words are whole tokens: the tier's max_model_len holds the prompts
+    assert all(len(tokenizer.encode(f" {word}", add_special_tokens=False)) == 1 for word in WORDS)
 
 
-def test_tiny_tokenizer_refuses_a_vocabulary_too_small(tmp_path):
-    from caovan.bench.model_folders import write_word_tokenizer
+def test_the_tokenizer_refuses_a_vocabulary_without_room_or_with_vision_tokens_inside(tmp_path):
+    from caovan.bench.model_tokenizer import write_tokenizer
 
-    with pytest.raises(ValueError, match="vocab_size=8 is smaller than its fixed words"):
-        write_word_tokenizer(tmp_path, 8)
+    with pytest.raises(ValueError, match="vocab_size=200 leaves too few ids"):
+        write_tokenizer(tiny_models.write_tiny_qwen3_next(tmp_path / "small", vocab_size=200))
+    config = tiny_models.tiny_qwen3_5_config()
+    config["image_token_id"] = 7
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="are not the last ids of the vocabulary"):
+        write_tokenizer(tmp_path / "odd")
 
 
 def test_the_27b_architecture_is_the_public_config_s(tmp_path):
@@ -166,6 +178,10 @@ def test_the_27b_architecture_is_the_public_config_s(tmp_path):
 
     folder = tiny_models.write_architecture("qwen3.6-27b", tmp_path / "m27")
     text = json.loads((folder / "config.json").read_text())["text_config"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
+        "video_preprocessor_config.json",
+    ]  # fmt: skip
     assert (text["num_hidden_layers"], text["hidden_size"], text["intermediate_size"]) == (64, 5120, 17408)
     assert (text["num_attention_heads"], text["num_key_value_heads"], text["head_dim"]) == (24, 4, 256)
     assert text["layer_types"].count("linear_attention") == 48 and text["layer_types"][3] == "full_attention"
@@ -182,7 +198,7 @@ def test_the_model_folder_command_writes_once_and_never_over_a_folder(tmp_path, 
     from caovan.cli import main
 
     assert main(["bench", "model-folder", "qwen3.6-27b", str(tmp_path / "m27")]) == 0
-    assert "config.json and a word tokenizer" in capsys.readouterr().out
+    assert "config.json and a tokenizer" in capsys.readouterr().out
     before = (tmp_path / "m27" / "config.json").read_text()
     assert main(["bench", "model-folder", "qwen3.6-27b", str(tmp_path / "m27")]) == 2
     assert "exists and is not an empty folder (nothing written)" in capsys.readouterr().err
@@ -227,7 +243,9 @@ def test_vllm_builds_the_qwen3_5_processor_from_the_folder_offline(tmp_path, mon
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     if make == "tiny":
-        folder = tiny_models.write_word_tokenizer(tiny_models.write_tiny_qwen3_5(tmp_path / "m"), 2048)
+        from caovan.bench.model_tokenizer import write_tokenizer
+
+        folder = write_tokenizer(tiny_models.write_tiny_qwen3_5(tmp_path / "m"))
     else:
         folder = tiny_models.write_architecture(make, tmp_path / "m")
     config = ModelConfig(model=str(folder), dtype="float16", max_model_len=4096, seed=0)

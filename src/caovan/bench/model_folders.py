@@ -1,4 +1,4 @@
-"""GDN + MTP model folders for engines run with dummy weights: ``config.json`` (and a word tokenizer, for servers).
+"""GDN + MTP model folders for engines run with dummy weights: ``config.json`` (and a tokenizer, for servers).
 
 vLLM builds the model from the config alone when asked for dummy weights, so a folder holding just
 ``config.json`` is enough for ``vllm.LLM(model=folder, load_format="dummy", skip_tokenizer_init=True)``:
@@ -21,10 +21,8 @@ Field names follow vLLM 0.21.0's config classes
   serving never runs it); the MTP draft reads ``mtp_num_hidden_layers``.
 * Qwen3 dense (``Qwen3ForCausalLM``): no GDN layer at all, for require mode's "no GDN layer" refusal.
 
-The word tokenizer (:func:`write_word_tokenizer`) lets ``vllm serve`` take text prompts with no network: built in
-place with the ``tokenizers`` library (a vLLM dependency), whitespace-split words, ``w0 … wN`` plus the words of
-:data:`KNOWN_WORDS`, everything else ``[UNK]``, written as ``tokenizer.json`` + ``tokenizer_config.json`` that
-``transformers.AutoTokenizer`` (and so vLLM) loads as a ``PreTrainedTokenizerFast``.
+A tokenizer for servers that take text prompts: :mod:`caovan.bench.model_tokenizer`. Qwen3.5 folders also get the
+public image and video processor settings, so that the multimodal processor vLLM builds at start-up loads offline.
 
 Importable without vLLM or a GPU (standard library only; the tokenizer writer imports ``tokenizers``).
 """
@@ -409,51 +407,6 @@ def write_tiny_qwen3_dense(directory: str | Path, **overrides: Any) -> Path:
     return _write_config(directory, tiny_qwen3_dense_config(**overrides))
 
 
-UNK, EOS = "[UNK]", "[EOS]"
-#: Words given their own ids (the rest of the vocabulary is ``w0``, ``w1``, …).
-KNOWN_WORDS = ("the", "a", "of", "and", "to", "in", "is", "model", "token", "decode", "prefill", "caovan")
-
-
-def write_word_tokenizer(directory: str | Path, vocab_size: int) -> Path:
-    """Write the tokenizer files into ``directory`` (the model folder); word ids stay below ``vocab_size``.
-
-    Where the folder's ``config.json`` names vision tokens (Qwen3.5), they are special tokens at those ids, as in
-    the released tokenizer, so that the multimodal processor finds them, and the class is the Qwen family's
-    (``Qwen2TokenizerFast``, read from ``tokenizer.json``): Hugging Face's Qwen3VLProcessor accepts no other.
-    Transformers 5 gives a ``qwen3_5`` folder its byte-level BPE class whatever the file says, and that class
-    cannot read a word-level vocabulary: such a folder's text prompts need transformers 4 (vLLM up to 0.23 installs
-    it); token-id prompts work with either.
-    """
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-
-    folder = Path(directory)
-    config_path = folder / CONFIG_FILE_NAME
-    vision = vision_special_tokens(json.loads(config_path.read_text())) if config_path.is_file() else {}
-    # The words end below the first vision token (the tiny configs put those at the top of the vocabulary).
-    words_end = min([vocab_size, *vision.values()])
-    specials = [UNK, EOS]
-    if words_end < len(specials) + len(KNOWN_WORDS):
-        raise ValueError(f"word tokenizer: vocab_size={vocab_size} is smaller than its fixed words")
-    words = [*specials, *KNOWN_WORDS]
-    words += [f"w{i}" for i in range(words_end - len(words))]
-    vocab = {word: i for i, word in enumerate(words)} | vision
-    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.add_special_tokens([AddedToken(token, special=True) for token in vision])
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    config = {
-        "tokenizer_class": "Qwen2TokenizerFast" if vision else "PreTrainedTokenizerFast",
-        "unk_token": UNK,
-        "eos_token": EOS,
-        "pad_token": EOS,  # Qwen2TokenizerFast would otherwise add its own, one id past the model's vocabulary
-        "model_max_length": 1 << 20,
-        "clean_up_tokenization_spaces": False,
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    return folder
-
-
 #: Released text architectures the end-to-end records serve, as keyword arguments of :func:`tiny_qwen3_5_config`,
 #: from the public ``config.json`` (its ``text_config``) of each model.
 ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -478,10 +431,11 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 
 
 def write_architecture(name: str, directory: str | Path) -> Path:
-    """Write ``config.json`` of a released architecture (:data:`ARCHITECTURES`) and a word tokenizer into
+    """Write ``config.json`` of a released architecture (:data:`ARCHITECTURES`) and a tokenizer into
     ``directory``, for serving with ``--load-format dummy``; returns the folder."""
     if name not in ARCHITECTURES:
         raise ValueError(f"model folder: unknown architecture {name!r} (known: {', '.join(ARCHITECTURES)})")
+    from caovan.bench.model_tokenizer import write_tokenizer
+
     folder = write_tiny_qwen3_5(directory, **ARCHITECTURES[name])
-    # Words up to the vision tokens at the top: the tokenizer covers the model's vocabulary without holes.
-    return write_word_tokenizer(folder, ARCHITECTURES[name]["vocab_size"])
+    return write_tokenizer(folder)

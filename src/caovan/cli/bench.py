@@ -101,10 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--against", metavar="OLD", help="an older record of the same cases to compare with")
     mf = targets.add_parser(
         "model-folder",
-        help="write a released GDN architecture's config and a word tokenizer, to serve with dummy weights",
+        help="write a released GDN architecture's config and a tokenizer, to serve with dummy weights",
         description=(
             "Writes FOLDER/config.json with the text architecture of a released model, from its public config "
-            "(a tiny vision tower beside it: text serving never runs it), and a word-level tokenizer, so that "
+            "(a tiny vision tower beside it, with its processor settings), and a byte-level BPE tokenizer, so that "
             "`caovan-vllm-serve FOLDER --load-format dummy` serves it with no weights and no network (the "
             "end-to-end records). Refuses a FOLDER that exists and is not an empty folder."
         ),
@@ -341,7 +341,7 @@ def run_model_folder(args: argparse.Namespace) -> int:
         write_architecture(args.architecture, folder)
     except OSError as exc:
         return _error(f"FOLDER {args.folder}: cannot write it: {exc.strerror or exc}")
-    print(f"{args.architecture}: {folder / 'config.json'} and a word tokenizer; serve it with --load-format dummy")
+    print(f"{args.architecture}: {folder / 'config.json'} and a tokenizer; serve it with --load-format dummy")
     return 0
 
 
