@@ -274,13 +274,15 @@ def test_no_family_passing_names_why_on_the_result_line(healthy, capsys, monkeyp
 def test_a_recognised_family_caovan_does_not_serve_is_a_fail_with_its_refusal(healthy, capsys, monkeypatch):
     from caovan.adapters.base import HookPoint, ProbeReport
     from caovan.adapters.families import QWEN3_NEXT_GDN_V010 as refused
+    from caovan.adapters.registry import refusal_message
 
     report = ProbeReport(refused.family_id, refused.version_hint, "0.10.2", (HookPoint("hook", True, "present"),))
     monkeypatch.setattr(doctor, "family_reports", lambda: [report])
     rc, facts, result = _verdicts(capsys)
     assert rc == 1 and facts["family"] is None and facts["family_refused"]["family"] == refused.family_id
-    assert result.startswith(f"result        FAIL: vLLM {facts['vllm']} is family {refused.family_id}, which caovan")
-    assert result.endswith(refused.refusal)
+    # Start-up's words (the registry's refusal_message), not a phrasing of doctor's own.
+    assert result == f"result        FAIL: {refusal_message(facts['vllm'], refused)}"
+    assert result.endswith(f"{refused.label} {refused.family_id}; caovan does not serve it: {refused.refusal}")
     assert f"GDN interface check: REFUSED family={refused.family_id} " in doctor.render(facts)
 
 

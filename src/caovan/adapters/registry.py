@@ -48,6 +48,12 @@ def closest(reports: tuple[ProbeReport, ...] | list[ProbeReport]) -> str | None:
     return f"closest family {best.family_id} ({found}); moved: {shown}{more}"
 
 
+def refusal_message(vllm_version: str | None, family: GdnFamily) -> str:
+    """Why caovan leaves a release of a recognised, unserved family to vLLM: start-up, doctor and the table say it
+    in these words."""
+    return f"vLLM {vllm_version} is {family.label} {family.family_id}; caovan does not serve it: {family.refusal}"
+
+
 def select_adapter(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> Selection:
     vllm_version = installed_vllm_version()
     if vllm_version is None:
@@ -64,7 +70,7 @@ def select_adapter(adapters: tuple[type[GdnAdapter], ...] = ADAPTERS) -> Selecti
             break
     refused = getattr(chosen, "family", None)
     if refused is not None and refused.refusal is not None:
-        why = f"vLLM {vllm_version} is {refused.label} {refused.family_id}; caovan does not serve it: {refused.refusal}"
+        why = refusal_message(vllm_version, refused)
         return Selection(vllm_version, None, why, tuple(reports), refused=refused)
     if chosen is not None:
         # The version this selection ordered the families by, which its reports carry too.

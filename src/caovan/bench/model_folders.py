@@ -88,6 +88,48 @@ def layer_types(num_hidden_layers: int) -> list[str]:
     ]
 
 
+def _hybrid_text_fields(
+    *,
+    num_hidden_layers: int,
+    hidden_size: int,
+    intermediate_size: int,
+    vocab_size: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    head_dim: int,
+    gdn_heads: tuple[int, int, int, int],
+) -> dict[str, Any]:
+    """The text fields Qwen3-Next and Qwen3.5 configs share: layer pattern, attention and GDN shapes, norms.
+    ``gdn_heads``: linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim."""
+    key_heads, value_heads, key_dim, value_dim = gdn_heads
+    return {
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "full_attention_interval": FULL_ATTENTION_INTERVAL,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "hidden_size": hidden_size,
+        "initializer_range": 0.02,
+        "intermediate_size": intermediate_size,
+        "layer_types": layer_types(num_hidden_layers),
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": key_dim,
+        "linear_num_key_heads": key_heads,
+        "linear_num_value_heads": value_heads,
+        "linear_value_head_dim": value_dim,
+        "max_position_embeddings": 4096,
+        "mlp_only_layers": [],
+        "num_attention_heads": num_attention_heads,
+        "num_hidden_layers": num_hidden_layers,
+        "num_key_value_heads": num_key_value_heads,
+        "partial_rotary_factor": 0.25,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "vocab_size": vocab_size,
+    }
+
+
 def tiny_qwen3_next_config(
     *,
     num_hidden_layers: int = 4,
@@ -115,48 +157,35 @@ def tiny_qwen3_next_config(
         ("num_nextn_predict_layers", num_nextn_predict_layers),
     ):
         _check_positive(name, value)
+    gdn_heads = (linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim)
     return {
         "architectures": ["Qwen3NextForCausalLM"],
         "model_type": "qwen3_next",
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "decoder_sparse_step": 1,
-        "full_attention_interval": FULL_ATTENTION_INTERVAL,
-        "layer_types": layer_types(num_hidden_layers),
         # Full attention: 4 query heads (the gate doubles q_proj), 2 KV heads, head_dim 128 (FlashAttention and
         # Triton attention both take it).
-        "head_dim": 128,
-        "hidden_act": "silu",
-        "hidden_size": hidden_size,
-        "initializer_range": 0.02,
-        "intermediate_size": 2 * hidden_size,
-        "linear_conv_kernel_dim": 4,
-        "linear_key_head_dim": linear_key_head_dim,
-        "linear_num_key_heads": linear_num_key_heads,
-        "linear_num_value_heads": linear_num_value_heads,
-        "linear_value_head_dim": linear_value_head_dim,
-        "max_position_embeddings": 4096,
-        "mlp_only_layers": [],
+        **_hybrid_text_fields(
+            num_hidden_layers=num_hidden_layers,
+            hidden_size=hidden_size,
+            intermediate_size=2 * hidden_size,
+            vocab_size=vocab_size,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=128,
+            gdn_heads=gdn_heads,
+        ),
+        "decoder_sparse_step": 1,
         "moe_intermediate_size": 128,
         "norm_topk_prob": True,
-        "num_attention_heads": 4,
         "num_experts": 4,
         "num_experts_per_tok": 2,
-        "num_hidden_layers": num_hidden_layers,
-        "num_key_value_heads": 2,
         "num_nextn_predict_layers": num_nextn_predict_layers,
         "output_router_logits": False,
-        "partial_rotary_factor": 0.25,
-        "rms_norm_eps": 1e-06,
         "rope_scaling": None,
         "rope_theta": 10000000,
         "router_aux_loss_coef": 0.001,
         "shared_expert_intermediate_size": 128,
-        "tie_word_embeddings": False,
         "torch_dtype": torch_dtype,
-        "use_cache": True,
         "use_sliding_window": False,
-        "vocab_size": vocab_size,
     }
 
 
@@ -221,33 +250,23 @@ def tiny_qwen3_5_config(
         raise ValueError(f"model folder: mamba_ssm_dtype must be one of {DTYPES} or None, got {mamba_ssm_dtype!r}")
     image_token_id, video_token_id = vocab_size - 4, vocab_size - 3
     vision_start_token_id, vision_end_token_id = vocab_size - 2, vocab_size - 1
+    gdn_heads = (linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim)
     text_config: dict[str, Any] = {
         "model_type": "qwen3_5_text",
-        "attention_bias": False,
-        "attention_dropout": 0.0,
+        **_hybrid_text_fields(
+            num_hidden_layers=num_hidden_layers,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            vocab_size=vocab_size,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            head_dim=head_dim,
+            gdn_heads=gdn_heads,
+        ),
         "attn_output_gate": True,
         "dtype": torch_dtype,
-        "full_attention_interval": FULL_ATTENTION_INTERVAL,
-        "head_dim": head_dim,
-        "hidden_act": "silu",
-        "hidden_size": hidden_size,
-        "initializer_range": 0.02,
-        "intermediate_size": intermediate_size,
-        "layer_types": layer_types(num_hidden_layers),
-        "linear_conv_kernel_dim": 4,
-        "linear_key_head_dim": linear_key_head_dim,
-        "linear_num_key_heads": linear_num_key_heads,
-        "linear_num_value_heads": linear_num_value_heads,
-        "linear_value_head_dim": linear_value_head_dim,
-        "max_position_embeddings": 4096,
-        "mlp_only_layers": [],
         "mtp_num_hidden_layers": mtp_num_hidden_layers,
         "mtp_use_dedicated_embeddings": False,
-        "num_attention_heads": num_attention_heads,
-        "num_hidden_layers": num_hidden_layers,
-        "num_key_value_heads": num_key_value_heads,
-        "partial_rotary_factor": 0.25,
-        "rms_norm_eps": 1e-06,
         "rope_parameters": {
             "mrope_interleaved": True,
             "mrope_section": MROPE_SECTIONS[head_dim],
@@ -255,9 +274,6 @@ def tiny_qwen3_5_config(
             "rope_theta": 10000000,
             "rope_type": "default",
         },
-        "tie_word_embeddings": False,
-        "use_cache": True,
-        "vocab_size": vocab_size,
     }
     if mamba_ssm_dtype is not None:
         text_config["mamba_ssm_dtype"] = mamba_ssm_dtype

@@ -190,11 +190,17 @@ def _closest(reports: list[Any]) -> str | None:
     return closest(reports)
 
 
-def _refusals() -> dict[str, str]:
-    """Family id -> why caovan does not serve that family, for the families it recognises but leaves to vLLM."""
+def _refusals() -> dict[str, Any]:
+    """Family id -> record, for the families caovan recognises but leaves to vLLM."""
     from ..adapters.families import FAMILIES
 
-    return {f.family_id: f.refusal for f in FAMILIES if f.refusal is not None}
+    return {f.family_id: f for f in FAMILIES if f.refusal is not None}
+
+
+def _refused_facts(vllm_version: str | None, family: Any) -> dict[str, str]:
+    from ..adapters.registry import refusal_message
+
+    return {"family": family.family_id, "reason": family.refusal, "message": refusal_message(vllm_version, family)}
 
 
 def full_graph_facts(vllm_installed: bool) -> dict[str, Any]:
@@ -242,9 +248,7 @@ def collect() -> dict[str, Any]:
         "family_ok": bool(passing),
         # Start-up's verdict on such a release too: the plugin stays inert and says this.
         "family_refused": (
-            None
-            if passing or not refused
-            else {"family": refused[0].family_id, "reason": refusals[refused[0].family_id]}
+            None if passing or not refused else _refused_facts(_version("vllm"), refusals[refused[0].family_id])
         ),
     }
     ok, text = verdict(facts)
@@ -258,9 +262,7 @@ def verdict(facts: dict[str, Any]) -> tuple[bool, str]:
     problems = []
     refused = facts.get("family_refused")
     if refused:
-        problems.append(
-            f"vLLM {facts['vllm']} is family {refused['family']}, which caovan does not serve: {refused['reason']}"
-        )
+        problems.append(refused["message"])
     elif not facts["family_ok"]:
         # The result line is what a user reads (and greps): it names why, e.g. a vLLM that is there but fails to
         # import (a torch of another CUDA build), not only that no family passed.
