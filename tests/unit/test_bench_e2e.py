@@ -202,3 +202,10 @@ def test_profiling_leaves_a_summary_per_run_before_and_after(tmp_path):
         text = (tmp_path / "piecewise" / f"{run['label']}-profile.txt").read_text()
         assert text.startswith(f"PIECEWISE, caovan {'on' if run['caovan'] else 'off'} (fake-worker.")
         assert "2 model steps, 200.0 µs of GPU kernels per step" in text
+
+
+def test_profile_is_refused_before_any_server_where_vllm_cannot_profile(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(e2e, "profiler_problem", lambda: "--profile: this vLLM has no --profiler-config (0.19 on)")
+    monkeypatch.setattr(e2e, "run_e2e", lambda settings, resume: pytest.fail("a server was started"))
+    assert bench_cli.run(_args("/m", "--out", str(tmp_path), "--profile")) == 2
+    assert capsys.readouterr().err == "caovan bench: error: --profile: this vLLM has no --profiler-config (0.19 on)\n"

@@ -207,6 +207,17 @@ def summarise(records: dict[tuple[str, int], dict[str, Any]], concurrency: Seque
     return rows
 
 
+def profiler_problem() -> str | None:
+    """Why ``--profile`` cannot work with the installed vLLM (None: it can): it needs ``--profiler-config``."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except Exception as exc:  # the servers would not start either; say it before any is started
+        return f"--profile: vLLM is not importable here ({type(exc).__name__}: {exc})"
+    if "profiler_config" not in getattr(EngineArgs, "__dataclass_fields__", {}):
+        return "--profile: this vLLM has no --profiler-config (vLLM 0.19 and later have it)"
+    return None
+
+
 def profile_decode(port: int, folder: Path, wait_s: float = TRACE_WAIT_S) -> Path:
     """One warm greedy request under vLLM's torch profiler; the trace the worker wrote into ``folder``."""
     import httpx

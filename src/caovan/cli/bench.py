@@ -423,11 +423,14 @@ def e2e_settings(args: argparse.Namespace) -> E2ESettings | str:
 
 
 def run_e2e(args: argparse.Namespace) -> int:
-    from caovan.bench.e2e import E2EError, run_e2e
+    from caovan.bench.e2e import E2EError, profiler_problem, run_e2e
 
     settings = e2e_settings(args)
     if isinstance(settings, str):
         return _error(settings)
+    problem = profiler_problem() if settings.profile else None
+    if problem is not None:
+        return _error(problem)
     try:
         record = run_e2e(settings, resume=args.resume)
     except E2EError as exc:
