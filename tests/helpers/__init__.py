@@ -1,2 +1,3 @@
-"""Builders the test tiers share (tiny model configs, a tokenizer); importable as ``helpers`` because pytest
+"""What the test tiers share (GPU visibility notes, the interpreter child, spec-decode inputs); importable as
+``helpers`` because pytest
 puts ``tests/`` on ``sys.path`` for ``tests/conftest.py``."""
