@@ -9,20 +9,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import serve_env
 
+from caovan.bench.e2e import free_port
+
 TAIL_LINES = 80
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def caovan(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:

@@ -37,12 +37,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from caovan import __version__
 from caovan.jsonfile import write_text_atomic
+from caovan.matrix.envinfo import distribution_version
 
 SCHEMA = "caovan-e2e/1"
 LOAD = "decode-heavy"
@@ -169,21 +169,9 @@ def free_port() -> int:
 def gpu_name() -> str:
     """The GPUs as nvidia-smi names them (not through torch: a CUDA context here would hold memory the servers
     need)."""
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"unknown ({type(exc).__name__})"
-    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    return " + ".join(names) if done.returncode == 0 and names else "unknown"
+    from caovan.matrix.options import nvidia_smi_gpu_names
 
-
-def _version(distribution: str) -> str | None:
-    try:
-        return version(distribution)
-    except PackageNotFoundError:
-        return None
+    return " + ".join(nvidia_smi_gpu_names()) or "unknown"
 
 
 def median_rate(record: dict[str, Any]) -> dict[str, float]:
@@ -379,7 +367,7 @@ def run_e2e(
         "versions": {
             "caovan": __version__,
             "vllm": records[("baseline", settings.concurrency[0])].get("server", {}).get("vllm_version"),
-            "torch": _version("torch"),
+            "torch": distribution_version("torch"),
             "python": sys.version.split()[0],
         },
         "runs": runs,

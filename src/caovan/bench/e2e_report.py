@@ -135,8 +135,9 @@ def plot(records: list[E2ERecord], target: Path) -> None:
     plt.close(fig)
 
 
-def regenerate(folder: Path, doc: Path, *, check: bool = False) -> bool:
-    """Write the table into ``doc``; True when it changed (with ``check``: would change, nothing written)."""
+def regenerate(folder: Path, doc: Path, *, check: bool = False, plot_to: Path | None = None) -> bool:
+    """Write the table into ``doc`` (and, with ``plot_to``, the plot); True when the table changed (with
+    ``check``: would change, nothing written)."""
     records = load_records(folder)
     try:
         old = doc.read_text()
@@ -145,8 +146,12 @@ def regenerate(folder: Path, doc: Path, *, check: bool = False) -> bool:
         raise ReportError(f"{doc}: cannot read it ({exc.strerror or exc})") from None
     except MarkerError as exc:
         raise ReportError(str(exc)) from None
-    if new != old and not check:
+    if check:
+        return new != old
+    if new != old:
         write_text_atomic(doc, new)
+    if plot_to is not None:
+        plot(records, plot_to)
     return new != old
 
 
@@ -158,9 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when the doc's table is not current")
     args = parser.parse_args(argv)
     try:
-        changed = regenerate(args.records, args.doc, check=args.check)
-        if args.plot is not None and not args.check:
-            plot(load_records(args.records), args.plot)
+        changed = regenerate(args.records, args.doc, check=args.check, plot_to=args.plot)
     except ReportError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2

@@ -97,11 +97,12 @@ def _hybrid_text_fields(
     num_attention_heads: int,
     num_key_value_heads: int,
     head_dim: int,
-    gdn_heads: tuple[int, int, int, int],
+    linear_num_key_heads: int,
+    linear_num_value_heads: int,
+    linear_key_head_dim: int,
+    linear_value_head_dim: int,
 ) -> dict[str, Any]:
-    """The text fields Qwen3-Next and Qwen3.5 configs share: layer pattern, attention and GDN shapes, norms.
-    ``gdn_heads``: linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim."""
-    key_heads, value_heads, key_dim, value_dim = gdn_heads
+    """The text fields Qwen3-Next and Qwen3.5 configs share: layer pattern, attention and GDN shapes, norms."""
     return {
         "attention_bias": False,
         "attention_dropout": 0.0,
@@ -113,10 +114,10 @@ def _hybrid_text_fields(
         "intermediate_size": intermediate_size,
         "layer_types": layer_types(num_hidden_layers),
         "linear_conv_kernel_dim": 4,
-        "linear_key_head_dim": key_dim,
-        "linear_num_key_heads": key_heads,
-        "linear_num_value_heads": value_heads,
-        "linear_value_head_dim": value_dim,
+        "linear_key_head_dim": linear_key_head_dim,
+        "linear_num_key_heads": linear_num_key_heads,
+        "linear_num_value_heads": linear_num_value_heads,
+        "linear_value_head_dim": linear_value_head_dim,
         "max_position_embeddings": 4096,
         "mlp_only_layers": [],
         "num_attention_heads": num_attention_heads,
@@ -157,7 +158,6 @@ def tiny_qwen3_next_config(
         ("num_nextn_predict_layers", num_nextn_predict_layers),
     ):
         _check_positive(name, value)
-    gdn_heads = (linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim)
     return {
         "architectures": ["Qwen3NextForCausalLM"],
         "model_type": "qwen3_next",
@@ -171,7 +171,10 @@ def tiny_qwen3_next_config(
             num_attention_heads=4,
             num_key_value_heads=2,
             head_dim=128,
-            gdn_heads=gdn_heads,
+            linear_num_key_heads=linear_num_key_heads,
+            linear_num_value_heads=linear_num_value_heads,
+            linear_key_head_dim=linear_key_head_dim,
+            linear_value_head_dim=linear_value_head_dim,
         ),
         "decoder_sparse_step": 1,
         "moe_intermediate_size": 128,
@@ -250,7 +253,6 @@ def tiny_qwen3_5_config(
         raise ValueError(f"model folder: mamba_ssm_dtype must be one of {DTYPES} or None, got {mamba_ssm_dtype!r}")
     image_token_id, video_token_id = vocab_size - 4, vocab_size - 3
     vision_start_token_id, vision_end_token_id = vocab_size - 2, vocab_size - 1
-    gdn_heads = (linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim)
     text_config: dict[str, Any] = {
         "model_type": "qwen3_5_text",
         **_hybrid_text_fields(
@@ -261,7 +263,10 @@ def tiny_qwen3_5_config(
             num_attention_heads=num_attention_heads,
             num_key_value_heads=num_key_value_heads,
             head_dim=head_dim,
-            gdn_heads=gdn_heads,
+            linear_num_key_heads=linear_num_key_heads,
+            linear_num_value_heads=linear_num_value_heads,
+            linear_key_head_dim=linear_key_head_dim,
+            linear_value_head_dim=linear_value_head_dim,
         ),
         "attn_output_gate": True,
         "dtype": torch_dtype,

@@ -68,31 +68,32 @@ def category_of(kernel: str) -> str:
 
 def summarise(trace: dict[str, Any]) -> dict[str, Any]:
     """GPU kernel time per category: total, share, per step, and the categories' biggest kernels."""
-    per_category: dict[str, float] = defaultdict(float)
     per_kernel: dict[str, float] = defaultdict(float)
     steps = 0
     for event in trace["traceEvents"]:
         if not isinstance(event, dict):
             continue
         if event.get("cat") == "kernel" and isinstance(event.get("dur"), int | float):
-            name = str(event.get("name", "?"))
-            per_category[category_of(name)] += event["dur"]
-            per_kernel[name] += event["dur"]
+            per_kernel[str(event.get("name", "?"))] += event["dur"]
         elif event.get("name") == STEP_EVENT and event.get("ph") == "X":
             steps += 1
+    # Each distinct kernel name is classified once; the categories' totals follow from the kernels'.
+    by_category: dict[str, list[str]] = defaultdict(list)
+    for kernel in sorted(per_kernel, key=lambda k: -per_kernel[k]):
+        by_category[category_of(kernel)].append(kernel)
+    per_category = {name: sum(per_kernel[k] for k in by_category[name]) for name, _ in CATEGORIES}
     total = sum(per_category.values())
     if total == 0:
         raise TraceError("no GPU kernel in the trace (was the profiler started while requests ran?)")
     rows = []
     for name, _ in CATEGORIES:
-        kernels = sorted((k for k in per_kernel if category_of(k) == name), key=lambda k: -per_kernel[k])
         rows.append(
             {
                 "category": name,
                 "gpu_us": round(per_category[name], 1),
                 "share": round(per_category[name] / total, 4),
                 "per_step_us": round(per_category[name] / steps, 1) if steps else None,
-                "top_kernels": [[k, round(per_kernel[k], 1)] for k in kernels[:TOP_KERNELS]],
+                "top_kernels": [[k, round(per_kernel[k], 1)] for k in by_category[name][:TOP_KERNELS]],
             }
         )
     return {"steps": steps, "gpu_us": round(total, 1), "categories": rows}

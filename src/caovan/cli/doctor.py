@@ -13,11 +13,12 @@ import json
 import os
 import platform
 import sys
-from importlib.metadata import PackageNotFoundError, entry_points, version
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from .. import PLUGIN_NAME, __version__
+from ..matrix.envinfo import distribution_version as _version
 from ..plugin.options import FAIL, WARN, check_environment, vllm_plugins_leaves_out
 from . import cuda_visible_note
 from ._streams import stdout_to_stderr
@@ -40,13 +41,6 @@ ENTRY_POINT_GROUP = "vllm.general_plugins"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--verbose", "-v", action="store_true", help="list every hook point probed")
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
 
 
 def gpu_facts() -> dict[str, Any]:

@@ -37,7 +37,8 @@ RECORDED_DISTRIBUTIONS: tuple[str, ...] = (
 )
 
 
-def _version(distribution: str) -> str | None:
+def distribution_version(distribution: str) -> str | None:
+    """The installed version of ``distribution``, or None."""
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
@@ -143,7 +144,7 @@ def family_facts(errors: dict[str, str]) -> dict[str, Any]:
 
 def gather(*, with_family: bool = True) -> dict[str, Any]:
     errors: dict[str, str] = {}
-    packages = {name: _version(name) for name in RECORDED_DISTRIBUTIONS}
+    packages = {name: distribution_version(name) for name in RECORDED_DISTRIBUTIONS}
     package_set, package_count = packages_fingerprint()
     info: dict[str, Any] = {
         "envinfo_version": ENVINFO_VERSION,

@@ -26,7 +26,7 @@ def slugify(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:64]
 
 
-def _nvidia_smi_gpu_names(run: Callable[..., subprocess.CompletedProcess[str]]) -> list[str]:
+def nvidia_smi_gpu_names(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> list[str]:
     """GPU names from nvidia-smi; none when it is missing (OSError), hangs or fails."""
     try:
         done = run(
@@ -49,7 +49,7 @@ def detect_runner_name(
     """Slug of the first GPU's name as nvidia-smi reports it (e.g. ``nvidia-h200``), ``-xN`` after it on a host
     with N GPUs (``nvidia-h200-x2``: its serve tier also runs tensor parallel 2, so its results are a line of
     their own beside the one-GPU host's), or ``cpu``."""
-    names = _nvidia_smi_gpu_names(run)
+    names = nvidia_smi_gpu_names(run)
     if not names:
         return "cpu"
     slug = slugify(names[0])

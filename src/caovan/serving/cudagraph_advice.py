@@ -24,9 +24,10 @@ def users_graph_choice(args: Sequence[str], config: Mapping[str, Any]) -> str | 
             return "cudagraph_mode"
         if flag_name(token) == "--enforce-eager":
             return "--enforce-eager"
-    if config.get("enforce_eager") or config.get("enforce-eager"):
+    # read_config_file spells the keys with dashes, as vLLM's flags.
+    if config.get("enforce-eager"):
         return "enforce_eager"
-    compilation = config.get("compilation_config", config.get("compilation-config"))
+    compilation = config.get("compilation-config")
     if compilation is not None and "cudagraph_mode" in json.dumps(compilation):
         return "cudagraph_mode"
     return None

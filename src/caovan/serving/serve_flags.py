@@ -204,8 +204,7 @@ def file_json_flag(config: Mapping[str, Any], key: str, path: str) -> dict[str, 
 def parallel_size(args: Sequence[str], config: Mapping[str, Any], long: str, short: str) -> int:
     """``--pipeline-parallel-size`` / ``--tensor-parallel-size`` as the user gave it (flag, or --config key)."""
     uses = find_flag(args, long, short)
-    key = long.removeprefix("--")
-    raw = uses[-1].value if uses else config.get(key.replace("-", "_"), config.get(key, 1))
+    raw = uses[-1].value if uses else config.get(long.removeprefix("--"), 1)  # read_config_file's dashed keys
     try:
         return int(raw)
     except (TypeError, ValueError):
