@@ -17,6 +17,7 @@ import pytest
 
 from caovan.bench import e2e
 from caovan.cli import bench as bench_cli
+from caovan.serving.server_process import free_port
 
 FAKE_SERVER = Path(__file__).resolve().with_name("fake_openai_server.py")
 
@@ -117,7 +118,7 @@ def _fake_popen(command, **kwargs):
 
 def test_the_procedure_serves_benchmarks_and_writes_its_record(tmp_path):
     settings = e2e.E2ESettings(
-        "fake-model", tmp_path, concurrency=(1, 2), repeats=2, max_tokens=4, port=e2e.free_port(), ready_timeout_s=60
+        "fake-model", tmp_path, concurrency=(1, 2), repeats=2, max_tokens=4, port=free_port(), ready_timeout_s=60
     )
     record = e2e.run_e2e(settings, popen=_fake_popen)
     assert record == json.loads((tmp_path / "piecewise" / "e2e.json").read_text())
@@ -135,7 +136,7 @@ def test_the_procedure_serves_benchmarks_and_writes_its_record(tmp_path):
 
 
 def test_resume_keeps_a_finished_run_and_repeats_only_the_other(tmp_path):
-    settings = e2e.E2ESettings("fake-model", tmp_path, concurrency=(1,), max_tokens=4, port=e2e.free_port())
+    settings = e2e.E2ESettings("fake-model", tmp_path, concurrency=(1,), max_tokens=4, port=free_port())
     first = e2e.run_e2e(settings, popen=_fake_popen)
     (tmp_path / "piecewise" / "caovan-run.json").unlink()
     started = []
@@ -153,7 +154,7 @@ def test_a_server_that_dies_at_start_up_is_one_error_with_its_log(tmp_path):
     def dying(command, **kwargs):
         return subprocess.Popen([sys.executable, "-c", "print('no GPU here'); raise SystemExit(3)"], **kwargs)
 
-    settings = e2e.E2ESettings("m", tmp_path, port=e2e.free_port(), ready_timeout_s=60)
+    settings = e2e.E2ESettings("m", tmp_path, port=free_port(), ready_timeout_s=60)
     with pytest.raises(e2e.E2EError, match=r"(?s)exited with status 3 before it answered.*no GPU here"):
         e2e.run_e2e(settings, popen=dying)
     assert not (tmp_path / "piecewise" / "e2e.json").exists()
@@ -184,9 +185,7 @@ def test_the_command_prints_one_line_per_concurrency_and_exit_1_on_a_failed_proc
 
 
 def test_profiling_leaves_a_summary_per_run_before_and_after(tmp_path):
-    settings = e2e.E2ESettings(
-        "fake-model", tmp_path, concurrency=(1,), max_tokens=4, port=e2e.free_port(), profile=True
-    )
+    settings = e2e.E2ESettings("fake-model", tmp_path, concurrency=(1,), max_tokens=4, port=free_port(), profile=True)
     off, on = (json.loads(e2e.server_command(settings, on, 1)[-1]) for on in (False, True))
     assert off["profiler"] == "torch" and off["ignore_frontend"] is True
     assert (

@@ -28,10 +28,7 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -43,12 +40,12 @@ from typing import Any
 from caovan import __version__
 from caovan.jsonfile import write_text_atomic
 from caovan.matrix.envinfo import distribution_version
+from caovan.serving.server_process import ServerProcess, free_port
 
 SCHEMA = "caovan-e2e/1"
 LOAD = "decode-heavy"
 #: The two runs, in the order they run: the baseline first, so the caovan run can --compare against it.
 RUNS = (("baseline", False), ("caovan", True))
-STOP_GRACE_S = 60.0
 PROFILE_TOKENS = 64
 PROFILE_PROMPT = "Tell a long story about a river."
 #: How long the worker may take to write its trace after /stop_profile answered.
@@ -160,12 +157,6 @@ def shown(command: Sequence[str]) -> str:
     return shlex.join(words)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def gpu_name() -> str:
     """The GPUs as nvidia-smi names them (not through torch: a CUDA context here would hold memory the servers
     need)."""
@@ -231,20 +222,12 @@ def profile_decode(port: int, folder: Path, wait_s: float = TRACE_WAIT_S) -> Pat
     raise E2EError(f"no trace appeared in {folder} within {wait_s:.0f} s of /stop_profile")
 
 
-class Server:
-    """One ``caovan serve`` process in its own process group, its output in a log file."""
+class Server(ServerProcess):
+    """One ``caovan serve`` run of the procedure; :meth:`wait_ready` times its start-up."""
 
     def __init__(self, command: list[str], log_path: Path, popen: Callable[..., Any] = subprocess.Popen):
-        self.command = command
-        self.log_path = log_path
-        self._log = open(log_path, "w")  # noqa: SIM115  (closed in stop)
         self.started = time.monotonic()
-        self.proc = popen(command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def log_tail(self) -> str:
-        self._log.flush()
-        lines = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(lines[-LOG_TAIL_LINES:])
+        super().__init__(command, log_path, popen=popen)
 
     def wait_ready(self, port: int, timeout_s: float) -> float:
         """Seconds until the server answered ``/v1/models``; :class:`E2EError` when it exits or never answers."""
@@ -255,7 +238,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise E2EError(
                     f"the server exited with status {self.proc.returncode} before it answered "
-                    f"({shown(self.command)}); last lines of {self.log_path}:\n{self.log_tail()}"
+                    f"({shown(self.command)}); last lines of {self.log_path}:\n{self.log_tail(LOG_TAIL_LINES)}"
                 )
             time.sleep(seconds)
 
@@ -264,24 +247,8 @@ class Server:
             try:
                 client.wait_ready(timeout_s, sleep=sleep)
             except ClientError as exc:
-                raise E2EError(f"{exc}; last lines of {self.log_path}:\n{self.log_tail()}") from None
+                raise E2EError(f"{exc}; last lines of {self.log_path}:\n{self.log_tail(LOG_TAIL_LINES)}") from None
         return round(time.monotonic() - self.started, 1)
-
-    def stop(self) -> int | None:
-        """SIGINT to the group (vLLM shuts down its workers), SIGKILL after a grace period; the exit status."""
-        if self.proc.poll() is None:
-            for sig, wait_s in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(timeout=wait_s)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        self._log.close()
-        return self.proc.poll()
 
 
 def _profile(settings: E2ESettings, label: str, port: int) -> dict[str, Any]:
