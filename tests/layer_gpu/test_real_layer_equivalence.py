@@ -611,4 +611,5 @@ def test_switch_off_keeps_in_tree_core_and_activation_line_logs_once(rig_factory
     assert snap["activation_logged"] and snap["dispatched"] == {"spec": 2}, snap
     lines = [m for m in records.messages if counters.ACTIVE_LINE in m]
     assert len(lines) == 1, f"activation line should be logged exactly once, got {lines}"
-    assert f"layer={rig.caovan.prefix}" in lines[0] and "family=gdn-linear-attn-v020" in lines[0], lines[0]
+    family_id = installed_family().family_id
+    assert f"layer={rig.caovan.prefix}" in lines[0] and f"family={family_id}" in lines[0], lines[0]
