@@ -581,11 +581,14 @@ def test_switch_off_keeps_in_tree_core_and_activation_line_logs_once(rig_factory
     layer_off = build_gdn_layer(config_off, model, "model.layers.2.linear_attn", rig.device, caovan=True)
     assert type(layer_off) is caovan_override_class()
     assert layer_off._caovan_plan is None
-    assert "_forward_core" not in vars(layer_off), "switch off: no instance-bound core expected"
-    assert layer_off._forward_core.__func__ is in_tree_class(installed_family())._forward_core
+    core = installed_family().core_method
+    assert core not in vars(layer_off), "switch off: no instance-bound core expected"
+    assert getattr(layer_off, core).__func__ is getattr(in_tree_class(installed_family()), core)
 
-    bound = vars(rig.caovan).get("_forward_core")
-    assert bound is not None and bound.__func__ is type(rig.caovan)._caovan_forward_core, bound
+    # Switched on, the instance carries caovan's core (a closure over the family, built by the override).
+    bound = vars(rig.caovan).get(core)
+    assert bound is not None and bound.__func__.__module__ == "caovan.adapters.override", bound
+    assert bound.__func__.__name__ == "caovan_forward_core", bound
 
     randomize_parameters_(layer_off, seed=1)
     allocate_and_bind_cache(layer_off, config_off, NUM_BLOCKS, rig.device).fill_random_(3)

@@ -44,6 +44,7 @@ class Case:
     model: str = "qwen3-next"  # key of the model folders: "qwen3-next", "qwen3.5" (GDN + MTP) or "dense"
     cudagraph_mode: str = "eager"  # engine_runner.CUDAGRAPH_MODES
     workload: str = "mixed"  # serve_workload.NAMES
+    weights: str = "hf-init"  # engine_runner.WEIGHT_MODES
     tensor_parallel_size: int = 1
 
 
@@ -112,6 +113,8 @@ def _command(case: Case, model_dirs: dict[str, Path], case_dir: Path) -> list[st
         case.cudagraph_mode,
         "--workload",
         case.workload,
+        "--weights",
+        case.weights,
         "--tensor-parallel-size",
         str(case.tensor_parallel_size),
     ]
@@ -203,6 +206,7 @@ def greedy_steps(run: EngineRun) -> list[list[token_agreement.Step]]:
 def compare(candidate: EngineRun, reference: EngineRun) -> token_agreement.Agreement:
     """Greedy-token agreement of two runs of the same workload (printed with every divergence)."""
     assert candidate.case.workload == reference.case.workload, "runs of different workloads do not compare"
+    assert candidate.case.weights == reference.case.weights, "runs of different weights do not compare"
     agreement = token_agreement.compare_greedy_runs(
         greedy_steps(candidate), greedy_steps(reference), logprob_tolerance=LOGPROB_TOL
     )

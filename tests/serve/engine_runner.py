@@ -10,7 +10,9 @@ this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one GPU), which lets the scr
   reference path;
 * look at the built GDN layers (which ones have caovan's core bound);
 * re-draw the target model's weights (``--weights hf-init``, see ``hf_init_weights``) so that the GDN layers
-  matter for the logits.
+  matter for the logits;
+* count how the runner dispatched each step to CUDA graphs (``GraphDispatchCounts``): which steps holding
+  prompts replayed a FULL graph captured for spec-decode.
 
 The result file always gets written, also when the engine fails to start (then with the exception chain), so
 the test can check start-up refusals.  ``CAOVAN_COUNTERS_FILE`` (set by the test) makes caovan write its own
@@ -80,6 +82,10 @@ def stock_gdn_class() -> type:
 
 #: ``--cudagraph-mode`` choices: eager, or a vLLM ``CUDAGraphMode`` name the tier runs.
 CUDAGRAPH_MODES = ("eager", "PIECEWISE", "FULL_AND_PIECEWISE")
+#: ``--weights`` choices (``hf_init_weights`` says what the two hf-init modes draw).
+WEIGHT_MODES = ("hf-init", "hf-init-long-memory", "dummy")
+#: ``A_log`` ranges, as ``log U(low, high)``: Hugging Face's init, and heads that keep a prompt in their state.
+A_LOG_RANGES = {"hf-init": (0.0, 16.0), "hf-init-long-memory": (0.01, 0.1)}
 #: Hugging Face's ``initializer_range`` of the Qwen3-Next config (std of the normal init of every matrix).
 INITIALIZER_RANGE = 0.02
 #: Environment this runner needs: in-process engine (see module docstring); FlashInfer's sampler is absent on
@@ -156,9 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--weights",
-        choices=("hf-init", "dummy"),
+        choices=WEIGHT_MODES,
         default="hf-init",
-        help="hf-init: re-draw the target's dummy weights like an untrained Hugging Face model (default)",
+        help="hf-init: re-draw the target's dummy weights like an untrained Hugging Face model (default); "
+        "hf-init-long-memory: the same with slowly decaying GDN heads (see hf_init_weights)",
     )
     p.add_argument("--tensor-parallel-size", type=_positive_int, default=1, help="GPUs the model is split over")
     p.add_argument("--gpu-memory-utilization", type=_fraction, default=0.3)
@@ -262,6 +269,68 @@ class StockSpecKernelCalls:
         }
 
 
+class GraphDispatchCounts:
+    """How vLLM's model runner dispatched each engine step: did the step run prompt tokens of newly admitted
+    requests, and did it replay a FULL graph captured for uniform (spec-)decode.
+
+    Wrapped on ``GPUModelRunner`` before the engine is built, so caovan's uniform-decode guard (installed at model
+    load) wraps this in turn: what is counted is the decision each step really ran with.  Whether a step holds
+    prompts is read from the scheduler's output (its new requests), not from the input-batch arrays the guard
+    reads, so the count checks the guard rather than repeating it.  ``functools.wraps`` keeps the source and
+    signature the guard's probes read.
+    """
+
+    def __init__(self) -> None:
+        self.steps: Counter[str] = Counter()
+        self._saved: dict[str, Any] = {}
+
+    def count(self, has_prompts: bool, result: Any) -> None:
+        mode, descriptor = result[0], result[1]
+        full = getattr(mode, "name", str(mode)) == "FULL"
+        uniform = bool(getattr(descriptor, "uniform", getattr(descriptor, "uniform_decode", False)))
+        kind = "full-uniform" if full and uniform else "full" if full else getattr(mode, "name", str(mode)).lower()
+        self.steps[f"{'prompt' if has_prompts else 'decode'} steps, {kind}"] += 1
+
+    def install(self) -> None:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        execute, decide = GPUModelRunner.execute_model, GPUModelRunner._determine_batch_execution_and_padding
+        step: dict[str, bool | None] = {"prompts": None}  # None outside execute_model (captures, dummy runs)
+
+        @functools.wraps(execute)
+        def execute_model(runner: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+            step["prompts"] = bool(getattr(scheduler_output, "scheduled_new_reqs", None))
+            try:
+                return execute(runner, scheduler_output, *args, **kwargs)
+            finally:
+                step["prompts"] = None
+
+        @functools.wraps(decide)
+        def determine(runner: Any, *args: Any, **kwargs: Any) -> Any:
+            result = decide(runner, *args, **kwargs)
+            if step["prompts"] is not None:
+                self.count(step["prompts"], result)
+            return result
+
+        self._saved = {"execute_model": execute, "_determine_batch_execution_and_padding": decide}
+        GPUModelRunner.execute_model = execute_model
+        GPUModelRunner._determine_batch_execution_and_padding = determine
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._saved)
+
+    def uninstall(self) -> None:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        for name, original in self._saved.items():
+            setattr(GPUModelRunner, name, original)
+        self._saved = {}
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(sorted(self.steps.items()))
+
+
 def gdn_layer_facts(model: Any) -> dict[str, Any]:
     """Which GDN layers the engine built, and which carry caovan's core (bound on the instance)."""
     gdn_class = stock_gdn_class()
@@ -274,7 +343,7 @@ def gdn_layer_facts(model: Any) -> dict[str, Any]:
     }
 
 
-def hf_init_weights(model: Any) -> dict[str, Any]:
+def hf_init_weights(model: Any, a_log_range: tuple[float, float] = A_LOG_RANGES["hf-init"]) -> dict[str, Any]:
     """Re-draw the target model's weights the way Hugging Face initialises an untrained Qwen3-Next.
 
     Why: vLLM's dummy weights are uniform in [-1e-3, 1e-3] for every tensor, norm gains included.  The GDN
@@ -285,6 +354,11 @@ def hf_init_weights(model: Any) -> dict[str, Any]:
     ``A_log`` = log U(0, 16), as in ``Qwen3NextPreTrainedModel._init_weights``) the three GDN layers carry
     most of the residual stream.  Every tensor gets its own generator seeded from its name, so every engine
     of the tier gets the same weights.
+
+    ``a_log_range``: Hugging Face's ``A_log = log U(0, 16)`` makes a head's state decay by about exp(-10) per token,
+    so what a prompt left in the state is gone a token later and a lost prompt state hardly moves the logits.
+    ``hf-init-long-memory`` draws ``log U(0.01, 0.1)`` instead (decay 0.88 - 0.99 per token, as the slow heads of
+    trained models keep context): the FULL-graph tests need the prompt's state to matter.
 
     Kept at the dummy values: the MoE blocks (router, experts, shared expert).  Their output then stays
     negligible, which keeps expert routing, a discrete top-k choice that a rounding difference can flip, from
@@ -313,8 +387,9 @@ def hf_init_weights(model: Any) -> dict[str, Any]:
                 generator = torch.Generator(device=param.device)
                 generator.manual_seed(zlib.crc32(name.encode()))
                 if isinstance(module, GatedDeltaNetAttention) and param_name == "A_log":
-                    param.uniform_(0.0, 16.0, generator=generator).clamp_(min=1e-3).log_()
-                    rule = "A_log = log U(0, 16)"
+                    low, high = a_log_range
+                    param.uniform_(low, high, generator=generator).clamp_(min=1e-3).log_()
+                    rule = f"A_log = log U({low:g}, {high:g})"
                 elif isinstance(module, GatedDeltaNetAttention) and param_name == "dt_bias":
                     param.fill_(1.0)
                     rule = "dt_bias = 1"
@@ -421,7 +496,11 @@ def cudagraph_mode_in_effect(llm: Any) -> str:
 
 
 def run_engine(
-    args: argparse.Namespace, kwargs: dict[str, Any], record: dict[str, Any], stock: StockSpecKernelCalls
+    args: argparse.Namespace,
+    kwargs: dict[str, Any],
+    record: dict[str, Any],
+    stock: StockSpecKernelCalls,
+    dispatch: GraphDispatchCounts,
 ) -> None:
     import torch
     import vllm
@@ -431,6 +510,10 @@ def run_engine(
         stock.install()
     except Exception as exc:  # recorded; the test fails the checks that need the count, with this reason
         record["stock_spec_kernel_calls"] = {"error": f"cannot count vLLM's spec kernel calls: {exc!r}"}
+    try:
+        dispatch.install()
+    except Exception as exc:  # recorded, as above
+        record["graph_dispatch"] = {"error": f"cannot count vLLM's graph dispatch: {exc!r}"}
 
     started = time.monotonic()
     print(f"[serve-runner] building vllm.LLM({json.dumps(kwargs, sort_keys=True)})", flush=True)
@@ -439,9 +522,10 @@ def run_engine(
     record["device"] = torch.cuda.get_device_name(0)  # after start-up: vLLM owns CUDA initialisation
 
     _best_effort(record, "layer_facts", lambda: llm.apply_model(gdn_layer_facts)[0])
-    if args.weights == "hf-init":
+    if args.weights in A_LOG_RANGES:
         # Not best-effort: without it the token comparison would be vacuous (see hf_init_weights).
-        record["weights"] = {"mode": "hf-init", **llm.apply_model(hf_init_weights)[0]}
+        redraw = functools.partial(hf_init_weights, a_log_range=A_LOG_RANGES[args.weights])
+        record["weights"] = {"mode": args.weights, **llm.apply_model(redraw)[0]}
     else:
         record["weights"] = {"mode": "dummy"}
 
@@ -492,8 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     code = 1
     stock = StockSpecKernelCalls()
+    dispatch = GraphDispatchCounts()
     try:
-        run_engine(args, kwargs, record, stock)
+        run_engine(args, kwargs, record, stock, dispatch)
         record["ok"] = True
         code = 0
     except Exception as exc:
@@ -502,6 +587,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if stock.module is not None:
             record["stock_spec_kernel_calls"] = stock.snapshot()
+        if dispatch.installed:
+            record["graph_dispatch"] = dispatch.snapshot()
         _best_effort(record, "plugin", plugin_facts)
         try:
             from caovan.plugin import counters

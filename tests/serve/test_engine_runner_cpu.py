@@ -252,6 +252,19 @@ def test_hf_init_redraws_by_module_kind_and_is_reproducible():
 
 @pytest.mark.discovery
 @pytest.mark.usefixtures("served_release")
+def test_long_memory_weights_keep_the_gdn_decay_slow():
+    tree = _tree()
+    summary = engine_runner.hf_init_weights(tree, engine_runner.A_LOG_RANGES["hf-init-long-memory"])
+    assert summary["rules"]["A_log = log U(0.01, 0.1)"] == 2
+    for gdn in tree.layers[:2]:
+        rate = gdn.A_log.detach().exp()
+        assert float(rate.min()) >= 0.01 - 1e-6 and float(rate.max()) <= 0.1 + 1e-6
+    # The runner's choices and the ranges agree: every hf-init mode has its range.
+    assert set(engine_runner.A_LOG_RANGES) == {m for m in engine_runner.WEIGHT_MODES if m != "dummy"}
+
+
+@pytest.mark.discovery
+@pytest.mark.usefixtures("served_release")
 def test_gdn_layer_facts_tell_bound_cores_apart():
     facts = engine_runner.gdn_layer_facts(_tree())
     assert facts == {
@@ -279,3 +292,69 @@ def test_stock_kernel_counter_wraps_the_functions_vllm_calls(monkeypatch):
         assert getattr(module, name) is not originals[name]
         assert getattr(module, name).__wrapped__ is originals[name]
     assert counter.snapshot()["module"] == engine_runner.stock_gdn_module()
+
+
+def _dispatch_result(mode: str, uniform: bool) -> tuple:
+    return SimpleNamespace(name=mode), SimpleNamespace(uniform=uniform), False, None, None
+
+
+def test_graph_dispatch_counts_tell_prompt_steps_in_full_uniform_graphs():
+    counts = engine_runner.GraphDispatchCounts()
+    counts.count(True, _dispatch_result("FULL", True))
+    counts.count(True, _dispatch_result("PIECEWISE", False))
+    counts.count(False, _dispatch_result("FULL", True))
+    counts.count(False, _dispatch_result("FULL", True))
+    counts.count(False, _dispatch_result("FULL", False))
+    counts.count(False, (SimpleNamespace(name="NONE"), SimpleNamespace(uniform_decode=False)))  # before vLLM 0.12
+    assert counts.snapshot() == {
+        "decode steps, full": 1,
+        "decode steps, full-uniform": 2,
+        "decode steps, none": 1,
+        "prompt steps, full-uniform": 1,
+        "prompt steps, piecewise": 1,
+    }
+
+
+@pytest.mark.discovery
+@pytest.mark.usefixtures("served_release")
+def test_graph_dispatch_counts_wrap_the_runner_and_count_only_engine_steps(monkeypatch):
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    # Stand-ins for the two methods (restored at teardown): execute_model asks for the dispatch once per step.
+    def execute_model(runner, scheduler_output):
+        return runner._determine_batch_execution_and_padding(num_tokens=12)
+
+    def determine(runner, num_tokens, force_uniform_decode=None):
+        return _dispatch_result("FULL", force_uniform_decode is not False)
+
+    monkeypatch.setattr(GPUModelRunner, "execute_model", execute_model)
+    monkeypatch.setattr(GPUModelRunner, "_determine_batch_execution_and_padding", determine)
+    counts = engine_runner.GraphDispatchCounts()
+    counts.install()
+    runner = GPUModelRunner.__new__(GPUModelRunner)
+    runner._determine_batch_execution_and_padding(num_tokens=12)  # a capture or dummy run: not an engine step
+    runner.execute_model(SimpleNamespace(scheduled_new_reqs=["new"]))
+    runner.execute_model(SimpleNamespace(scheduled_new_reqs=[]))
+    assert counts.snapshot() == {"prompt steps, full-uniform": 1, "decode steps, full-uniform": 1}
+    counts.uninstall()
+    assert GPUModelRunner.execute_model is execute_model
+    assert GPUModelRunner._determine_batch_execution_and_padding is determine
+
+
+@pytest.mark.discovery
+@pytest.mark.usefixtures("served_release")
+def test_graph_dispatch_counts_leave_the_guard_probes_their_answers():
+    # The counter is wrapped on the class before caovan's guard probes it at model load: the probes must still read
+    # vLLM's own signature and source through the wrapper.
+    from caovan.plugin import uniform_decode_guard
+
+    before = uniform_decode_guard.runner_class()
+    by_shape = before and uniform_decode_guard.tells_uniform_decode_by_shape(before)
+    counts = engine_runner.GraphDispatchCounts()
+    counts.install()
+    try:
+        after = uniform_decode_guard.runner_class()
+        assert after is before
+        assert (after and uniform_decode_guard.tells_uniform_decode_by_shape(after)) == by_shape
+    finally:
+        counts.uninstall()

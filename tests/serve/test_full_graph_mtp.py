@@ -4,11 +4,15 @@ vLLM tells a uniform spec-decode batch by its shape alone, so under ``FULL_AND_P
 ``1 + num_speculative_tokens`` tokens replays the FULL graph captured for spec-decode and its GDN state is never
 written (caovan's ``plugin/uniform_decode_guard.py`` says how it keeps such batches out).  A second class reported
 upstream: padded rows of a FULL-graph decode batch whose GDN metadata is stale.  Each is reproduced with the tiny
-Qwen3-Next GDN + MTP model of the tier, greedy, with re-drawn weights, and judged by token agreement against an
-eager engine with caovan off (vLLM's own kernels, no graphs), under the rules of ``test_engine_mtp``:
+Qwen3-Next GDN + MTP model of the tier, greedy, and judged by token agreement against an eager engine with caovan
+off (vLLM's own kernels, no graphs), under the rules of ``test_engine_mtp``:
 
-* ``draft-shaped`` workload (every prompt ``1 + k`` tokens; see ``serve_workload``): FULL_AND_PIECEWISE with caovan
-  off shows vLLM's bug (a test that fails once vLLM decodes them right, so the guard can go), with caovan on agrees;
+* ``draft-shaped`` workload (every prompt ``1 + k`` tokens; see ``serve_workload``), with GDN heads of long memory
+  (``--weights hf-init-long-memory``: with Hugging Face's init a head forgets its state within a token, and a lost
+  prompt state barely moves the logits; seen on the H200 with vLLM 0.21.0).  The runner counts how each step was
+  dispatched (``engine_runner.GraphDispatchCounts``).  Caovan off: vLLM replays the spec-decode FULL graph for
+  steps holding prompts (a test that fails once vLLM stops, so the guard can go), and the tokens are reported.
+  Caovan on: no step holding prompts replays it, FULL graphs still run the decodes, and the tokens agree;
 * ``mixed`` workload (no prompt of that length, batches shrinking from four requests to one, so FULL graphs run
   with padded rows): FULL_AND_PIECEWISE with caovan on agrees; caovan off is reported beside it.
 
@@ -32,10 +36,15 @@ GUARD_LINE = "FULL CUDA graphs with MTP are safe with caovan on"
 OFF = {**PREFILL_BACKEND, "caovan": False}
 ON = {**PREFILL_BACKEND, "caovan": True}
 
+DRAFT_SHAPED = {"workload": "draft-shaped", "weights": "hf-init-long-memory"}
+#: GraphDispatchCounts keys: steps holding prompts / decodes only that replayed a FULL uniform-decode graph.
+PROMPTS_IN_FULL_GRAPH = "prompt steps, full-uniform"
+DECODES_IN_FULL_GRAPH = "decode steps, full-uniform"
+
 CASES = (
-    Case("draft_shaped_eager_off", OFF, NUM_SPECULATIVE_TOKENS, workload="draft-shaped"),
-    Case("draft_shaped_full_off", OFF, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL, workload="draft-shaped"),
-    Case("draft_shaped_full_on", ON, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL, workload="draft-shaped"),
+    Case("draft_shaped_eager_off", OFF, NUM_SPECULATIVE_TOKENS, **DRAFT_SHAPED),
+    Case("draft_shaped_full_off", OFF, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL, **DRAFT_SHAPED),
+    Case("draft_shaped_full_on", ON, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL, **DRAFT_SHAPED),
     Case("mixed_eager_off", OFF, NUM_SPECULATIVE_TOKENS),
     Case("mixed_full_off", OFF, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL),
     Case("mixed_full_on", ON, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL),
@@ -56,10 +65,20 @@ def test_engines_really_ran_full_graphs(engine_runs, name):
     )
 
 
+def graph_dispatch(run: EngineRun) -> dict[str, int]:
+    counts = succeeded(run).get("graph_dispatch")
+    assert isinstance(counts, dict) and "error" not in counts, f"{run.case.name}: no dispatch counts: {counts}"
+    print(f"[serve] {run.case.name} graph dispatch: {counts}")
+    return counts
+
+
 def test_caovan_keeps_draft_shaped_prompts_right_under_full_graphs(engine_runs):
     run = engine_runs["draft_shaped_full_on"]
     succeeded(run)
     assert GUARD_LINE in run.log, f"caovan's uniform-decode guard was not installed\n{run.describe()}"
+    counts = graph_dispatch(run)
+    assert counts.get(PROMPTS_IN_FULL_GRAPH, 0) == 0, f"caovan on, prompts replayed the spec-decode graph: {counts}"
+    assert counts.get(DECODES_IN_FULL_GRAPH, 0) > 0, f"caovan on, no decode replayed a FULL graph: {counts}"
     agreement = compare(run, engine_runs["draft_shaped_eager_off"])
     problems = agreement.problems()
     assert not problems, "FULL graphs with caovan on decode draft-shaped prompts wrong:\n" + "\n".join(
@@ -67,16 +86,20 @@ def test_caovan_keeps_draft_shaped_prompts_right_under_full_graphs(engine_runs):
     )
 
 
-def test_vllm_alone_still_loses_the_state_of_draft_shaped_prompts(engine_runs):
-    """Shows what caovan's guard is for; fails once vLLM decodes these prompts right on its own."""
+def test_vllm_alone_still_replays_the_spec_decode_graph_for_prompts(engine_runs):
+    """Shows what caovan's guard is for; fails once vLLM keeps prompts out of that graph on its own."""
+    counts = graph_dispatch(engine_runs["draft_shaped_full_off"])
     agreement = compare(engine_runs["draft_shaped_full_off"], engine_runs["draft_shaped_eager_off"])
-    assert agreement.problems(), (
-        "with caovan off, FULL_AND_PIECEWISE decoded prompts of 1 + num_speculative_tokens tokens like eager: if "
-        "this vLLM fixed issues 49918 / 53051, caovan's uniform_decode_guard can go (see its 'Remove when')"
+    print(f"[serve] caovan off under {FULL}: {'; '.join(agreement.problems()) or 'agrees with eager'}")
+    assert counts.get(PROMPTS_IN_FULL_GRAPH, 0) > 0, (
+        f"with caovan off, no step holding prompts of 1 + num_speculative_tokens tokens replayed the FULL graph "
+        f"captured for spec-decode ({counts}): if this vLLM fixed issues 49918 / 53051, caovan's "
+        "uniform_decode_guard can go (see its 'Remove when')"
     )
 
 
 def test_caovan_decodes_padded_full_graph_batches_right(engine_runs):
+    assert graph_dispatch(engine_runs["mixed_full_on"]).get(DECODES_IN_FULL_GRAPH, 0) > 0, "no FULL graph replayed"
     off = compare(engine_runs["mixed_full_off"], engine_runs["mixed_eager_off"])
     print(f"[serve] for comparison, caovan off under {FULL}: {'; '.join(off.problems()) or 'agrees with eager'}")
     agreement = compare(engine_runs["mixed_full_on"], engine_runs["mixed_eager_off"])
