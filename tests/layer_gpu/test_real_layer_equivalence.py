@@ -41,7 +41,6 @@ import torch
 from helpers.gpu_visibility import visible_note as cuda_visible_note
 
 from caovan.bench.vllm_layer_rig import (
-    NULL_BLOCK_ID,
     CoreInputs,
     MambaCache,
     TinyGdnModel,
@@ -59,6 +58,7 @@ from caovan.bench.vllm_layer_rig import (
     make_vllm_config,
     new_core_output,
     non_spec_rows,
+    null_block_id,
     padding_request,
     prefill_request,
     random_core_inputs,
@@ -286,7 +286,7 @@ def check_step(
         _assert_close(out_caovan[other], out_vllm[other], f"{where} non-spec outputs (vLLM's core in both)", **tol)
 
     written_by_spec = spec_blocks(metadata)
-    all_blocks = list(range(NULL_BLOCK_ID + 1, NUM_BLOCKS))
+    all_blocks = list(range(null_block_id() + 1, NUM_BLOCKS))
     ssm_vs_vllm = [b for b in all_blocks if not (spec_judged_by_reference_only and b in written_by_spec)]
     conv_c, ssm_c = rig.caovan_cache.conv, rig.caovan_cache.ssm
     conv_v, ssm_v = rig.in_tree_cache.conv, rig.in_tree_cache.ssm
@@ -337,7 +337,7 @@ def test_cudagraph_capture_metadata(rig_factory, model) -> None:
     rig = rig_factory(model)
     t = model.tokens_per_spec_request
     rows = rig.block_rows(4)
-    rows[2] = (NULL_BLOCK_ID,) * t
+    rows[2] = (null_block_id(),) * t
     batch = make_batch([spec_request(model, r, num_accepted=1) for r in rows], rig.device)
     md = build_capture_metadata(rig.graph_builder, batch)
     assert md.num_spec_decodes == 4, md
@@ -355,9 +355,9 @@ def test_full_graph_padded_batch(rig_factory, model) -> None:
     batch = make_batch(_pure_spec_requests(rig, 3) + [padding_request(model)], rig.device, num_tokens_padded=4 * t)
     md = build_metadata(rig.graph_builder, batch)
     assert md.num_spec_decodes == 3, md
-    # Padded rows as vLLM makes them: NULL_BLOCK_ID slots, zero-length query ranges, num_accepted_tokens 1.
+    # Padded rows as vLLM makes them: null_block_id() slots, zero-length query ranges, num_accepted_tokens 1.
     assert md.spec_state_indices_tensor.shape[0] == 4 * t, md.spec_state_indices_tensor.shape
-    assert (md.spec_state_indices_tensor[3:] == NULL_BLOCK_ID).all(), md.spec_state_indices_tensor
+    assert (md.spec_state_indices_tensor[3:] == null_block_id()).all(), md.spec_state_indices_tensor
     assert md.spec_query_start_loc[3:].tolist() == [3 * t] * (4 * t - 2), md.spec_query_start_loc
     assert (md.num_accepted_tokens[3:] == 1).all(), md.num_accepted_tokens
     inputs = random_core_inputs(model, batch.num_tokens, seed=31, device=rig.device)
@@ -432,7 +432,7 @@ def test_cuda_graph_capture_and_replay(rig_factory, model) -> None:
     num_tokens = 4 * t
     where = f"[{model.id} / CUDA graph]"
 
-    capture_batch = make_batch([spec_request(model, (NULL_BLOCK_ID,) * t, num_accepted=1)] * 4, dev)
+    capture_batch = make_batch([spec_request(model, (null_block_id(),) * t, num_accepted=1)] * 4, dev)
     capture_md = build_capture_metadata(rig.graph_builder, capture_batch)
     static_inputs = random_core_inputs(model, num_tokens, seed=61, device=dev)
     static_out = new_core_output(model, num_tokens, dev)
@@ -482,7 +482,7 @@ def test_cuda_graph_capture_and_replay(rig_factory, model) -> None:
         torch.cuda.synchronize()
 
         live_rows = live_spec_rows(md).to(dev)
-        blocks = list(range(NULL_BLOCK_ID + 1, NUM_BLOCKS))
+        blocks = list(range(null_block_id() + 1, NUM_BLOCKS))
         tag = f"{where} replay {round_no} ({live} live requests)"
         _assert_close(
             replay_out[live_rows], out_eager[live_rows], f"{tag}: outputs, replay vs caovan eager", **replay_tol
@@ -527,7 +527,7 @@ def test_layer_forward_reaches_caovan_core_through_vllm_custom_op(rig_factory, m
     _assert_close(
         out_caovan, out_vllm, f"{where} layer output, caovan vs vLLM", atol=tol["atol"] * scale, rtol=tol["rtol"]
     )
-    blocks = list(range(NULL_BLOCK_ID + 1, NUM_BLOCKS))
+    blocks = list(range(null_block_id() + 1, NUM_BLOCKS))
     _assert_close(rig.caovan_cache.conv[blocks], rig.in_tree_cache.conv[blocks], f"{where} conv state", exact=True)
     _assert_close(rig.caovan_cache.ssm[blocks], rig.in_tree_cache.ssm[blocks], f"{where} SSM state", **tol)
 

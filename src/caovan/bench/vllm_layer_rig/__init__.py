@@ -1,6 +1,9 @@
-"""Build vLLM's real GatedDeltaNet layer (family ``gdn-linear-attn-v020``: vLLM 0.20 – 0.21) the way vLLM does.
+"""Build vLLM's real GatedDeltaNet layer the way vLLM does, for every family caovan serves (vLLM 0.12 on).
 
-Everything the layer core touches comes from vLLM's own code, not from stand-ins:
+What moved between releases (the constructor's arguments, how caovan's override goes in, how the caches are bound,
+the null block, the metadata fields) is read from the installed family's record
+(``caovan.adapters.registry.installed_family()``); ``tests/discovery/test_layer_rig_vllm.py`` builds it all on CPU
+in every matrix row.  Everything the layer core touches comes from vLLM's own code, not from stand-ins:
 
 * the model: a tiny ``config.json`` (Qwen3-Next or Qwen3.5 layout) parsed by ``ModelConfig``; the layer is built
   from ``model_config.hf_text_config`` with the ``gqa_interleaved_layout`` that ``models/qwen3_next.py`` (True)
@@ -10,10 +13,11 @@ Everything the layer core touches comes from vLLM's own code, not from stand-ins
   draft model; the layer and the metadata builder only read ``num_speculative_tokens``);
 * the caches: allocated exactly as ``GPUModelRunner._reshape_kv_cache_tensors`` does for a ``MambaSpec`` (one
   int8 buffer per layer, conv state then SSM state inside each page, page-strided views) and bound as
-  ``layer.kv_cache = [conv_state, ssm_state]`` like ``bind_kv_cache``;
+  ``layer.kv_cache = [conv_state, ssm_state]`` like ``bind_kv_cache`` (one such pair per virtual engine before
+  vLLM 0.19);
 * the metadata: ``GDNAttentionMetadataBuilder.build`` / ``build_for_cudagraph_capture`` on a
   ``CommonAttentionMetadata`` shaped like the one ``GPUModelRunner`` passes (padded requests have zero length
-  and a NULL_BLOCK_ID block-table row, ``num_decode_draft_tokens`` is -1 for requests without drafts).
+  and the family's null block-table row, ``num_decode_draft_tokens`` is -1 for requests without drafts).
 
 Import cost: only torch at import time; vLLM is imported inside the functions that need it.
 """
@@ -44,12 +48,12 @@ from .core import (
 from .layer import (
     FAMILIES,
     MAX_MODEL_LEN,
-    NULL_BLOCK_ID,
     TinyGdnModel,
     build_gdn_layer,
     caovan_override_class,
     ensure_single_process_distributed,
     make_vllm_config,
+    null_block_id,
     randomize_parameters_,
     shutdown_distributed,
     write_model_dir,
@@ -61,7 +65,6 @@ __all__ = [
     "FAMILIES",
     "MAX_MODEL_LEN",
     "MambaCache",
-    "NULL_BLOCK_ID",
     "Request",
     "TinyGdnModel",
     "allocate_and_bind_cache",
@@ -79,6 +82,7 @@ __all__ = [
     "make_vllm_config",
     "new_core_output",
     "non_spec_rows",
+    "null_block_id",
     "padding_request",
     "prefill_request",
     "random_core_inputs",

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 
-from .layer import NULL_BLOCK_ID, TinyGdnModel
+from .layer import TinyGdnModel, null_block_id
+
+#: Where ``CommonAttentionMetadata`` lives, newest first (``backends.utils`` before vLLM 0.19).
+COMMON_METADATA_MODULES = ("vllm.v1.attention.backend", "vllm.v1.attention.backends.utils")
 
 
 def make_metadata_builder(
@@ -28,14 +32,20 @@ def make_metadata_builder(
     ``min_graph_tokens``: the persistent buffers must hold padded batches of at least this many tokens.
     """
     from vllm.config.compilation import CUDAGraphMode
-    from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
 
+    from caovan.adapters.registry import installed_family
+
+    metadata_module = importlib.import_module(installed_family().metadata_module)
+    GDNAttentionMetadataBuilder = metadata_module.GDNAttentionMetadataBuilder
     compilation = vllm_config.compilation_config
     saved = compilation.cudagraph_mode, compilation.max_cudagraph_capture_size
     compilation.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE if full_cuda_graph else CUDAGraphMode.NONE
-    if full_cuda_graph and not compilation.max_cudagraph_capture_size:
-        # 0 means this config resolved CUDA graphs off (the buffers would be empty); None means no cap.
-        compilation.max_cudagraph_capture_size = None
+    cap = compilation.max_cudagraph_capture_size
+    if cap is None or (full_cuda_graph and not cap):
+        # 0 means this config resolved CUDA graphs off (the buffers would be empty), None no cap. The cap given
+        # instead is the builder's own bound (vLLM 0.12 takes min() of the two, later releases skip a None cap).
+        num_spec = vllm_config.speculative_config.num_speculative_tokens
+        compilation.max_cudagraph_capture_size = vllm_config.scheduler_config.max_num_seqs * (num_spec + 1)
     try:
         builder = GDNAttentionMetadataBuilder(layer.get_kv_cache_spec(vllm_config), layer_names, vllm_config, device)
     finally:
@@ -58,7 +68,8 @@ class Request:
     context_len: int  # tokens computed before this step
     draft_tokens: int  # num_decode_draft_tokens: drafts being verified, -1 for none (prefill / padding)
     num_accepted: int  # tokens the previous step accepted (vLLM keeps 1 for requests without drafts)
-    blocks: tuple[int, ...]  # block-table row: 1 + num_spec block ids, NULL_BLOCK_ID = no block
+    blocks: tuple[int, ...]  # block-table row: 1 + num_spec block ids, null_block_id() = no block
+    prefilling: bool = False  # still in its prompt (vLLM's is_prefilling: num_computed_tokens < prompt length)
 
 
 def spec_request(model: TinyGdnModel, blocks: Sequence[int], num_accepted: int, context_len: int = 40) -> Request:
@@ -69,11 +80,11 @@ def spec_request(model: TinyGdnModel, blocks: Sequence[int], num_accepted: int, 
 
 
 def prefill_request(model: TinyGdnModel, blocks: Sequence[int], query_len: int, context_len: int) -> Request:
-    return Request(query_len, context_len, -1, 1, tuple(blocks))
+    return Request(query_len, context_len, -1, 1, tuple(blocks), prefilling=True)
 
 
 def padding_request(model: TinyGdnModel) -> Request:
-    return Request(0, 0, -1, 1, (NULL_BLOCK_ID,) * model.tokens_per_spec_request)
+    return Request(0, 0, -1, 1, (null_block_id(),) * model.tokens_per_spec_request)
 
 
 @dataclass
@@ -90,9 +101,10 @@ def make_batch(requests: Sequence[Request], device: torch.device, num_tokens_pad
     """CommonAttentionMetadata as GPUModelRunner._build_attention_metadata makes it.
 
     Padding requests have zero query length (query_start_loc repeats its last value), seq_len 0 and a
-    NULL_BLOCK_ID block-table row; ``num_tokens_padded`` rows are scheduled in total.
+    ``null_block_id()`` block-table row; ``num_tokens_padded`` rows are scheduled in total.  The host-side copies
+    are passed under the names this vLLM's ``CommonAttentionMetadata`` has (see :func:`host_side_fields`).
     """
-    from vllm.v1.attention.backend import CommonAttentionMetadata
+    CommonAttentionMetadata = common_metadata_class()
 
     query_lens = torch.tensor([r.query_len for r in requests], dtype=torch.int32)
     context_lens = torch.tensor([r.context_len for r in requests], dtype=torch.int32)
@@ -116,8 +128,12 @@ def make_batch(requests: Sequence[Request], device: torch.device, num_tokens_pad
         max_seq_len=int(seq_lens.max()),
         block_table_tensor=block_table.to(device),
         slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device=device),
-        _seq_lens_cpu=seq_lens,
-        _num_computed_tokens_cpu=seq_lens - query_lens,
+        **host_side_fields(
+            CommonAttentionMetadata,
+            seq_lens,
+            seq_lens - query_lens,
+            torch.tensor([r.prefilling for r in requests], dtype=torch.bool),
+        ),
     )
     return Batch(
         common=common,
@@ -125,6 +141,35 @@ def make_batch(requests: Sequence[Request], device: torch.device, num_tokens_pad
         num_decode_draft_tokens_cpu=torch.tensor([r.draft_tokens for r in requests], dtype=torch.int32),
         num_tokens=num_tokens,
     )
+
+
+def common_metadata_class() -> type:
+    for name in COMMON_METADATA_MODULES:
+        try:
+            cls = getattr(importlib.import_module(name), "CommonAttentionMetadata", None)
+        except ModuleNotFoundError:
+            continue
+        if cls is not None:
+            return cls
+    raise ImportError(f"no CommonAttentionMetadata in {', '.join(COMMON_METADATA_MODULES)}")
+
+
+def host_side_fields(
+    cls: type, seq_lens: torch.Tensor, num_computed: torch.Tensor, prefilling: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The CPU copies GPUModelRunner hands the builders, under this vLLM's field names: ``seq_lens_cpu`` /
+    ``num_computed_tokens_cpu`` (vLLM 0.12), with a leading underscore (0.16 - 0.25), ``seq_lens_cpu_upper_bound``
+    (0.21 on; exact here, as no request is speculative about its length) and ``is_prefilling`` (0.19 on)."""
+    offered = {
+        "seq_lens_cpu": seq_lens,
+        "_seq_lens_cpu": seq_lens,
+        "num_computed_tokens_cpu": num_computed,
+        "_num_computed_tokens_cpu": num_computed,
+        "seq_lens_cpu_upper_bound": seq_lens,
+        "is_prefilling": prefilling,
+    }
+    names = {f.name for f in fields(cls)}
+    return {name: value for name, value in offered.items() if name in names}
 
 
 def build_metadata(builder: Any, batch: Batch) -> Any:

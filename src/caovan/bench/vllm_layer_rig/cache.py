@@ -67,8 +67,12 @@ def allocate_cache(layer: Any, vllm_config: Any, num_blocks: int, device: torch.
 
 
 def bind_cache(layer: Any, cache: MambaCache) -> None:
-    """What ``bind_kv_cache`` does: the layer reads ``self.kv_cache[0]`` (conv) and ``[1]`` (SSM)."""
-    layer.kv_cache = [cache.conv, cache.ssm]
+    """What ``bind_kv_cache`` does: the layer reads ``self.kv_cache[0]`` (conv) and ``[1]`` (SSM), or before
+    vLLM 0.19 ``self.kv_cache[virtual_engine]`` first (one virtual engine here, as without pipeline parallelism)."""
+    from caovan.adapters.registry import installed_family
+
+    states = [cache.conv, cache.ssm]
+    layer.kv_cache = [states] if installed_family().kv_cache_per_virtual_engine else states
 
 
 def allocate_and_bind_cache(layer: Any, vllm_config: Any, num_blocks: int, device: torch.device) -> MambaCache:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .layer import NULL_BLOCK_ID, TinyGdnModel
+from .layer import TinyGdnModel, null_block_id
 
 
 @dataclass
@@ -78,9 +78,11 @@ def reference_arguments(
     Written from the kernel API contract and vLLM's ``_forward_core`` (not copied from caovan's layer), so a
     mistake in the layer's argument assembly shows up as a disagreement with the reference.
     """
-    from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
+    from caovan.adapters.layer_support import conv_dim_first
+    from caovan.adapters.registry import installed_family
 
-    conv_state = conv_state_stored if is_conv_state_dim_first() else conv_state_stored.transpose(-1, -2)
+    family = installed_family()
+    conv_state = conv_state_stored if conv_dim_first(family) else conv_state_stored.transpose(-1, -2)
     weight = layer.conv1d.weight  # (conv_dim, 1, width)
     n = metadata.num_spec_decodes
     args = (
@@ -102,8 +104,8 @@ def reference_arguments(
         "num_k_heads": layer.num_k_heads // layer.tp_size,
         "head_k_dim": layer.head_k_dim,
         "head_v_dim": layer.head_v_dim,
-        "ssm_layout": "vk",
-        "null_slot_max": NULL_BLOCK_ID,
+        "ssm_layout": family.ssm_layout,
+        "null_slot_max": family.null_slot_max,
         "token_index": token_index,
     }
     return args, kwargs
@@ -121,8 +123,9 @@ def live_spec_rows(metadata: Any) -> torch.Tensor:
     slots = metadata.spec_state_indices_tensor[:n].cpu()
     accepted = metadata.num_accepted_tokens[:n].cpu().tolist()
     rows: list[int] = []
+    null = null_block_id()
     for i in range(n):
-        if slots[i, 0] > NULL_BLOCK_ID and slots[i, accepted[i] - 1] > NULL_BLOCK_ID:
+        if slots[i, 0] > null and slots[i, accepted[i] - 1] > null:
             rows.extend(range(starts[i], starts[i + 1]))
     spec_rows = torch.tensor(rows, dtype=torch.long)
     if metadata.num_prefills or metadata.num_decodes:
@@ -140,7 +143,8 @@ def spec_blocks(metadata: Any) -> list[int]:
     """Blocks the spec sequences of this step may write (their real state slots)."""
     n = metadata.num_spec_decodes
     slots = metadata.spec_state_indices_tensor[:n].cpu()
-    return sorted({int(s) for s in slots.flatten().tolist() if s > NULL_BLOCK_ID})
+    null = null_block_id()
+    return sorted({int(s) for s in slots.flatten().tolist() if s > null})
 
 
 @contextlib.contextmanager

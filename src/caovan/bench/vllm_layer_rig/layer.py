@@ -12,8 +12,6 @@ from typing import Any
 
 import torch
 
-#: vLLM >= 0.20 reserves block 0 as the null block: padded requests point there and kernels skip it.
-NULL_BLOCK_ID = 0
 MAX_MODEL_LEN = 512
 FAMILIES = ("qwen3_next", "qwen3_5")
 
@@ -131,6 +129,14 @@ class TinyGdnModel:
         }
 
 
+def null_block_id() -> int:
+    """The block id vLLM gives padded requests, which kernels skip: the installed family's null slot
+    (``NULL_BLOCK_ID`` = 0 from vLLM 0.20, block 0 reserved; ``PAD_SLOT_ID`` = -1 before)."""
+    from caovan.adapters.registry import installed_family
+
+    return installed_family().null_slot_max
+
+
 def write_model_dir(model: TinyGdnModel, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(model.hf_config(), indent=1))
@@ -235,60 +241,88 @@ def _oot_entry(layer_cls: type | None) -> Iterator[None]:
             op_registry_oot[IN_TREE_NAME] = saved
 
 
+@contextlib.contextmanager
+def _init_entry(base: type, wrapper: Any | None) -> Iterator[None]:
+    """The class-patch route's counterpart: ``base.__init__`` set to caovan's wrapper (None: vLLM's own)."""
+    saved = base.__dict__["__init__"]
+    original = getattr(saved, "_caovan_original", saved)
+    type.__setattr__(base, "__init__", wrapper or original)
+    try:
+        yield
+    finally:
+        type.__setattr__(base, "__init__", saved)
+
+
 _override_class: type | None = None
 
 
 def caovan_override_class() -> type:
-    """caovan's OOT subclass, built once per process like ``install()`` does."""
+    """The class a layer caovan builds has: its OOT subclass, built once per process like ``install()`` does, or
+    the in-tree class itself where caovan wraps ``__init__`` (class-patch families, before vLLM 0.19)."""
     global _override_class
     if _override_class is None:
         from caovan.adapters.override import build_override_class, in_tree_class
         from caovan.adapters.registry import installed_family
 
         family = installed_family()
-        _override_class = build_override_class(in_tree_class(family), family)
+        base = in_tree_class(family)
+        _override_class = base if family.install_route == "class_patch" else build_override_class(base, family)
     return _override_class
+
+
+def _constructor_arguments(in_tree: type, vllm_config: Any, model: TinyGdnModel, prefix: str) -> dict[str, Any]:
+    """What the model code passes: ``(config, vllm_config, prefix, gqa_interleaved_layout)`` from vLLM 0.19, the
+    config pieces one by one before (no layout flag where Qwen3.5 has its own subclass)."""
+    from caovan.adapters.base import has_argument
+
+    arguments: dict[str, Any] = {"config": vllm_config.model_config.hf_text_config, "prefix": prefix}
+    pieces = {
+        "vllm_config": vllm_config,
+        "model_config": vllm_config.model_config,
+        "cache_config": vllm_config.cache_config,
+        "quant_config": vllm_config.quant_config,
+        "speculative_config": vllm_config.speculative_config,
+        "gqa_interleaved_layout": model.gqa_interleaved_layout,
+    }
+    arguments.update({name: value for name, value in pieces.items() if has_argument(in_tree.__init__, name)})
+    return arguments
 
 
 def build_gdn_layer(vllm_config: Any, model: TinyGdnModel, prefix: str, device: torch.device, *, caovan: bool) -> Any:
     """Construct the layer through the family's in-tree class (``GatedDeltaNetAttention(...)`` in vLLM 0.21) as
     the model code does.
 
-    ``caovan=True``: caovan's class is registered as the OOT replacement (what ``install()`` does in a serving
-    process), so PluggableLayer.__new__ hands back caovan's subclass; ``caovan=False``: no replacement is
-    registered, the in-tree class is built.  The registry is restored afterwards either way.
+    ``caovan=True``: caovan's override is put in as ``install()`` does in a serving process (its class registered
+    as the OOT replacement, so PluggableLayer.__new__ hands back caovan's subclass; or, for the class-patch
+    families, its ``__init__`` wrapper on the in-tree class); ``caovan=False``: vLLM's own class, unpatched.  The
+    registry or class is restored afterwards either way.
     """
     from vllm.config import set_current_vllm_config
     from vllm.utils.torch_utils import set_default_torch_dtype
 
-    from caovan.adapters.override import in_tree_class
+    from caovan.adapters.override import build_init_wrapper, in_tree_class
     from caovan.adapters.registry import installed_family
 
     family = installed_family()
-    if family.install_route != "register_oot":
-        # Before vLLM 0.19 the layer takes (config, model_config, cache_config, quant_config, speculative_config,
-        # prefix) and binds kv_cache per virtual engine: this rig builds and binds the PluggableLayer families only.
-        raise NotImplementedError(
-            f"the layer rig builds the PluggableLayer families (vLLM 0.19 on), not {family.family_id} "
-            f"({family.label}, {family.gdn_class} patched in place)"
-        )
     in_tree = in_tree_class(family)
-    replacement = caovan_override_class() if caovan else None
+    if family.install_route == "class_patch":
+        entry = _init_entry(in_tree, build_init_wrapper(in_tree, family) if caovan else None)
+        expected = in_tree
+    else:
+        replacement = caovan_override_class() if caovan else None
+        entry = _oot_entry(replacement)
+        expected = replacement or in_tree
     with (
-        _oot_entry(replacement),
+        entry,
         set_current_vllm_config(vllm_config),
         set_default_torch_dtype(vllm_config.model_config.dtype),
         torch.device(device),
     ):
-        layer = in_tree(
-            config=vllm_config.model_config.hf_text_config,
-            vllm_config=vllm_config,
-            prefix=prefix,
-            gqa_interleaved_layout=model.gqa_interleaved_layout,
-        )
-    expected = replacement or in_tree
+        layer = in_tree(**_constructor_arguments(in_tree, vllm_config, model, prefix))
     if type(layer) is not expected:
         raise AssertionError(f"{in_tree.__name__}(...) built {type(layer).__qualname__}, expected {expected}")
+    if caovan and not hasattr(layer, "_caovan_plan"):
+        raise AssertionError(f"{in_tree.__name__}(...) did not run caovan's take-over")
     return layer
 
 
