@@ -123,3 +123,19 @@ def test_a_refused_family_installs_nothing_and_says_why(family):
     with pytest.raises(RuntimeError, match="caovan does not serve qwen3-next-gdn-v010: the op runs the whole layer"):
         override.install(refused)
     assert FakeGdn.__dict__["__init__"] is original
+
+
+def test_the_layer_rig_takes_a_layer_over_once_where_install_already_wrapped_init(family, monkeypatch):
+    """The rig builds caovan's layers with its own ``__init__`` wrapper; over ``install()``'s it must not stack."""
+    from caovan.bench.vllm_layer_rig.layer import _init_entry
+
+    plans = []
+    monkeypatch.setattr(override, "plan_for_layer", lambda layer, family: plans.append(layer) or PLAN)
+    override.install(family)
+    installed = FakeGdn.__dict__["__init__"]
+    with _init_entry(FakeGdn, family, caovan=True):
+        FakeGdn()
+    assert len(plans) == 1
+    with _init_entry(FakeGdn, family, caovan=False):
+        assert not hasattr(FakeGdn(), "_caovan_plan")
+    assert FakeGdn.__dict__["__init__"] is installed and len(plans) == 1

@@ -192,23 +192,20 @@ def make_vllm_config(
 
 def ensure_single_process_distributed(vllm_config: Any) -> bool:
     """A world of one (TP=1, PP=1), as a single-GPU engine has.  Returns True if it was set up by this call."""
-    import socket
-
     from vllm.config import set_current_vllm_config
     from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
     from vllm.distributed.parallel_state import model_parallel_is_initialized
 
+    from caovan.serving.server_process import free_port
+
     if model_parallel_is_initialized():
         return False
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with set_current_vllm_config(vllm_config):
         init_distributed_environment(
             world_size=1,
             rank=0,
             local_rank=0,
-            distributed_init_method=f"tcp://127.0.0.1:{port}",
+            distributed_init_method=f"tcp://127.0.0.1:{free_port()}",
             backend="gloo",  # one process: no collective ever runs, and gloo works on every machine
         )
         ensure_model_parallel_initialized(1, 1)
@@ -242,12 +239,17 @@ def _oot_entry(layer_cls: type | None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _init_entry(base: type, wrapper: Any | None) -> Iterator[None]:
-    """The class-patch route's counterpart: ``base.__init__`` set to caovan's wrapper (None: vLLM's own)."""
+def _init_entry(base: type, family: Any, *, caovan: bool) -> Iterator[None]:
+    """The class-patch route's counterpart: ``base.__init__`` set to vLLM's own, or to caovan's wrapper built over
+    vLLM's own. Where ``install()`` already wrapped it in this process, its wrapper is set aside first, so the
+    take-over never runs twice."""
+    from caovan.adapters.override import build_init_wrapper
+
     saved = base.__dict__["__init__"]
-    original = getattr(saved, "_caovan_original", saved)
-    type.__setattr__(base, "__init__", wrapper or original)
+    type.__setattr__(base, "__init__", getattr(saved, "_caovan_original", saved))
     try:
+        if caovan:
+            type.__setattr__(base, "__init__", build_init_wrapper(base, family))
         yield
     finally:
         type.__setattr__(base, "__init__", saved)
@@ -300,13 +302,13 @@ def build_gdn_layer(vllm_config: Any, model: TinyGdnModel, prefix: str, device: 
     from vllm.config import set_current_vllm_config
     from vllm.utils.torch_utils import set_default_torch_dtype
 
-    from caovan.adapters.override import build_init_wrapper, in_tree_class
+    from caovan.adapters.override import in_tree_class
     from caovan.adapters.registry import installed_family
 
     family = installed_family()
     in_tree = in_tree_class(family)
     if family.install_route == "class_patch":
-        entry = _init_entry(in_tree, build_init_wrapper(in_tree, family) if caovan else None)
+        entry = _init_entry(in_tree, family, caovan=caovan)
         expected = in_tree
     else:
         replacement = caovan_override_class() if caovan else None
