@@ -46,6 +46,7 @@ class Case:
     workload: str = "mixed"  # serve_workload.NAMES
     weights: str = "hf-init"  # engine_runner.WEIGHT_MODES
     tensor_parallel_size: int = 1
+    cudagraph_capture_sizes: tuple[int, ...] = ()  # empty: vLLM's own
 
 
 @dataclass
@@ -96,6 +97,7 @@ TIMEOUT_S = _env_number("CAOVAN_SERVE_TIMEOUT_S", 540.0)
 
 
 def _command(case: Case, model_dirs: dict[str, Path], case_dir: Path) -> list[str]:
+    sizes = case.cudagraph_capture_sizes
     return [
         sys.executable,
         str(RUNNER),
@@ -117,6 +119,7 @@ def _command(case: Case, model_dirs: dict[str, Path], case_dir: Path) -> list[st
         case.weights,
         "--tensor-parallel-size",
         str(case.tensor_parallel_size),
+        *(["--cudagraph-capture-sizes", ",".join(map(str, sizes))] if sizes else []),
     ]
 
 

@@ -138,6 +138,16 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _capture_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(_positive_int(part) for part in text.split(","))
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of token counts > 0 ({exc})") from None
+    if list(sizes) != sorted(set(sizes)):
+        raise argparse.ArgumentTypeError(f"{text!r}: token counts must be increasing, each once")
+    return sizes
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="engine_runner.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, type=Path, help="model folder (config.json; dummy weights)")
@@ -159,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="eager",
         help="eager: enforce_eager, caovan's counters see every core call (default); otherwise vLLM's "
         "compilation_config cudagraph_mode",
+    )
+    p.add_argument(
+        "--cudagraph-capture-sizes",
+        type=_capture_sizes,
+        metavar="N,N,...",
+        help="the batch sizes in tokens vLLM captures graphs for (compilation_config cudagraph_capture_sizes); "
+        "default: vLLM's",
     )
     p.add_argument(
         "--weights",
@@ -195,6 +212,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.requests = serve_workload.workload(args.workload, args.num_speculative_tokens)
     except ValueError as exc:
         parser.error(f"--workload {args.workload}: {exc}")
+    if args.cudagraph_capture_sizes and args.cudagraph_mode == "eager":
+        parser.error("--cudagraph-capture-sizes: eager mode captures no graphs (pass --cudagraph-mode)")
     longest = args.requests.longest_request
     if args.max_model_len < longest:
         parser.error(f"--max-model-len {args.max_model_len} is shorter than the workload's longest request ({longest})")
@@ -227,6 +246,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["tensor_parallel_size"] = args.tensor_parallel_size
     if args.cudagraph_mode != "eager":
         kwargs["compilation_config"] = {"cudagraph_mode": args.cudagraph_mode}
+        if args.cudagraph_capture_sizes:
+            kwargs["compilation_config"]["cudagraph_capture_sizes"] = list(args.cudagraph_capture_sizes)
     if args.num_speculative_tokens:
         kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": args.num_speculative_tokens}
     if args.kv_cache_memory_bytes:
@@ -278,18 +299,29 @@ class GraphDispatchCounts:
     prompts is read from the scheduler's output (its new requests), not from the input-batch arrays the guard
     reads, so the count checks the guard rather than repeating it.  ``functools.wraps`` keeps the source and
     signature the guard's probes read.
+
+    A FULL uniform step whose graph is larger than the batch (rows padded up to a captured size) is counted once
+    more under ``... full-uniform with padded rows``; ``sizes`` counts the same steps by their token count, which
+    tells a batch that found no graph of its size from one that was never uniform.
     """
 
     def __init__(self) -> None:
         self.steps: Counter[str] = Counter()
+        self.sizes: Counter[str] = Counter()
         self._saved: dict[str, Any] = {}
 
-    def count(self, has_prompts: bool, result: Any) -> None:
+    def count(self, has_prompts: bool, result: Any, num_tokens: int | None = None) -> None:
         mode, descriptor = result[0], result[1]
         full = getattr(mode, "name", str(mode)) == "FULL"
         uniform = bool(getattr(descriptor, "uniform", getattr(descriptor, "uniform_decode", False)))
         kind = "full-uniform" if full and uniform else "full" if full else getattr(mode, "name", str(mode)).lower()
-        self.steps[f"{'prompt' if has_prompts else 'decode'} steps, {kind}"] += 1
+        phase = "prompt" if has_prompts else "decode"
+        self.steps[f"{phase} steps, {kind}"] += 1
+        padded_to = getattr(descriptor, "num_tokens", None)
+        if kind == "full-uniform" and num_tokens is not None and padded_to is not None and padded_to > num_tokens:
+            self.steps[f"{phase} steps, {kind} with padded rows"] += 1
+        if num_tokens is not None:
+            self.sizes[f"{phase} steps of {num_tokens} tokens, {kind}"] += 1
 
     def install(self) -> None:
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -309,7 +341,7 @@ class GraphDispatchCounts:
         def determine(runner: Any, *args: Any, **kwargs: Any) -> Any:
             result = decide(runner, *args, **kwargs)
             if step["prompts"] is not None:
-                self.count(step["prompts"], result)
+                self.count(step["prompts"], result, kwargs.get("num_tokens", args[0] if args else None))
             return result
 
         self._saved = {"execute_model": execute, "_determine_batch_execution_and_padding": decide}
@@ -329,6 +361,9 @@ class GraphDispatchCounts:
 
     def snapshot(self) -> dict[str, int]:
         return dict(sorted(self.steps.items()))
+
+    def sizes_snapshot(self) -> dict[str, int]:
+        return dict(sorted(self.sizes.items()))
 
 
 def gdn_layer_facts(model: Any) -> dict[str, Any]:
@@ -589,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:
             record["stock_spec_kernel_calls"] = stock.snapshot()
         if dispatch.installed:
             record["graph_dispatch"] = dispatch.snapshot()
+            record["graph_dispatch_by_size"] = dispatch.sizes_snapshot()
         _best_effort(record, "plugin", plugin_facts)
         try:
             from caovan.plugin import counters

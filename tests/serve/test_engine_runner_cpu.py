@@ -59,6 +59,13 @@ def test_graph_modes_and_workloads_reach_the_engine(model_dir):
     kwargs = engine_runner.engine_kwargs(args)
     assert kwargs["enforce_eager"] is False
     assert kwargs["compilation_config"] == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+    sized = engine_runner.parse_args(
+        ["--model", str(model_dir), "--out", "r", "--cudagraph-mode", "PIECEWISE", "--cudagraph-capture-sizes", "6,12"]
+    )
+    assert engine_runner.engine_kwargs(sized)["compilation_config"] == {
+        "cudagraph_mode": "PIECEWISE",
+        "cudagraph_capture_sizes": [6, 12],
+    }
     # Every prompt has the shape vLLM takes for a uniform spec-decode batch: 1 + num_speculative_tokens tokens.
     assert {len(ids) for ids in args.requests.prompt_token_ids} == {4}
     assert args.requests.max_tokens == serve_workload.MAX_TOKENS
@@ -89,6 +96,10 @@ def test_mixed_workload_has_no_draft_shaped_prompt():
         (["--gpu-memory-utilization", "0"], r"must be in \(0, 1\], got 0.0"),
         (["--max-model-len", "64"], "shorter than the workload's longest request"),
         (["--dtype", "float32"], "invalid choice: 'float32'"),
+        (["--cudagraph-capture-sizes", "6,12"], "eager mode captures no graphs"),
+        (["--cudagraph-mode", "PIECEWISE", "--cudagraph-capture-sizes", "6,0"], "must be > 0"),
+        (["--cudagraph-mode", "PIECEWISE", "--cudagraph-capture-sizes", "12,6"], "must be increasing"),
+        (["--cudagraph-mode", "PIECEWISE", "--cudagraph-capture-sizes", "6,x"], "not an integer: 'x'"),
     ],
 )
 def test_bad_arguments_are_usage_errors(model_dir, capsys, extra, message):
@@ -294,8 +305,8 @@ def test_stock_kernel_counter_wraps_the_functions_vllm_calls(monkeypatch):
     assert counter.snapshot()["module"] == engine_runner.stock_gdn_module()
 
 
-def _dispatch_result(mode: str, uniform: bool) -> tuple:
-    return SimpleNamespace(name=mode), SimpleNamespace(uniform=uniform), False, None, None
+def _dispatch_result(mode: str, uniform: bool, num_tokens: int = 12) -> tuple:
+    return SimpleNamespace(name=mode), SimpleNamespace(uniform=uniform, num_tokens=num_tokens), False, None, None
 
 
 def test_graph_dispatch_counts_tell_prompt_steps_in_full_uniform_graphs():
@@ -312,6 +323,24 @@ def test_graph_dispatch_counts_tell_prompt_steps_in_full_uniform_graphs():
         "decode steps, none": 1,
         "prompt steps, full-uniform": 1,
         "prompt steps, piecewise": 1,
+    }
+    assert counts.sizes_snapshot() == {}  # the batch size was not given
+
+
+def test_graph_dispatch_counts_tell_padded_full_graphs_and_batch_sizes():
+    counts = engine_runner.GraphDispatchCounts()
+    counts.count(False, _dispatch_result("FULL", True, num_tokens=6), num_tokens=3)  # one padded request
+    counts.count(False, _dispatch_result("FULL", True, num_tokens=6), num_tokens=6)
+    counts.count(True, _dispatch_result("PIECEWISE", False, num_tokens=16), num_tokens=12)  # padded, not FULL
+    assert counts.snapshot() == {
+        "decode steps, full-uniform": 2,
+        "decode steps, full-uniform with padded rows": 1,
+        "prompt steps, piecewise": 1,
+    }
+    assert counts.sizes_snapshot() == {
+        "decode steps of 3 tokens, full-uniform": 1,
+        "decode steps of 6 tokens, full-uniform": 1,
+        "prompt steps of 12 tokens, piecewise": 1,
     }
 
 
@@ -336,6 +365,10 @@ def test_graph_dispatch_counts_wrap_the_runner_and_count_only_engine_steps(monke
     runner.execute_model(SimpleNamespace(scheduled_new_reqs=["new"]))
     runner.execute_model(SimpleNamespace(scheduled_new_reqs=[]))
     assert counts.snapshot() == {"prompt steps, full-uniform": 1, "decode steps, full-uniform": 1}
+    assert counts.sizes_snapshot() == {
+        "prompt steps of 12 tokens, full-uniform": 1,
+        "decode steps of 12 tokens, full-uniform": 1,
+    }
     counts.uninstall()
     assert GPUModelRunner.execute_model is execute_model
     assert GPUModelRunner._determine_batch_execution_and_padding is determine
@@ -358,3 +391,17 @@ def test_graph_dispatch_counts_leave_the_guard_probes_their_answers():
         assert (after and uniform_decode_guard.tells_uniform_decode_by_shape(after)) == by_shape
     finally:
         counts.uninstall()
+
+
+def test_full_graph_cases_are_commands_the_runner_accepts(model_dir, tmp_path):
+    import engine_cases
+    import test_full_graph_mtp
+
+    for case in test_full_graph_mtp.CASES:
+        command = engine_cases._command(case, {case.model: model_dir}, tmp_path)
+        kwargs = engine_runner.engine_kwargs(engine_runner.parse_args(command[2:]))
+        sizes = kwargs.get("compilation_config", {}).get("cudagraph_capture_sizes", [])
+        assert sizes == list(case.cudagraph_capture_sizes), case.name
+    # Every prompt batch of the draft-shaped workload has a FULL graph of its own size; the mixed one pads.
+    assert test_full_graph_mtp.EVERY_UNIFORM_BATCH == (3, 6, 9, 12)
+    assert test_full_graph_mtp.PADDED_BATCHES == (6, 12)

@@ -9,12 +9,19 @@ off (vLLM's own kernels, no graphs), under the rules of ``test_engine_mtp``:
 
 * ``draft-shaped`` workload (every prompt ``1 + k`` tokens; see ``serve_workload``), with GDN heads of long memory
   (``--weights hf-init-long-memory``: with Hugging Face's init a head forgets its state within a token, and a lost
-  prompt state barely moves the logits; seen on the H200 with vLLM 0.21.0).  The runner counts how each step was
-  dispatched (``engine_runner.GraphDispatchCounts``).  Caovan off: vLLM replays the spec-decode FULL graph for
-  steps holding prompts (a test that fails once vLLM stops, so the guard can go), and the tokens are reported.
-  Caovan on: no step holding prompts replays it, FULL graphs still run the decodes, and the tokens agree;
-* ``mixed`` workload (no prompt of that length, batches shrinking from four requests to one, so FULL graphs run
-  with padded rows): FULL_AND_PIECEWISE with caovan on agrees; caovan off is reported beside it.
+  prompt state barely moves the logits).  The runner counts how each step was dispatched
+  (``engine_runner.GraphDispatchCounts``).  Caovan off: vLLM replays the spec-decode FULL graph for steps holding
+  prompts (a test that fails once vLLM stops, so the guard can go), and the tokens are reported.  Caovan on: no
+  step holding prompts replays it, FULL graphs still run the decodes, and the tokens agree;
+* ``mixed`` workload (no prompt of that length, batches shrinking from four requests to one): FULL_AND_PIECEWISE
+  with caovan on agrees, and FULL graphs ran with padded rows; caovan off is reported beside it.
+
+The graph sizes are set, not vLLM's: its defaults (1, 2, 4, 8, 16, ... tokens) give FULL uniform graphs only at
+multiples of ``1 + k`` rounded up from those (3, 6, 9, 18 for k = 2), so a batch of four such requests (12 tokens)
+runs PIECEWISE, prompts included (seen on an H100 with vLLM 0.25.0: every prompt step PIECEWISE; vLLM pull
+request 53407 describes the gaps).  ``draft-shaped`` captures one FULL graph per batch size, 1 to 4 requests, so
+every prompt batch has its own; ``mixed`` captures graphs for 2 and 4 requests only, so batches of 1 and 3 replay
+them with padded rows.
 
 Caovan's counters are not asserted here: graph replays run no Python, so they count only captures and the batches
 outside the graphs.  The engines must really have run FULL graphs: vLLM can lower the mode it was asked for (an
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import pytest
 from engine_cases import PREFILL_BACKEND, Case, EngineRun, compare, start_engines, succeeded
+from serve_workload import MAX_NUM_SEQS
 
 pytestmark = pytest.mark.serve
 
@@ -37,17 +45,23 @@ OFF = {**PREFILL_BACKEND, "caovan": False}
 ON = {**PREFILL_BACKEND, "caovan": True}
 
 DRAFT_SHAPED = {"workload": "draft-shaped", "weights": "hf-init-long-memory"}
+#: Graph sizes in tokens: one per uniform batch of 1 to MAX_NUM_SEQS (4) requests; for 2 and 4 requests only.
+EVERY_UNIFORM_BATCH = tuple((1 + NUM_SPECULATIVE_TOKENS) * n for n in range(1, MAX_NUM_SEQS + 1))
+PADDED_BATCHES = ((1 + NUM_SPECULATIVE_TOKENS) * 2, (1 + NUM_SPECULATIVE_TOKENS) * MAX_NUM_SEQS)
+DRAFT_SHAPED_FULL = {"cudagraph_mode": FULL, "cudagraph_capture_sizes": EVERY_UNIFORM_BATCH, **DRAFT_SHAPED}
+MIXED_FULL = {"cudagraph_mode": FULL, "cudagraph_capture_sizes": PADDED_BATCHES}
 #: GraphDispatchCounts keys: steps holding prompts / decodes only that replayed a FULL uniform-decode graph.
 PROMPTS_IN_FULL_GRAPH = "prompt steps, full-uniform"
 DECODES_IN_FULL_GRAPH = "decode steps, full-uniform"
+DECODES_PADDED_IN_FULL_GRAPH = "decode steps, full-uniform with padded rows"
 
 CASES = (
     Case("draft_shaped_eager_off", OFF, NUM_SPECULATIVE_TOKENS, **DRAFT_SHAPED),
-    Case("draft_shaped_full_off", OFF, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL, **DRAFT_SHAPED),
-    Case("draft_shaped_full_on", ON, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL, **DRAFT_SHAPED),
+    Case("draft_shaped_full_off", OFF, NUM_SPECULATIVE_TOKENS, **DRAFT_SHAPED_FULL),
+    Case("draft_shaped_full_on", ON, NUM_SPECULATIVE_TOKENS, **DRAFT_SHAPED_FULL),
     Case("mixed_eager_off", OFF, NUM_SPECULATIVE_TOKENS),
-    Case("mixed_full_off", OFF, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL),
-    Case("mixed_full_on", ON, NUM_SPECULATIVE_TOKENS, cudagraph_mode=FULL),
+    Case("mixed_full_off", OFF, NUM_SPECULATIVE_TOKENS, **MIXED_FULL),
+    Case("mixed_full_on", ON, NUM_SPECULATIVE_TOKENS, **MIXED_FULL),
 )
 
 
@@ -69,6 +83,7 @@ def graph_dispatch(run: EngineRun) -> dict[str, int]:
     counts = succeeded(run).get("graph_dispatch")
     assert isinstance(counts, dict) and "error" not in counts, f"{run.case.name}: no dispatch counts: {counts}"
     print(f"[serve] {run.case.name} graph dispatch: {counts}")
+    print(f"[serve] {run.case.name} by batch size: {succeeded(run).get('graph_dispatch_by_size')}")
     return counts
 
 
@@ -99,7 +114,8 @@ def test_vllm_alone_still_replays_the_spec_decode_graph_for_prompts(engine_runs)
 
 
 def test_caovan_decodes_padded_full_graph_batches_right(engine_runs):
-    assert graph_dispatch(engine_runs["mixed_full_on"]).get(DECODES_IN_FULL_GRAPH, 0) > 0, "no FULL graph replayed"
+    counts = graph_dispatch(engine_runs["mixed_full_on"])
+    assert counts.get(DECODES_PADDED_IN_FULL_GRAPH, 0) > 0, f"no FULL graph replayed with padded rows: {counts}"
     off = compare(engine_runs["mixed_full_off"], engine_runs["mixed_eager_off"])
     print(f"[serve] for comparison, caovan off under {FULL}: {'; '.join(off.problems()) or 'agrees with eager'}")
     agreement = compare(engine_runs["mixed_full_on"], engine_runs["mixed_eager_off"])
