@@ -7,3 +7,12 @@ def vllm_module():
     import vllm
 
     return vllm
+
+
+@pytest.fixture(scope="session")
+def vllm_serve_parser():
+    """vLLM's ``vllm serve`` parser in one child process for the session (see helpers/vllm_serve_parser.py)."""
+    from helpers.vllm_serve_parser import VllmServeParser
+
+    with VllmServeParser() as parser:
+        yield parser

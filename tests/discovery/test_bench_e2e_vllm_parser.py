@@ -1,14 +1,9 @@
 """``caovan bench e2e``'s server commands against the real vLLM of the row: after ``caovan serve`` has made its
 ``vllm serve`` command of them, vLLM's own serve parser reads the graph mode, caovan's switch, the profiler folder
-and the tensor parallelism the procedure asked for (the parser runs in a child, see
-``test_serve_command_vllm_parser``)."""
+and the tensor parallelism the procedure asked for (vLLM's parser, in the session's child
+process: ``helpers/vllm_serve_parser.py``)."""
 
 from __future__ import annotations
-
-import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -18,36 +13,6 @@ from caovan.serving.serve_command import COLD_START_TIMEOUTS, plan_serve
 
 pytestmark = [pytest.mark.discovery, pytest.mark.usefixtures("served_release")]
 
-PARSE_IN_CHILD = textwrap.dedent(
-    """
-    import json, sys
-    from vllm import platforms
-    from vllm.platforms.interface import UnspecifiedPlatform
-    if isinstance(platforms.current_platform, UnspecifiedPlatform):
-        from vllm.platforms.cpu import CpuPlatform
-        platforms.current_platform = CpuPlatform()
-    from vllm.entrypoints.cli.serve import ServeSubcommand
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    def field(value, name):
-        return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
-
-    results = []
-    for argv in json.loads(sys.stdin.read()):
-        parser = FlexibleArgumentParser()
-        ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
-        args = parser.parse_args(["serve", *argv])
-        mode = field(args.compilation_config, "cudagraph_mode")
-        profiler = getattr(args, "profiler_config", None)
-        results.append(
-            {"cudagraph_mode": getattr(mode, "name", mode), "additional_config": args.additional_config,
-             "tensor_parallel_size": args.tensor_parallel_size, "port": args.port,
-             "profiler_dir": field(profiler, "torch_profiler_dir") if profiler is not None else None}
-        )
-    print("RESULTS=" + json.dumps(results))
-    """
-)
-
 
 def _vllm_has_profiler_config() -> bool:
     from vllm.engine.arg_utils import EngineArgs
@@ -55,7 +20,7 @@ def _vllm_has_profiler_config() -> bool:
     return "profiler_config" in EngineArgs.__dataclass_fields__
 
 
-def test_vllm_reads_the_procedures_server_commands_as_asked(tmp_path):
+def test_vllm_reads_the_procedures_server_commands_as_asked(tmp_path, vllm_serve_parser):
     model = write_tiny_qwen3_next(tmp_path / "m")
     profile = _vllm_has_profiler_config()
     settings = e2e.E2ESettings(
@@ -68,12 +33,7 @@ def test_vllm_reads_the_procedures_server_commands_as_asked(tmp_path):
         assert command[1:4] == ["-m", "caovan", "serve"]
         plan = plan_serve(command[4], command[5:], {}, vllm_env_names=set(COLD_START_TIMEOUTS))
         argvs.append(plan.serve_args)
-    child = subprocess.run(
-        [sys.executable, "-c", PARSE_IN_CHILD], input=json.dumps(argvs), capture_output=True, text=True, timeout=300
-    )
-    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULTS=")]
-    assert child.returncode == 0 and lines, f"vLLM's serve parser failed:\n{child.stderr[-4000:]}"
-    off, on = json.loads(lines[-1].removeprefix("RESULTS="))
+    off, on = vllm_serve_parser.parse(argvs)
     for parsed, switch in ((off, False), (on, True)):
         assert parsed["cudagraph_mode"] == "FULL_AND_PIECEWISE"
         assert parsed["additional_config"] == {"caovan": switch, "gdn_prefill_backend": "triton"}

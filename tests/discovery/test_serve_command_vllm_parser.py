@@ -5,17 +5,12 @@ names with ``_`` or ``-``, ``=`` or a separate value, dotted keys gathered into 
 plain one, ``--config`` files below the command line).  Here every form goes through vLLM's own ``serve`` parser,
 built as ``vllm serve`` builds it; a vLLM that reads these forms differently fails this test, not a user's start-up.
 
-The parser is built in a child process: without a GPU, vLLM's device config cannot infer a device and vLLM's own
-CLI switches to its CPU platform for that case (``vllm/entrypoints/cli/main.py``, ``bench``), which the child does
-too; on a GPU row the platform is the GPU's.
+The parser is vLLM's, built once in a child process for the session (``helpers/vllm_serve_parser.py`` says why).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -23,34 +18,6 @@ from caovan.bench.model_folders import write_tiny_qwen3_next
 from caovan.serving.serve_command import COLD_START_TIMEOUTS, VLLM_CLI_MODULE, plan_serve
 
 pytestmark = [pytest.mark.discovery, pytest.mark.usefixtures("served_release")]
-
-PARSE_IN_CHILD = textwrap.dedent(
-    """
-    import json, sys
-    from vllm import platforms
-    from vllm.platforms.interface import UnspecifiedPlatform  # is_unspecified() came with vLLM 0.11
-    if isinstance(platforms.current_platform, UnspecifiedPlatform):
-        from vllm.platforms.cpu import CpuPlatform
-        platforms.current_platform = CpuPlatform()
-    from vllm.entrypoints.cli.serve import ServeSubcommand
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    results = []
-    for argv in json.loads(sys.stdin.read()):
-        parser = FlexibleArgumentParser()
-        ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
-        try:
-            args = parser.parse_args(["serve", *argv])
-        except SystemExit as exc:  # argparse's error, already on stderr
-            results.append({"exit": exc.code})
-            continue
-        results.append(
-            {"model": args.model_tag, "model_option": args.model, "additional_config": args.additional_config,
-             "speculative_config": args.speculative_config, "port": args.port}
-        )
-    print("RESULTS=" + json.dumps(results))
-    """
-)
 
 ENABLED = {"caovan": True, "caovan_mode": "auto"}
 AUTOSPEC = {"method": "mtp", "num_speculative_tokens": 3}
@@ -84,14 +51,14 @@ def _cases(tmp_path):
 SHORT_SPEC_PROBE = ["/m", "-sc", '{"method": "mtp", "num_speculative_tokens": 1}']
 
 
-def test_vllm_serve_parser_reads_what_caovan_serve_builds(tmp_path):
+def test_vllm_serve_parser_reads_what_caovan_serve_builds(tmp_path, vllm_serve_parser):
     model = write_tiny_qwen3_next(tmp_path / "model")
     cases = _cases(tmp_path)
     plans = [plan_serve(str(model), args, {}, vllm_env_names=set(COLD_START_TIMEOUTS)) for args, _, _ in cases]
     # vLLM's own reading of two forms, without caovan: where vLLM itself refuses one, the case that uses it is left
     # out (the user's command fails in vLLM whatever caovan serve does with it).
     config_file = ["/m", "--config", str(tmp_path / "serve.yaml")]
-    *results, short_form, config_form = _parse_with_vllm(
+    *results, short_form, config_form = vllm_serve_parser.parse(
         [*(p.serve_args for p in plans), SHORT_SPEC_PROBE, config_file]
     )
     unread = {"-sc": "exit" in short_form, "--config": "exit" in config_form}
@@ -108,7 +75,7 @@ def test_vllm_serve_parser_reads_what_caovan_serve_builds(tmp_path):
         assert results[4]["port"] == 8123  # the --config file's other values still reach vLLM
 
 
-def test_vllm_serve_parser_serves_the_model_caovan_serve_checks(tmp_path):
+def test_vllm_serve_parser_serves_the_model_caovan_serve_checks(tmp_path, vllm_serve_parser):
     # --model M (the first one) or a --config file's model, where MODEL is not given: the arguments stay as the
     # user wrote them, caovan's additions still reach vLLM, and the model vLLM serves is the one AutoSpec checked.
     model = write_tiny_qwen3_next(tmp_path / "model")
@@ -120,30 +87,21 @@ def test_vllm_serve_parser_serves_the_model_caovan_serve_checks(tmp_path):
         ["--config", str(config)],
     ]
     plans = [plan_serve(None, form, {}, vllm_env_names=set(COLD_START_TIMEOUTS)) for form in forms]
-    for plan, parsed in zip(plans, _parse_with_vllm([p.serve_args for p in plans]), strict=True):
+    for plan, parsed in zip(plans, vllm_serve_parser.parse([p.serve_args for p in plans]), strict=True):
         # vllm serve's own rule (entrypoints/cli/serve.py): model_tag when parsed, else --model
         served = parsed["model"] if parsed["model"] is not None else parsed["model_option"]
         assert served == plan.model == str(model), plan.serve_args
         assert parsed["additional_config"] == ENABLED and parsed["speculative_config"] == AUTOSPEC, plan.serve_args
 
 
-def test_vllm_refuses_model_and_model_option_together():
+def test_vllm_refuses_model_and_model_option_together(vllm_serve_parser):
     # caovan serve refuses MODEL with --model (serve_flags.served_model) because vLLM does: once vLLM accepts
     # it, this fails and caovan serve must learn which of the two vLLM serves.
-    (parsed,) = _parse_with_vllm([["/m", "--model", "/other"]])
+    (parsed,) = vllm_serve_parser.parse([["/m", "--model", "/other"]])
     assert parsed == {"exit": 2}
 
 
-def _parse_with_vllm(argvs: list[list[str]]) -> list[dict]:
-    child = subprocess.run(
-        [sys.executable, "-c", PARSE_IN_CHILD], input=json.dumps(argvs), capture_output=True, text=True, timeout=300
-    )
-    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULTS=")]
-    assert child.returncode == 0 and lines, f"vLLM's serve parser failed:\n{child.stderr[-4000:]}"
-    return json.loads(lines[-1].removeprefix("RESULTS="))
-
-
-def test_the_forms_caovan_serve_refuses_still_mislead_vllm(tmp_path):
+def test_the_forms_caovan_serve_refuses_still_mislead_vllm(tmp_path, vllm_serve_parser):
     # caovan serve refuses abbreviations of the flags it edits, "--config=FILE" and a config file's dotted
     # additional-config keys (serve_flags.py). Once vLLM stops taking the abbreviation, starts reading the file in
     # that form, or stops letting the file's dotted keys replace the command line's object, this fails: the refusal
@@ -152,7 +110,7 @@ def test_the_forms_caovan_serve_refuses_still_mislead_vllm(tmp_path):
     config.write_text("port: 8123\n")
     dotted = tmp_path / "dotted.yaml"
     dotted.write_text("additional-config.foo: 1\n")
-    abbreviated, short, equals, file_dotted, short_form = _parse_with_vllm(
+    abbreviated, short, equals, file_dotted, short_form = vllm_serve_parser.parse(
         [
             ["/m", "--additional-conf", '{"caovan": false}'],
             ["/m", "-s", '{"method": "mtp", "num_speculative_tokens": 1}'],
