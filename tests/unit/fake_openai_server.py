@@ -170,10 +170,18 @@ class FakeOpenAI:
                     fake._completions += 1
                     fake._in_flight += 1
                     fake.in_flight_peaks.append(fake._in_flight)
+                self._in_flight = True
                 try:
                     self._complete(body, number)
                 finally:
-                    with fake._lock:
+                    self._leave_flight()
+
+            def _leave_flight(self) -> None:
+                # Called before the stream's last line too: a client that sends its next request on [DONE] must
+                # not find this one still counted while its handler thread is unwinding.
+                with fake._lock:
+                    if self._in_flight:
+                        self._in_flight = False
                         fake._in_flight -= 1
 
             def _tokenize(self, body: dict) -> None:
@@ -236,6 +244,7 @@ class FakeOpenAI:
                                 }
                             }
                         )
+                        self._leave_flight()
                         data("[DONE]")
                         return
                     finish = "length" if i == tokens - 1 else None
@@ -257,6 +266,7 @@ class FakeOpenAI:
                             "usage": usage,
                         }
                     )
+                self._leave_flight()
                 data("[DONE]")
 
         return Handler
