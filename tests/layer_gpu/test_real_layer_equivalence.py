@@ -350,16 +350,27 @@ def test_cudagraph_capture_metadata(rig_factory, model) -> None:
 @pytest.mark.parametrize("model", MODEL_CASES, ids=_ids(MODEL_CASES))
 def test_full_graph_padded_batch(rig_factory, model) -> None:
     """``build()``'s full-CUDA-graph branch: 3 live requests padded to 4 requests / 4*T tokens."""
+    from caovan.adapters.registry import installed_family
+    from caovan.plugin import graph_padding_patch
+
     rig = rig_factory(model)
     t = model.tokens_per_spec_request
     batch = make_batch(_pure_spec_requests(rig, 3) + [padding_request(model)], rig.device, num_tokens_padded=4 * t)
-    md = build_metadata(rig.graph_builder, batch)
+    # Before vLLM 0.18 the builder takes this branch only with caovan's patch (vLLM issue 31649), as a server with
+    # caovan on builds it.
+    family = installed_family()
+    patched = graph_padding_patch.install(family)
+    try:
+        md = build_metadata(rig.graph_builder, batch)
+    finally:
+        if patched:
+            graph_padding_patch.uninstall(family)
+    assert patched is family.counts_graph_padding_as_prefill
     assert md.num_spec_decodes == 3, md
-    # Padded rows as vLLM makes them: null_block_id() slots, zero-length query ranges, num_accepted_tokens 1. Before
-    # vLLM 0.18 the builder makes the live rows alone (3), up to 0.23 one per token of the padded batch (4*T), from
-    # 0.24 one per request (4).
+    # Padded rows as vLLM makes them: null_block_id() slots, zero-length query ranges, num_accepted_tokens 1. Up to
+    # vLLM 0.23 the builder makes one per token of the padded batch (4*T), from 0.24 one per request (4).
     rows = md.spec_state_indices_tensor.shape[0]
-    assert rows in (3, 4, 4 * t), md.spec_state_indices_tensor.shape
+    assert rows in (4, 4 * t), md.spec_state_indices_tensor.shape
     assert md.num_accepted_tokens.shape[0] == rows, md.num_accepted_tokens.shape
     assert (md.spec_state_indices_tensor[3:] == null_block_id()).all(), md.spec_state_indices_tensor
     assert md.spec_query_start_loc[3:].tolist() == [3 * t] * (rows - 2), md.spec_query_start_loc

@@ -7,16 +7,19 @@ from types import SimpleNamespace
 import pytest
 
 from caovan.adapters import layer_support as layer_mod
+from caovan.adapters.families import FAMILIES
 from caovan.adapters.layer_support import check_required_model
 from caovan.plugin.model_loader import wrap_load_model
 from caovan.plugin.options import CaovanRequireError
+
+FAMILY = FAMILIES[0]
 
 
 class _Model:
     """A model with one GDN layer of caovan's (taken over or not)."""
 
     def __init__(self, planned: bool):
-        self.layer = SimpleNamespace(_caovan_plan=object() if planned else None)
+        self.layer = SimpleNamespace(_caovan_plan=object() if planned else None, _caovan_family=FAMILY)
 
     def modules(self):
         return [self, self.layer]
@@ -36,22 +39,24 @@ def _configs(additional):
 
 @pytest.fixture(autouse=True)
 def guard_installs(monkeypatch):
-    """The uniform-decode guard's installs (recorded, not done: the real one wraps vLLM's GPUModelRunner)."""
+    """The uniform-decode guard's and the graph-padding patch's installs (recorded, not done: the real ones wrap
+    vLLM's GPUModelRunner and GDN metadata builder)."""
     calls = []
-    monkeypatch.setattr(layer_mod.uniform_decode_guard, "install", calls.append)
+    monkeypatch.setattr(layer_mod.uniform_decode_guard, "install", lambda config, family: calls.append(config))
+    monkeypatch.setattr(layer_mod.graph_padding_patch, "install", lambda family: calls.append(family))
     return calls
 
 
-def test_a_gdn_model_gets_the_uniform_decode_guard_and_a_dense_one_does_not(guard_installs):
+def test_a_gdn_model_gets_both_patches_and_a_dense_one_does_not(guard_installs):
     vllm_config, model_config = _configs({"caovan": True})
     check_required_model(vllm_config, model_config, _LlamaForCausalLM())
     assert guard_installs == []
     for planned in (True, False):  # whoever runs its GDN layers, caovan or vLLM
         check_required_model(vllm_config, model_config, _Model(planned=planned))
-    assert guard_installs == [vllm_config, vllm_config]
+    assert guard_installs == [FAMILY, vllm_config] * 2
     off, model_config = _configs({"caovan": False})
     check_required_model(off, model_config, _Model(planned=True))
-    assert guard_installs == [vllm_config, vllm_config]
+    assert guard_installs == [FAMILY, vllm_config] * 2
 
 
 def test_require_without_any_gdn_layer_fails_start_up(monkeypatch):

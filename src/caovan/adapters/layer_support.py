@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import PLUGIN_NAME
 from ..log import logger
-from ..plugin import counters, model_loader, uniform_decode_guard
+from ..plugin import counters, graph_padding_patch, model_loader, uniform_decode_guard
 from ..plugin.options import AUTOSPEC_ENV, CaovanRequireError, parse_options
 from .family import GdnFamily
 
@@ -259,17 +259,22 @@ def check_required_model(vllm_config: Any, model_config: Any, model: Any) -> Non
     """After the target model is built: require mode fails start-up when caovan took over none of its layers, and
     an enabled caovan says in one line when the model has no GDN layer at all (otherwise the start-up PASS line
     would be the last word, and the user would believe caovan active). A model with GDN layers gets the
-    uniform-decode guard (``plugin/uniform_decode_guard.py``)."""
+    uniform-decode guard (``plugin/uniform_decode_guard.py``) and, where its family needs it, the graph-padding
+    patch (``plugin/graph_padding_patch.py``)."""
     if not model_loader.is_target_model(vllm_config, model_config):
         return  # the MTP draft (or another auxiliary model) has no GDN layer of its own
     options = parse_options(getattr(vllm_config, "additional_config", None))
     if not options.enabled:
         return
     # Every layer of ours carries _caovan_plan (None when it stays vLLM's; it then said why when it was built).
-    plans = [module._caovan_plan for module in model.modules() if hasattr(module, "_caovan_plan")]
-    if plans:
-        # A GDN model: its prompts must stay out of the spec-decode FULL graph, whoever runs its layers.
-        uniform_decode_guard.install(vllm_config)
+    layers = [module for module in model.modules() if hasattr(module, "_caovan_plan")]
+    plans = [layer._caovan_plan for layer in layers]
+    if layers:
+        # A GDN model: its prompts must stay out of the spec-decode FULL graph, and its padded spec batches must
+        # reach the graph's buffers, whoever runs its layers.
+        family = layers[0]._caovan_family
+        graph_padding_patch.install(family)
+        uniform_decode_guard.install(vllm_config, family)
     if any(plan is not None for plan in plans):
         return
     name = getattr(model_config, "model", "this model")

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from types import MethodType
 from typing import Any
 
-from ..plugin import counters, model_loader, uniform_decode_guard
+from ..plugin import counters, graph_padding_patch, model_loader, uniform_decode_guard
 from .family import GdnFamily
 from .layer_support import announce_once, check_required_model, kernel_tensors, plan_for_layer
 
@@ -117,6 +117,7 @@ def build_take_over(base: type, family: GdnFamily) -> Callable[[Any], None]:
         return None
 
     def take_over(layer: Any) -> None:
+        layer._caovan_family = family  # read by the model-loader check (layer_support.check_required_model)
         if getattr(type(layer), family.core_method) is not in_tree_core:
             # A subclass with a core of its own: binding caovan's would replace code caovan never read.
             layer._caovan_plan = None
@@ -245,6 +246,7 @@ def uninstall(family: GdnFamily) -> bool:
     """Remove the override (tests; ``pip uninstall`` needs nothing: vLLM then never loads caovan)."""
     model_loader.uninstall()
     uniform_decode_guard.uninstall()
+    graph_padding_patch.uninstall(family)
     return uninstall_layer(family)
 
 

@@ -28,13 +28,14 @@ import functools
 import importlib
 import inspect
 import logging
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 from .. import PLUGIN_NAME
 from ..adapters.base import has_argument
+from ..adapters.family import GdnFamily
 from ..log import logger
+from . import graph_padding_patch, method_patch
 
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
 RUNNER_CLASS = "GPUModelRunner"
@@ -66,7 +67,7 @@ def runner_class() -> type | None:
         return None
     cls = getattr(module, RUNNER_CLASS, None)
     method = getattr(cls, METHOD, None)
-    method = getattr(method, "_caovan_wrapped", method)
+    method = getattr(method, method_patch.WRAPPED, method)
     if not isinstance(cls, type) or method is None or not has_argument(method, "force_uniform_decode"):
         return None
     return cls
@@ -77,7 +78,7 @@ def tells_uniform_decode_by_shape(cls: type) -> bool | None:
     its source cannot be read or holds no shape test (moved: the guard's premise is then unknown)."""
     methods = [getattr(cls, METHOD, None), getattr(cls, "_is_uniform_decode", None)]
     try:
-        source = "".join(inspect.getsource(getattr(m, "_caovan_wrapped", m)) for m in methods if m is not None)
+        source = "".join(inspect.getsource(getattr(m, method_patch.WRAPPED, m)) for m in methods if m is not None)
     except (OSError, TypeError):
         return None
     if SHAPE_TEST not in source:
@@ -109,8 +110,30 @@ class FullGraphSafety:
         )
 
 
-def full_graph_safety(pipeline_parallel_size: int = 1) -> FullGraphSafety:
-    """This vLLM's answer, from what its runner does (probed, not looked up by version)."""
+def full_graph_safety(pipeline_parallel_size: int = 1, family: GdnFamily | None = None) -> FullGraphSafety:
+    """This vLLM's answer, from what its runner does (probed, not looked up by version) and, for the family's
+    builder (``family``, or the one the installed vLLM lands in), how it meets a padded batch
+    (``plugin/graph_padding_patch.py``)."""
+    shape = _uniform_decode_safety(pipeline_parallel_size)
+    padding = graph_padding_patch.judgement(family if family is not None else _recognised_family())
+    if padding is None:
+        return shape
+    with_caovan, without_caovan, reason = padding
+    return FullGraphSafety(
+        shape.with_caovan and with_caovan, shape.without_caovan and without_caovan, f"{shape.reason}; {reason}"
+    )
+
+
+def _recognised_family() -> GdnFamily | None:
+    try:
+        from ..adapters.registry import recognised_family
+
+        return recognised_family()[0]
+    except Exception:  # no family: caovan stays inert and the runner's answer is the whole answer
+        return None
+
+
+def _uniform_decode_safety(pipeline_parallel_size: int) -> FullGraphSafety:
     cls = runner_class()
     if cls is None:
         return FullGraphSafety(
@@ -144,19 +167,21 @@ def wrap(original: Any) -> Any:
                 kwargs["force_uniform_decode"] = False
         return original(self, *args, **kwargs)
 
-    determine._caovan_wrapped = original  # type: ignore[attr-defined]
+    setattr(determine, method_patch.WRAPPED, original)
     return determine
 
 
-def install(vllm_config: Any) -> bool:
+def install(vllm_config: Any, family: GdnFamily | None = None) -> bool:
     """Wrap the dispatch once per process where this vLLM needs it, and log the start-up line that says whether
     FULL CUDA graphs with MTP are safe; True when the guard is in place (now or already)."""
-    safety = full_graph_safety(getattr(getattr(vllm_config, "parallel_config", None), "pipeline_parallel_size", 1))
+    pipeline_parallel_size = getattr(getattr(vllm_config, "parallel_config", None), "pipeline_parallel_size", 1)
+    safety = full_graph_safety(pipeline_parallel_size, family)
+    shape = _uniform_decode_safety(pipeline_parallel_size)
     cls = runner_class()
     current = cls.__dict__.get(METHOD) if cls is not None else None
-    installed = safety.with_caovan and not safety.without_caovan and current is not None
-    if installed and getattr(current, "_caovan_wrapped", None) is None:
-        setattr(cls, METHOD, wrap(current))
+    installed = shape.with_caovan and not shape.without_caovan and current is not None
+    if installed:
+        method_patch.wrap_once(cls, METHOD, wrap)
     level = logging.INFO if safety.with_caovan else logging.WARNING
     logger.log(level, "%s: %s", PLUGIN_NAME, safety.verdict(caovan_on=True))
     return installed
@@ -165,10 +190,4 @@ def install(vllm_config: Any) -> bool:
 def uninstall() -> bool:
     """Put vLLM's method back; True when the guard was in place. Imports nothing: a runner module never imported
     was never wrapped."""
-    cls = getattr(sys.modules.get(RUNNER_MODULE), RUNNER_CLASS, None)
-    current = cls.__dict__.get(METHOD) if isinstance(cls, type) else None
-    original = getattr(current, "_caovan_wrapped", None)
-    if original is None:
-        return False
-    setattr(cls, METHOD, original)
-    return True
+    return method_patch.restore(RUNNER_MODULE, RUNNER_CLASS, METHOD)

@@ -48,6 +48,8 @@ def make_metadata_builder(
         compilation.max_cudagraph_capture_size = vllm_config.scheduler_config.max_num_seqs * (num_spec + 1)
     try:
         builder = GDNAttentionMetadataBuilder(layer.get_kv_cache_spec(vllm_config), layer_names, vllm_config, device)
+        if full_cuda_graph:
+            _map_batches_to_themselves(compilation)
     finally:
         compilation.cudagraph_mode, compilation.max_cudagraph_capture_size = saved
     if builder.use_full_cuda_graph is not full_cuda_graph:
@@ -58,6 +60,20 @@ def make_metadata_builder(
             f"tests need {min_graph_tokens}"
         )
     return builder
+
+
+def _map_batches_to_themselves(compilation: Any) -> None:
+    """vLLM 0.12's graph-padded branch pads the batch once more (``vllm_config.pad_for_cudagraph``), through a map
+    the engine computes from its capture sizes. Here every batch the tests build is taken as captured, as the
+    runner hands the builder batches already padded to a capture size."""
+    if getattr(compilation, "bs_to_padded_graph_size", ()) is not None:
+        return  # a later vLLM without the map, or one the engine computed
+    sizes = compilation.cudagraph_capture_sizes
+    compilation.cudagraph_capture_sizes = list(range(1, compilation.max_cudagraph_capture_size + 1))
+    try:
+        compilation.compute_bs_to_padded_graph_size()
+    finally:
+        compilation.cudagraph_capture_sizes = sizes
 
 
 @dataclass(frozen=True)
