@@ -44,7 +44,7 @@ class Case:
     model: str = "qwen3-next"  # key of the model folders: "qwen3-next", "qwen3.5" (GDN + MTP) or "dense"
     cudagraph_mode: str = "eager"  # engine_runner.CUDAGRAPH_MODES
     workload: str = "mixed"  # serve_workload.NAMES
-    weights: str = "hf-init"  # engine_runner.WEIGHT_MODES
+    weights: str = "hf-init"  # engine_weights.WEIGHT_MODES
     tensor_parallel_size: int = 1
     cudagraph_capture_sizes: tuple[int, ...] = ()  # empty: vLLM's own
 

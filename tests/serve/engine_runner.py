@@ -27,67 +27,30 @@ from __future__ import annotations
 import argparse
 import atexit
 import functools
-import importlib
 import json
 import os
 import sys
 import time
 import traceback
-import zlib
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import serve_workload  # noqa: E402  (sibling module; the script is run by path)
+import serve_workload  # noqa: E402  (sibling modules; the script is run by path)
+from engine_observers import (  # noqa: E402
+    GraphDispatchCounts,
+    StockSpecKernelCalls,
+    cudagraph_mode_in_effect,
+    gdn_layer_facts,
+    spec_decode_metrics,
+)
+from engine_weights import A_LOG_RANGES, WEIGHT_MODES, hf_init_weights  # noqa: E402
 
 SCHEMA = "caovan.serve-run/1"
 
-
-def stock_spec_kernels() -> tuple[str, ...]:
-    """The kernels of the installed family's spec path that take ``num_accepted_tokens`` (the spec calls' mark)."""
-    from caovan.adapters.registry import installed_family
-
-    return tuple(name for name, keywords in installed_family().spec_path if "num_accepted_tokens" in keywords)
-
-
-def stock_gdn_module() -> str:
-    """The GDN module of the installed vLLM's family, whose spec-decode kernel calls are counted."""
-    from caovan.adapters.registry import installed_family
-
-    return installed_family().gdn_module
-
-
-def moe_layer_class() -> type:
-    """vLLM's fused-MoE layer class: ``FusedMoE`` up to vLLM 0.23; from 0.24 the runners ``FusedMoE`` makes (0.27
-    drops the name), all ``MoERunnerInterface``."""
-    from vllm.model_executor.layers import fused_moe
-
-    legacy = getattr(fused_moe, "FusedMoE", None)
-    if isinstance(legacy, type):
-        return legacy
-    from vllm.model_executor.layers.fused_moe.runner.moe_runner_interface import MoERunnerInterface
-
-    return MoERunnerInterface
-
-
-def stock_gdn_class() -> type:
-    """The installed vLLM's in-tree GDN layer class (caovan's override subclasses it)."""
-    from caovan.adapters.override import in_tree_class
-    from caovan.adapters.registry import installed_family
-
-    return in_tree_class(installed_family())
-
-
 #: ``--cudagraph-mode`` choices: eager, or a vLLM ``CUDAGraphMode`` name the tier runs.
 CUDAGRAPH_MODES = ("eager", "PIECEWISE", "FULL_AND_PIECEWISE")
-#: ``--weights`` choices (``hf_init_weights`` says what the two hf-init modes draw).
-WEIGHT_MODES = ("hf-init", "hf-init-long-memory", "dummy")
-#: ``A_log`` ranges, as ``log U(low, high)``: Hugging Face's init, and heads that keep a prompt in their state.
-A_LOG_RANGES = {"hf-init": (0.0, 16.0), "hf-init-long-memory": (0.01, 0.1)}
-#: Hugging Face's ``initializer_range`` of the Qwen3-Next config (std of the normal init of every matrix).
-INITIALIZER_RANGE = 0.02
 #: Environment this runner needs: in-process engine (see module docstring); FlashInfer's sampler is absent on
 #: the GPU hosts (and JIT-fails on SM75, as Turbo3 users were told).
 FORCED_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
@@ -255,218 +218,6 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return kwargs
 
 
-class StockSpecKernelCalls:
-    """Counts calls of vLLM's own GDN kernels, looked up by name in the GDN module at every call."""
-
-    def __init__(self) -> None:
-        self.spec: Counter[str] = Counter()
-        self.total: Counter[str] = Counter()
-        self.module: str | None = None
-        self.kernels: tuple[str, ...] = ()
-
-    def _counted(self, name: str, original: Any) -> Any:
-        @functools.wraps(original)
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.total[name] += 1
-            # The speculative branch of _forward_core is the only caller passing num_accepted_tokens.
-            if kwargs.get("num_accepted_tokens") is not None:
-                self.spec[name] += 1
-            return original(*args, **kwargs)
-
-        return counted
-
-    def install(self) -> None:
-        module = importlib.import_module(stock_gdn_module())
-        self.kernels = stock_spec_kernels()
-        for name in self.kernels:
-            setattr(module, name, self._counted(name, getattr(module, name)))
-        self.module = module.__name__
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "module": self.module,
-            "spec": {n: self.spec[n] for n in self.kernels},
-            "total": {n: self.total[n] for n in self.kernels},
-        }
-
-
-class GraphDispatchCounts:
-    """How vLLM's model runner dispatched each engine step: did the step run prompt tokens of newly admitted
-    requests, and did it replay a FULL graph captured for uniform (spec-)decode.
-
-    Wrapped on ``GPUModelRunner`` before the engine is built, so caovan's uniform-decode guard (installed at model
-    load) wraps this in turn: what is counted is the decision each step really ran with.  Whether a step holds
-    prompts is read from the scheduler's output (its new requests), not from the input-batch arrays the guard
-    reads, so the count checks the guard rather than repeating it.  ``functools.wraps`` keeps the source and
-    signature the guard's probes read.
-
-    A FULL uniform step whose graph is larger than the batch (rows padded up to a captured size) is counted once
-    more under ``... full-uniform with padded rows``; ``sizes`` counts the same steps by their token count, which
-    tells a batch that found no graph of its size from one that was never uniform.
-    """
-
-    def __init__(self) -> None:
-        self.steps: Counter[str] = Counter()
-        self.sizes: Counter[str] = Counter()
-        self._saved: dict[str, Any] = {}
-
-    def count(self, has_prompts: bool, result: Any, num_tokens: int | None = None) -> None:
-        mode, descriptor = result[0], result[1]
-        full = getattr(mode, "name", str(mode)) == "FULL"
-        uniform = bool(getattr(descriptor, "uniform", getattr(descriptor, "uniform_decode", False)))
-        kind = "full-uniform" if full and uniform else "full" if full else getattr(mode, "name", str(mode)).lower()
-        phase = "prompt" if has_prompts else "decode"
-        self.steps[f"{phase} steps, {kind}"] += 1
-        padded_to = getattr(descriptor, "num_tokens", None)
-        if kind == "full-uniform" and num_tokens is not None and padded_to is not None and padded_to > num_tokens:
-            self.steps[f"{phase} steps, {kind} with padded rows"] += 1
-        if num_tokens is not None:
-            self.sizes[f"{phase} steps of {num_tokens} tokens, {kind}"] += 1
-
-    def install(self) -> None:
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-        execute, decide = GPUModelRunner.execute_model, GPUModelRunner._determine_batch_execution_and_padding
-        step: dict[str, bool | None] = {"prompts": None}  # None outside execute_model (captures, dummy runs)
-
-        @functools.wraps(execute)
-        def execute_model(runner: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-            step["prompts"] = bool(getattr(scheduler_output, "scheduled_new_reqs", None))
-            try:
-                return execute(runner, scheduler_output, *args, **kwargs)
-            finally:
-                step["prompts"] = None
-
-        @functools.wraps(decide)
-        def determine(runner: Any, *args: Any, **kwargs: Any) -> Any:
-            result = decide(runner, *args, **kwargs)
-            if step["prompts"] is not None:
-                self.count(step["prompts"], result, kwargs.get("num_tokens", args[0] if args else None))
-            return result
-
-        self._saved = {"execute_model": execute, "_determine_batch_execution_and_padding": decide}
-        GPUModelRunner.execute_model = execute_model
-        GPUModelRunner._determine_batch_execution_and_padding = determine
-
-    @property
-    def installed(self) -> bool:
-        return bool(self._saved)
-
-    def uninstall(self) -> None:
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-        for name, original in self._saved.items():
-            setattr(GPUModelRunner, name, original)
-        self._saved = {}
-
-    def snapshot(self) -> dict[str, int]:
-        return dict(sorted(self.steps.items()))
-
-    def sizes_snapshot(self) -> dict[str, int]:
-        return dict(sorted(self.sizes.items()))
-
-
-def gdn_layer_facts(model: Any) -> dict[str, Any]:
-    """Which GDN layers the engine built, and which carry caovan's core (bound on the instance)."""
-    gdn_class = stock_gdn_class()
-    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, gdn_class)]
-    return {
-        "gdn_layers": [name for name, _ in layers],
-        "classes": sorted({type(m).__qualname__ for _, m in layers}),
-        "caovan_core_bound": [name for name, m in layers if "_forward_core" in vars(m)],
-        "num_spec": sorted({int(getattr(m, "num_spec", 0)) for _, m in layers}),
-    }
-
-
-def hf_init_weights(model: Any, a_log_range: tuple[float, float] = A_LOG_RANGES["hf-init"]) -> dict[str, Any]:
-    """Re-draw the target model's weights the way Hugging Face initialises an untrained Qwen3-Next.
-
-    Why: vLLM's dummy weights are uniform in [-1e-3, 1e-3] for every tensor, norm gains included.  The GDN
-    branch then passes through a gated RMSNorm with gain ~1e-3 and an output projection of the same size, and
-    adds about 1e-7 to a residual stream carried by ~6e-4 embeddings: below fp16 resolution, so the logits
-    would not depend on the GDN kernels at all and a token comparison could not fail.  With Hugging Face's
-    init (matrices normal(0, 0.02), Gemma-style RMSNorm offsets 0, gated-norm gain 1, GDN ``dt_bias`` 1 and
-    ``A_log`` = log U(0, 16), as in ``Qwen3NextPreTrainedModel._init_weights``) the three GDN layers carry
-    most of the residual stream.  Every tensor gets its own generator seeded from its name, so every engine
-    of the tier gets the same weights.
-
-    ``a_log_range``: Hugging Face's ``A_log = log U(0, 16)`` makes a head's state decay by about exp(-10) per token,
-    so what a prompt left in the state is gone a token later and a lost prompt state hardly moves the logits.
-    ``hf-init-long-memory`` draws ``log U(0.01, 0.1)`` instead (decay 0.88 - 0.99 per token, as the slow heads of
-    trained models keep context): the FULL-graph tests need the prompt's state to matter.
-
-    Kept at the dummy values: the MoE blocks (router, experts, shared expert).  Their output then stays
-    negligible, which keeps expert routing, a discrete top-k choice that a rounding difference can flip, from
-    moving the logits by more than rounding; the MoE is not what this tier tests.  The MTP draft keeps its
-    dummy weights too (only tensors it shares with the target change).
-    """
-    import torch
-    from vllm.model_executor.layers.layernorm import GemmaRMSNorm, RMSNormGated
-
-    GatedDeltaNetAttention = stock_gdn_class()  # the family's in-tree layer class
-    moe = moe_layer_class()
-    moe_blocks = [name for name, m in model.named_modules() if any(isinstance(c, moe) for c in m.children())]
-    rules: Counter[str] = Counter()
-    untouched: list[str] = []
-    with torch.inference_mode():
-        for module_name, module in model.named_modules():
-            in_moe = any(module_name == b or module_name.startswith(b + ".") for b in moe_blocks)
-            for param_name, param in module.named_parameters(recurse=False):
-                name = f"{module_name}.{param_name}" if module_name else param_name
-                if in_moe:
-                    rules["MoE block: kept dummy"] += 1
-                    continue
-                if not torch.is_floating_point(param):
-                    untouched.append(name)
-                    continue
-                generator = torch.Generator(device=param.device)
-                generator.manual_seed(zlib.crc32(name.encode()))
-                if isinstance(module, GatedDeltaNetAttention) and param_name == "A_log":
-                    low, high = a_log_range
-                    param.uniform_(low, high, generator=generator).clamp_(min=1e-3).log_()
-                    rule = f"A_log = log U({low:g}, {high:g})"
-                elif isinstance(module, GatedDeltaNetAttention) and param_name == "dt_bias":
-                    param.fill_(1.0)
-                    rule = "dt_bias = 1"
-                elif isinstance(module, GemmaRMSNorm) and param_name == "weight":
-                    param.zero_()
-                    rule = "Gemma RMSNorm offset = 0"
-                elif isinstance(module, RMSNormGated) and param_name == "weight":
-                    param.fill_(1.0)
-                    rule = "gated RMSNorm gain = 1"
-                elif param_name.endswith("bias"):
-                    param.zero_()
-                    rule = "bias = 0"
-                elif param.dim() >= 2:
-                    param.normal_(0.0, INITIALIZER_RANGE, generator=generator)
-                    rule = f"matrix ~ normal(0, {INITIALIZER_RANGE})"
-                else:
-                    untouched.append(name)
-                    continue
-                rules[rule] += 1
-    return {"rules": dict(rules), "untouched": untouched, "moe_blocks": moe_blocks}
-
-
-def spec_decode_metrics(llm: Any) -> dict[str, Any]:
-    names = {
-        "vllm:spec_decode_num_drafts": "num_drafts",
-        "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
-        "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
-    }
-    out: dict[str, Any] = {}
-    for metric in llm.get_metrics():
-        if metric.name in names:
-            key = names[metric.name]
-            out[key] = out.get(key, 0) + metric.value
-        elif metric.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            out["accepted_per_position"] = list(metric.values)
-    if out.get("num_draft_tokens"):
-        out["acceptance_rate"] = out.get("num_accepted_tokens", 0) / out["num_draft_tokens"]
-    if out.get("num_drafts"):
-        out["mean_acceptance_length"] = 1 + out.get("num_accepted_tokens", 0) / out["num_drafts"]
-    return out
-
-
 def describe_exception(exc: BaseException) -> dict[str, Any]:
     """The exception and its causes, outermost first (vLLM may wrap what the model code raised)."""
     chain, seen, current = [], set(), exc
@@ -521,13 +272,6 @@ def workload_requests(requests: serve_workload.Workload, logprobs: int) -> tuple
         for n in requests.max_tokens
     ]
     return prompts, params
-
-
-def cudagraph_mode_in_effect(llm: Any) -> str:
-    """The cudagraph mode the engine settled on (vLLM may lower the one asked for, e.g. for an attention backend
-    without FULL-graph support); "NONE" under enforce_eager."""
-    mode = llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
-    return str(getattr(mode, "name", mode))
 
 
 def run_engine(

@@ -46,7 +46,7 @@ then, while a genuine kernel error already breaks rule 1 or 2 at the first spec 
 Why the weights are re-drawn: with vLLM's dummy weights (uniform +-1e-3, norm gains included) the GDN branch
 adds ~1e-7 to a ~6e-4 residual stream, below fp16 resolution, and the logits are dominated by the current
 token's embedding: the tokens would not depend on the GDN kernels and the comparison could not fail (see
-``engine_runner.hf_init_weights``).  The MoE blocks keep dummy weights (their top-k routing is a discrete
+``engine_weights.hf_init_weights``).  The MoE blocks keep dummy weights (their top-k routing is a discrete
 choice that rounding could flip; with near-zero output a flip changes nothing).  The MTP draft keeps dummy
 weights, so the acceptance rate is low and drafts are mostly rejected (num_accepted_tokens mostly 1: the
 accepted > 1 state columns are the kernel tier's job); acceptance is printed, not asserted.

@@ -11,7 +11,9 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import engine_observers
 import engine_runner
+import engine_weights
 import pytest
 import serve_workload
 
@@ -130,7 +132,7 @@ def test_script_prints_engine_kwargs_without_importing_vllm(model_dir):
 
 
 def test_stock_kernel_counter_counts_only_speculative_calls():
-    counter = engine_runner.StockSpecKernelCalls()
+    counter = engine_observers.StockSpecKernelCalls()
     calls = []
     wrapped = counter._counted("fused_sigmoid_gating_delta_rule_update", lambda *a, **k: calls.append((a, k)) or 7)
     assert wrapped(1, num_accepted_tokens=None) == 7
@@ -178,7 +180,7 @@ def test_cudagraph_mode_in_effect_reads_vllms_compilation_config(mode):
 
     config = SimpleNamespace(compilation_config=CompilationConfig(cudagraph_mode=mode))
     llm = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=config))
-    assert engine_runner.cudagraph_mode_in_effect(llm) == mode
+    assert engine_observers.cudagraph_mode_in_effect(llm) == mode
 
 
 # --- with the real vLLM classes (CPU) -------------------------------------------------------------------------
@@ -204,7 +206,7 @@ def _tree():
     from torch import nn
     from vllm.model_executor.layers.layernorm import GemmaRMSNorm, RMSNormGated
 
-    GatedDeltaNetAttention = engine_runner.stock_gdn_class()
+    GatedDeltaNetAttention = engine_observers.stock_gdn_class()
 
     class Tree(nn.Module):
         def __init__(self):
@@ -213,7 +215,7 @@ def _tree():
             self.input_layernorm = _bare(GemmaRMSNorm, weight=torch.full((8,), 5.0))
             self.mlp = nn.Module()  # a sparse-MoE block: router + experts + shared expert
             self.mlp.gate = nn.Linear(8, 2, bias=False)
-            self.mlp.experts = _bare(engine_runner.moe_layer_class(), w13_weight=torch.full((2, 4, 8), 1e-3))
+            self.mlp.experts = _bare(engine_weights.moe_layer_class(), w13_weight=torch.full((2, 4, 8), 1e-3))
             self.mlp.shared_expert = nn.Linear(8, 8, bias=False)
             self.layers = nn.ModuleList()
             for bound in (True, False):
@@ -235,7 +237,7 @@ def test_hf_init_redraws_by_module_kind_and_is_reproducible():
     import torch
 
     tree = _tree()
-    summary = engine_runner.hf_init_weights(tree)
+    summary = engine_weights.hf_init_weights(tree)
     assert summary["rules"] == {
         "matrix ~ normal(0, 0.02)": 3,
         "Gemma RMSNorm offset = 0": 1,
@@ -255,7 +257,7 @@ def test_hf_init_redraws_by_module_kind_and_is_reproducible():
     assert 0.01 < float(tree.embed_tokens.weight.detach().std()) < 0.03
     # Same names, same values: every engine of the tier gets the same weights.
     before = [p.detach().clone() for p in tree.parameters()]
-    engine_runner.hf_init_weights(tree)
+    engine_weights.hf_init_weights(tree)
     assert all(torch.equal(a, b) for a, b in zip(before, tree.parameters(), strict=True))
     # Different tensors of the same shape get different values (unlike vLLM's dummy loader).
     assert not torch.equal(tree.layers[0].out_proj.weight, tree.layers[1].out_proj.weight)
@@ -265,22 +267,22 @@ def test_hf_init_redraws_by_module_kind_and_is_reproducible():
 @pytest.mark.usefixtures("served_release")
 def test_long_memory_weights_keep_the_gdn_decay_slow():
     tree = _tree()
-    summary = engine_runner.hf_init_weights(tree, engine_runner.A_LOG_RANGES["hf-init-long-memory"])
+    summary = engine_weights.hf_init_weights(tree, engine_weights.A_LOG_RANGES["hf-init-long-memory"])
     assert summary["rules"]["A_log = log U(0.01, 0.1)"] == 2
     for gdn in tree.layers[:2]:
         rate = gdn.A_log.detach().exp()
         assert float(rate.min()) >= 0.01 - 1e-6 and float(rate.max()) <= 0.1 + 1e-6
     # The runner's choices and the ranges agree: every hf-init mode has its range.
-    assert set(engine_runner.A_LOG_RANGES) == {m for m in engine_runner.WEIGHT_MODES if m != "dummy"}
+    assert set(engine_weights.A_LOG_RANGES) == {m for m in engine_weights.WEIGHT_MODES if m != "dummy"}
 
 
 @pytest.mark.discovery
 @pytest.mark.usefixtures("served_release")
 def test_gdn_layer_facts_tell_bound_cores_apart():
-    facts = engine_runner.gdn_layer_facts(_tree())
+    facts = engine_observers.gdn_layer_facts(_tree())
     assert facts == {
         "gdn_layers": ["layers.0", "layers.1"],
-        "classes": [engine_runner.stock_gdn_class().__qualname__],
+        "classes": [engine_observers.stock_gdn_class().__qualname__],
         "caovan_core_bound": ["layers.0"],
         "num_spec": [2],
     }
@@ -291,18 +293,18 @@ def test_gdn_layer_facts_tell_bound_cores_apart():
 def test_stock_kernel_counter_wraps_the_functions_vllm_calls(monkeypatch):
     import importlib
 
-    module = importlib.import_module(engine_runner.stock_gdn_module())
+    module = importlib.import_module(engine_observers.stock_gdn_module())
     originals = {}
-    assert engine_runner.stock_spec_kernels()[0] == "causal_conv1d_update", "the conv runs first in every family"
-    for name in engine_runner.stock_spec_kernels():
+    assert engine_observers.stock_spec_kernels()[0] == "causal_conv1d_update", "the conv runs first in every family"
+    for name in engine_observers.stock_spec_kernels():
         originals[name] = getattr(module, name)
         monkeypatch.setattr(module, name, originals[name])  # restored at teardown
-    counter = engine_runner.StockSpecKernelCalls()
+    counter = engine_observers.StockSpecKernelCalls()
     counter.install()
-    for name in engine_runner.stock_spec_kernels():
+    for name in engine_observers.stock_spec_kernels():
         assert getattr(module, name) is not originals[name]
         assert getattr(module, name).__wrapped__ is originals[name]
-    assert counter.snapshot()["module"] == engine_runner.stock_gdn_module()
+    assert counter.snapshot()["module"] == engine_observers.stock_gdn_module()
 
 
 def _dispatch_result(mode: str, uniform: bool, num_tokens: int = 12) -> tuple:
@@ -310,7 +312,7 @@ def _dispatch_result(mode: str, uniform: bool, num_tokens: int = 12) -> tuple:
 
 
 def test_graph_dispatch_counts_tell_prompt_steps_in_full_uniform_graphs():
-    counts = engine_runner.GraphDispatchCounts()
+    counts = engine_observers.GraphDispatchCounts()
     counts.count(True, _dispatch_result("FULL", True))
     counts.count(True, _dispatch_result("PIECEWISE", False))
     counts.count(False, _dispatch_result("FULL", True))
@@ -328,7 +330,7 @@ def test_graph_dispatch_counts_tell_prompt_steps_in_full_uniform_graphs():
 
 
 def test_graph_dispatch_counts_tell_padded_full_graphs_and_batch_sizes():
-    counts = engine_runner.GraphDispatchCounts()
+    counts = engine_observers.GraphDispatchCounts()
     counts.count(False, _dispatch_result("FULL", True, num_tokens=6), num_tokens=3)  # one padded request
     counts.count(False, _dispatch_result("FULL", True, num_tokens=6), num_tokens=6)
     counts.count(True, _dispatch_result("PIECEWISE", False, num_tokens=16), num_tokens=12)  # padded, not FULL
@@ -358,7 +360,7 @@ def test_graph_dispatch_counts_wrap_the_runner_and_count_only_engine_steps(monke
 
     monkeypatch.setattr(GPUModelRunner, "execute_model", execute_model)
     monkeypatch.setattr(GPUModelRunner, "_determine_batch_execution_and_padding", determine)
-    counts = engine_runner.GraphDispatchCounts()
+    counts = engine_observers.GraphDispatchCounts()
     counts.install()
     runner = GPUModelRunner.__new__(GPUModelRunner)
     runner._determine_batch_execution_and_padding(num_tokens=12)  # a capture or dummy run: not an engine step
@@ -383,7 +385,7 @@ def test_graph_dispatch_counts_leave_the_guard_probes_their_answers():
 
     before = uniform_decode_guard.runner_class()
     by_shape = before and uniform_decode_guard.tells_uniform_decode_by_shape(before)
-    counts = engine_runner.GraphDispatchCounts()
+    counts = engine_observers.GraphDispatchCounts()
     counts.install()
     try:
         after = uniform_decode_guard.runner_class()

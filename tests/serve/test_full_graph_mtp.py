@@ -11,7 +11,7 @@ off (vLLM's own kernels, no graphs), under the rules of ``test_engine_mtp``:
 * ``draft-shaped`` workload (every prompt ``1 + k`` tokens; see ``serve_workload``), with GDN heads of long memory
   (``--weights hf-init-long-memory``: with Hugging Face's init a head forgets its state within a token, and a lost
   prompt state barely moves the logits).  The runner counts how each step was dispatched
-  (``engine_runner.GraphDispatchCounts``).  Caovan off: vLLM replays the spec-decode FULL graph for steps holding
+  (``engine_observers.GraphDispatchCounts``).  Caovan off: vLLM replays the spec-decode FULL graph for steps holding
   prompts (a test that fails once vLLM stops, so the guard can go), and the tokens are reported.  Caovan on: no
   step holding prompts replays it, FULL graphs still run the decodes, and the tokens agree;
 * ``mixed`` workload (no prompt of that length, batches shrinking from four requests to one): FULL_AND_PIECEWISE
