@@ -110,13 +110,13 @@ def test_rig_builds_both_layers_binds_caches_and_describes_steps(rig):
     requests.append(padding_request(model))
     padded = build_metadata(graphs, make_batch(requests, CPU, num_tokens_padded=3 * t))
     assert padded.num_spec_decodes == 2
-    # Rows the builder makes: the live ones alone before vLLM 0.18 (it counts the padding request as an empty
+    # Rows the builder makes: the live ones alone before vLLM 0.17 (it counts the padding request as an empty
     # prefill, so no graph-padded branch, unless caovan's patch is in: the next test), one per token of the padded
     # batch up to 0.23, one per request from 0.24 (the layer tier's padded-batch test reads each).
     assert padded.spec_state_indices_tensor.shape[0] in (2, 3, 3 * t), padded.spec_state_indices_tensor.shape
     live = padded.spec_state_indices_tensor[:2].tolist()
     assert live == [list(range(1, 1 + t)), list(range(5, 5 + t))]
-    # Every other state index (the padding request's, which vLLM before 0.18 counts as an empty prefill, and the
+    # Every other state index (the padding request's, which vLLM before 0.17 counts as an empty prefill, and the
     # builder's buffer padding) is the null block.
     rest = [padded.spec_state_indices_tensor[2:]]
     if padded.non_spec_state_indices_tensor is not None:
@@ -126,8 +126,9 @@ def test_rig_builds_both_layers_binds_caches_and_describes_steps(rig):
 
 @pytest.mark.parametrize("rig", MODELS[:1], ids=[MODELS[0].id], indirect=True)
 def test_padded_spec_batch_takes_the_graph_branch(rig):
-    """vLLM issue 31649: the record's ``counts_graph_padding_as_prefill`` against this row's real builder, and
-    caovan's patch (``plugin/graph_padding_patch.py``) making a flagged builder take its graph-padded branch."""
+    """vLLM issue 31649: the graph-padding patch's source probe (``plugin/graph_padding_patch.py``) against what this
+    row's real builder does with a padded spec batch, and the patch making a builder that needs it take its
+    graph-padded branch."""
     from caovan.adapters.registry import installed_family
     from caovan.plugin import graph_padding_patch as patch
 
@@ -136,18 +137,19 @@ def test_padded_spec_batch_takes_the_graph_branch(rig):
     in_tree = build_gdn_layer(config_off, model, "model.layers.0.linear_attn", CPU, caovan=False)
     allocate_and_bind_cache(in_tree, config_off, 16, CPU)
     graphs = make_metadata_builder(in_tree, [in_tree.prefix], config_off, CPU, full_cuda_graph=True)
+    builder = type(graphs)
+    assert patch.in_tree_builder(family) is builder
     t = model.tokens_per_spec_request
     live = [spec_request(model, range(1, 1 + t), 1), spec_request(model, range(5, 5 + t), t)]
     batch = make_batch([*live, padding_request(model)], CPU, num_tokens_padded=3 * t)
 
     unpatched = build_metadata(graphs, batch)
-    # Fails for a row whose builder stops counting the padding request as a prefill while the record says it does
-    # (then the patch can go for it), and for one that starts to while the record says it does not.
-    assert unpatched.num_prefills == int(family.counts_graph_padding_as_prefill), (family.family_id, unpatched)
-    if not family.counts_graph_padding_as_prefill:
-        assert patch.install(family) is False
+    counts = patch.counts_padding_as_prefill(builder)
+    assert counts is not None, f"{builder.__qualname__}.build no longer computes num_prefills from the query lengths"
+    assert unpatched.num_prefills == int(counts), (f"the probe says counts_padding_as_prefill={counts}", unpatched)
+    if not counts:
+        assert patch.judgement(family) is None and patch.install(family) is False
         return
-    builder = type(graphs)
     original = builder.__dict__[patch.METHOD]
     try:
         assert patch.install(family) is True and builder.__dict__[patch.METHOD]._caovan_wrapped is original
@@ -156,7 +158,7 @@ def test_padded_spec_batch_takes_the_graph_branch(rig):
     finally:
         assert patch.uninstall(family) is True and builder.__dict__[patch.METHOD] is original
     assert (padded.num_prefills, padded.num_decodes, padded.num_spec_decodes) == (0, 0, 2), padded
-    # The graph-padded branch, as vLLM 0.18 - 0.23 lay it out: one row per token of the padded batch, the live
+    # The graph-padded branch, as vLLM 0.17 - 0.23 lay it out: one row per token of the padded batch, the live
     # ones first, then the null slot with zero tokens and one accepted token.
     rows = padded.spec_state_indices_tensor
     assert rows.shape[0] == 3 * t and rows[:2].tolist() == [list(range(1, 1 + t)), list(range(5, 5 + t))]

@@ -356,7 +356,7 @@ def test_full_graph_padded_batch(rig_factory, model) -> None:
     rig = rig_factory(model)
     t = model.tokens_per_spec_request
     batch = make_batch(_pure_spec_requests(rig, 3) + [padding_request(model)], rig.device, num_tokens_padded=4 * t)
-    # Before vLLM 0.18 the builder takes this branch only with caovan's patch (vLLM issue 31649), as a server with
+    # Before vLLM 0.17 the builder takes this branch only with caovan's patch (vLLM issue 31649), as a server with
     # caovan on builds it.
     family = installed_family()
     patched = graph_padding_patch.install(family)
@@ -365,7 +365,7 @@ def test_full_graph_padded_batch(rig_factory, model) -> None:
     finally:
         if patched:
             graph_padding_patch.uninstall(family)
-    assert patched is family.counts_graph_padding_as_prefill
+    assert patched is bool(graph_padding_patch.counts_padding_as_prefill(type(rig.graph_builder)))
     assert md.num_spec_decodes == 3, md
     # Padded rows as vLLM makes them: null_block_id() slots, zero-length query ranges, num_accepted_tokens 1. Up to
     # vLLM 0.23 the builder makes one per token of the padded batch (4*T), from 0.24 one per request (4).

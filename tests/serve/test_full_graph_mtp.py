@@ -3,7 +3,7 @@
 vLLM tells a uniform spec-decode batch by its shape alone, so under ``FULL_AND_PIECEWISE`` a prompt of exactly
 ``1 + num_speculative_tokens`` tokens replays the FULL graph captured for spec-decode and its GDN state is never
 written (caovan's ``plugin/uniform_decode_guard.py`` says how it keeps such batches out).  A second class reported
-upstream: padded rows of a FULL-graph decode batch whose GDN metadata is stale (vLLM issue 31649, vLLM 0.12 - 0.17;
+upstream: padded rows of a FULL-graph decode batch whose GDN metadata is stale (vLLM issue 31649, vLLM 0.12 - 0.16;
 caovan's ``plugin/graph_padding_patch.py``).  Each is reproduced with the tiny
 Qwen3-Next GDN + MTP model of the tier, greedy, and judged by token agreement against an eager engine with caovan
 off (vLLM's own kernels, no graphs), under the rules of ``test_engine_mtp``:

@@ -1,5 +1,5 @@
 """The graph-padding patch's own logic (plugin/graph_padding_patch.py), on a stand-in builder module; the real
-GDNAttentionMetadataBuilder of vLLM 0.12 - 0.17 goes through the same install in the discovery tier
+GDNAttentionMetadataBuilder of every row goes through the same install in the discovery tier
 (tests/discovery/test_layer_rig_vllm.py)."""
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from caovan.plugin import graph_padding_patch as patch
 from caovan.plugin import uniform_decode_guard as guard
 
 MODULE = "caovan_test_fake_gdn_attn"
-FLAGGED = dataclasses.replace(next(f for f in FAMILIES if f.counts_graph_padding_as_prefill), metadata_module=MODULE)
-UNFLAGGED = next(f for f in FAMILIES if not f.counts_graph_padding_as_prefill and f.refusal is None)
+FAMILY = dataclasses.replace(next(f for f in FAMILIES if f.refusal is None), metadata_module=MODULE)
 
 
 def _qsl(*query_lens: int) -> torch.Tensor:
@@ -59,12 +58,36 @@ class FakeCommon:
 
 
 class FakeBuilder:
+    """Counts prefills as vLLM 0.12 - 0.16 do: every non-spec request that is not a one-token decode."""
+
     calls: list[tuple] = []
 
     def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
               num_decode_draft_tokens_cpu=None, fast_build=False):  # fmt: skip
         FakeBuilder.calls.append((common_attn_metadata, num_accepted_tokens, num_decode_draft_tokens_cpu))
-        return "metadata"
+        non_spec_query_lens = torch.tensor([])
+        num_decodes = 0
+        num_prefills = non_spec_query_lens.size(0) - num_decodes
+        return "metadata", num_prefills
+
+
+class FixedBuilder:
+    """Leaves zero-token requests out of the count, as vLLM 0.17 on."""
+
+    def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
+              num_decode_draft_tokens_cpu=None, fast_build=False):  # fmt: skip
+        non_spec_query_lens_cpu = torch.tensor([])
+        num_zero_len = (non_spec_query_lens_cpu == 0).sum().item()
+        num_prefills = non_spec_query_lens_cpu.size(0) - num_zero_len
+        return num_prefills
+
+
+class MovedBuilder:
+    """Counts prefills somewhere the probe does not read."""
+
+    def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
+              num_decode_draft_tokens_cpu=None, fast_build=False):  # fmt: skip
+        return None
 
 
 @pytest.fixture
@@ -81,13 +104,13 @@ def builder_module(monkeypatch):
 
 def test_the_patch_hands_the_builder_the_live_requests_by_keyword_or_position(builder_module):
     original = FakeBuilder.__dict__["build"]
-    assert patch.install(FLAGGED) is True and FakeBuilder.__dict__["build"]._caovan_wrapped is original
-    assert patch.install(FLAGGED) is True and FakeBuilder.__dict__["build"]._caovan_wrapped is original  # once
+    assert patch.install(FAMILY) is True and FakeBuilder.__dict__["build"]._caovan_wrapped is original
+    assert patch.install(FAMILY) is True and FakeBuilder.__dict__["build"]._caovan_wrapped is original  # once
     padded = FakeCommon(_qsl(3, 3, 0), num_actual_tokens=9, num_reqs=3)
     accepted = torch.tensor([1, 3, 1])
     drafts = torch.tensor([2, 2, -1])
     builder = FakeBuilder()
-    assert builder.build(0, padded, accepted, drafts) == "metadata"
+    assert builder.build(0, padded, accepted, drafts)[0] == "metadata"
     builder.build(common_prefix_len=0, common_attn_metadata=padded, num_accepted_tokens=accepted,
                   num_decode_draft_tokens_cpu=drafts)  # fmt: skip
     for common, got_accepted, got_drafts in FakeBuilder.calls:
@@ -98,47 +121,48 @@ def test_the_patch_hands_the_builder_the_live_requests_by_keyword_or_position(bu
     exact = FakeCommon(_qsl(3, 3), num_actual_tokens=6, num_reqs=2)
     builder.build(0, exact, accepted[:2], drafts[:2])
     assert FakeBuilder.calls[-1][0] is exact
-    assert patch.uninstall(FLAGGED) is True and FakeBuilder.__dict__["build"] is original
-    assert patch.uninstall(FLAGGED) is False
+    assert patch.uninstall(FAMILY) is True and FakeBuilder.__dict__["build"] is original
+    assert patch.uninstall(FAMILY) is False
 
 
-def test_only_a_flagged_family_gets_the_patch(builder_module):
-    assert patch.install(dataclasses.replace(UNFLAGGED, metadata_module=MODULE)) is False
-    assert not hasattr(FakeBuilder.__dict__["build"], "_caovan_wrapped")
-    assert patch.judgement(UNFLAGGED) is None and patch.judgement(None) is None
-    on, off, why = patch.judgement(FLAGGED)
+@pytest.mark.parametrize(("cls", "counts"), [(FakeBuilder, True), (FixedBuilder, False), (MovedBuilder, None)])
+def test_the_probe_reads_how_build_counts_prefills(cls, counts):
+    assert patch.counts_padding_as_prefill(cls) is counts
+
+
+@pytest.mark.parametrize("cls", [FixedBuilder, MovedBuilder])
+def test_only_a_builder_that_counts_padding_gets_the_patch(builder_module, cls):
+    builder_module.GDNAttentionMetadataBuilder = cls
+    assert patch.install(FAMILY) is False and not hasattr(cls.__dict__["build"], "_caovan_wrapped")
+    assert patch.judgement(FAMILY) is None and patch.judgement(None) is None
+    builder_module.GDNAttentionMetadataBuilder = FakeBuilder
+    on, off, why = patch.judgement(FAMILY)
     assert (on, off) == (True, False) and patch.ISSUE in why and "live requests" in why
 
 
 def test_a_builder_the_patch_does_not_fit_is_left_alone_and_said_so(builder_module, caplog):
     del builder_module.CommonAttentionMetadata  # no unpadded() to trim with
     with caplog.at_level(logging.WARNING):
-        assert patch.install(FLAGGED) is False
+        assert patch.install(FAMILY) is False
     assert not hasattr(FakeBuilder.__dict__["build"], "_caovan_wrapped")
-    assert patch.judgement(FLAGGED)[:2] == (False, False)
+    assert patch.judgement(FAMILY)[:2] == (False, False)
     assert [r.getMessage() for r in caplog.records if "does not fit" in r.getMessage()] != []
 
 
 def test_full_graph_safety_adds_the_padding_judgement(builder_module, monkeypatch):
     monkeypatch.setattr(guard, "_uniform_decode_safety", lambda pp: guard.FullGraphSafety(True, False, "shape"))
-    safety = guard.full_graph_safety(1, FLAGGED)
+    safety = guard.full_graph_safety(1, FAMILY)
     assert (safety.with_caovan, safety.without_caovan) == (True, False)
     assert safety.reason.startswith("shape; ") and patch.ISSUE in safety.reason
-    monkeypatch.setattr(guard, "_uniform_decode_safety", lambda pp: guard.FullGraphSafety(True, True, "fixed"))
-    assert guard.full_graph_safety(1, UNFLAGGED) == guard.FullGraphSafety(True, True, "fixed")
     # vLLM fixed the shape test but not the padding: still not safe without caovan.
-    assert (guard.full_graph_safety(1, FLAGGED).without_caovan, guard.full_graph_safety(1, FLAGGED).with_caovan) == (
-        False,
-        True,
-    )
+    monkeypatch.setattr(guard, "_uniform_decode_safety", lambda pp: guard.FullGraphSafety(True, True, "fixed"))
+    safety = guard.full_graph_safety(1, FAMILY)
+    assert (safety.with_caovan, safety.without_caovan) == (True, False)
+    builder_module.GDNAttentionMetadataBuilder = FixedBuilder
+    assert guard.full_graph_safety(1, FAMILY) == guard.FullGraphSafety(True, True, "fixed")
 
 
 def test_uninstall_imports_nothing():
-    family = dataclasses.replace(FLAGGED, metadata_module="caovan_test_never_imported")
+    family = dataclasses.replace(FAMILY, metadata_module="caovan_test_never_imported")
     assert patch.uninstall(family) is False
     assert "caovan_test_never_imported" not in sys.modules
-
-
-def test_the_families_before_vllm_0_18_that_caovan_serves_are_flagged():
-    # vLLM 0.18 leaves zero-token requests out of the prefill count; F1 and F2 are refused (caovan stays inert).
-    assert {f.label for f in FAMILIES if f.counts_graph_padding_as_prefill} == {"F3", "F4"}

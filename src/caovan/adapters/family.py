@@ -119,10 +119,6 @@ class GdnFamily:
     #: Whether ``layer.kv_cache`` is a list with one ``[conv, ssm]`` per virtual engine (before vLLM 0.19), read at
     #: ``forward_context.virtual_engine``, rather than ``[conv, ssm]`` itself.
     kv_cache_per_virtual_engine: bool = False
-    #: Whether vLLM's GDN metadata builder counts the zero-token requests a FULL CUDA graph is padded with as
-    #: prefills (before vLLM 0.18, issue 31649): it then skips its graph-padded branch and the graph replays stale
-    #: metadata. caovan's ``plugin/graph_padding_patch.py`` hands it the live requests only.
-    counts_graph_padding_as_prefill: bool = False
     #: The dtype ``A_log`` is created in: float32, or the model's dtype (vLLM 0.12 - 0.18 give it none).
     a_log_dtype: Literal["float32", "model"] = "float32"
 

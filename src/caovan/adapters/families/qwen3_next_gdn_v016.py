@@ -22,7 +22,6 @@ FAMILY = GdnFamily(
     conv_dim_first_function=None,
     kv_cache_per_virtual_engine=True,
     a_log_dtype="model",
-    counts_graph_padding_as_prefill=True,
     patch=PatchNote(
         why="as for gdn-linear-attn-v020: two Triton kernels in place of vLLM's three spec-decode launches",
         how="as for qwen3-next-gdn-v018 (Qwen3NextGatedDeltaNet.__init__ wrapped in place, reversibly)",
