@@ -26,7 +26,7 @@ FAMILY = GdnFamily(
         why="as for gdn-linear-attn-v020: two Triton kernels in place of vLLM's three spec-decode launches",
         how="as for qwen3-next-gdn-v018 (Qwen3NextGatedDeltaNet.__init__ wrapped in place, reversibly)",
         upstream="vllm/model_executor/models/qwen3_next.py, Qwen3NextGatedDeltaNet._forward_core, the spec branch "
-        "(spec_sequence_masks is not None), vLLM 0.16.0",
+        "(spec_sequence_masks is not None), vLLM 0.16.0 and 0.17.0",
         remove_when="this family leaves the matrix",
     ),
 )
