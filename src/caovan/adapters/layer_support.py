@@ -259,8 +259,8 @@ def check_required_model(vllm_config: Any, model_config: Any, model: Any) -> Non
     """After the target model is built: require mode fails start-up when caovan took over none of its layers, and
     an enabled caovan says in one line when the model has no GDN layer at all (otherwise the start-up PASS line
     would be the last word, and the user would believe caovan active). A model with GDN layers gets the
-    uniform-decode guard (``plugin/uniform_decode_guard.py``) and, where its family needs it, the graph-padding
-    patch (``plugin/graph_padding_patch.py``)."""
+    uniform-decode guard (``plugin/uniform_decode_guard.py``) and, where vLLM's GDN builder needs it, the
+    graph-padding patch (``plugin/graph_padding_patch.py``)."""
     if not model_loader.is_target_model(vllm_config, model_config):
         return  # the MTP draft (or another auxiliary model) has no GDN layer of its own
     options = parse_options(getattr(vllm_config, "additional_config", None))

@@ -114,7 +114,11 @@ def full_graph_safety(pipeline_parallel_size: int = 1, family: GdnFamily | None 
     """This vLLM's answer, from what its runner does (probed, not looked up by version) and, for the family's
     builder (``family``, or the one the installed vLLM lands in), how it meets a padded batch
     (``plugin/graph_padding_patch.py``)."""
-    shape = _uniform_decode_safety(pipeline_parallel_size)
+    return _with_padding(_uniform_decode_safety(pipeline_parallel_size), family)
+
+
+def _with_padding(shape: FullGraphSafety, family: GdnFamily | None) -> FullGraphSafety:
+    """The runner's answer, with the builder's on padded batches added where it has one."""
     padding = graph_padding_patch.judgement(family if family is not None else _recognised_family())
     if padding is None:
         return shape
@@ -175,8 +179,8 @@ def install(vllm_config: Any, family: GdnFamily | None = None) -> bool:
     """Wrap the dispatch once per process where this vLLM needs it, and log the start-up line that says whether
     FULL CUDA graphs with MTP are safe; True when the guard is in place (now or already)."""
     pipeline_parallel_size = getattr(getattr(vllm_config, "parallel_config", None), "pipeline_parallel_size", 1)
-    safety = full_graph_safety(pipeline_parallel_size, family)
     shape = _uniform_decode_safety(pipeline_parallel_size)
+    safety = _with_padding(shape, family)
     cls = runner_class()
     current = cls.__dict__.get(METHOD) if cls is not None else None
     installed = shape.with_caovan and not shape.without_caovan and current is not None
