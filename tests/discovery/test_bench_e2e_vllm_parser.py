@@ -44,3 +44,23 @@ def test_vllm_reads_the_procedures_server_commands_as_asked(tmp_path, vllm_serve
         assert on["profiler_dir"] == str(e2e.trace_dir(settings, "caovan"))
     else:
         assert e2e.profiler_problem() is not None  # and bench e2e refuses --profile up front
+
+
+def test_the_profiled_servers_mark_the_steps_the_summary_counts():
+    """``--profile`` counts steps by the model runner's ``gpu_model_runner: forward`` range, which vLLM opens only
+    under the variable the procedure sets for its servers: both names must still be vLLM's."""
+    import inspect
+
+    import vllm.envs
+    from vllm.v1 import utils as vllm_v1_utils
+    from vllm.v1.worker import gpu_model_runner
+
+    from caovan.bench.profile_summary import STEP_EVENT
+
+    if not _vllm_has_profiler_config():
+        pytest.skip(f"vLLM {vllm.__version__} has no --profiler-config: the procedure refuses --profile")
+    assert f'record_function_or_nullcontext("{STEP_EVENT}")' in inspect.getsource(gpu_model_runner)
+    gate = inspect.getsource(vllm_v1_utils.record_function_or_nullcontext)
+    for name, value in e2e.PROFILE_ENV.items():
+        assert name in vllm.envs.environment_variables and name in gate
+        assert value == "1"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -65,10 +66,15 @@ class FakeOpenAI:
         self._server.server_close()
 
     def write_trace(self) -> Path:
-        """A worker trace as vLLM's torch profiler writes it: two model steps, kernels of three categories."""
+        """A worker trace as vLLM's torch profiler writes it: two model steps, kernels of three categories.
+
+        Like vLLM's runner, the step ranges are there only when ``VLLM_CUSTOM_SCOPES_FOR_PROFILING=1``.
+        """
         kernels = [("_caovan_sm75_fused_v_gdn_spec_decode_kernel", 30), ("flash_fwd_splitkv_kernel", 50),
                    ("nvjet_tst_128x64_64x4_1x2_h_bz_coopA_TNT", 120)]  # fmt: skip
-        events = [{"ph": "X", "cat": "user_annotation", "name": "gpu_model_runner: forward", "dur": 400}] * 2
+        events = []
+        if os.environ.get("VLLM_CUSTOM_SCOPES_FOR_PROFILING") == "1":
+            events = [{"ph": "X", "cat": "user_annotation", "name": "gpu_model_runner: forward", "dur": 400}] * 2
         events += [{"ph": "X", "cat": "kernel", "name": name, "dur": dur} for name, dur in kernels * 2]
         self.profile_dir.mkdir(parents=True, exist_ok=True)
         path = self.profile_dir / f"fake-worker.{time.time_ns()}.pt.trace.json.gz"

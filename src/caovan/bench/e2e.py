@@ -15,7 +15,9 @@ For one cudagraph mode, into ``OUT/<mode>/``:
 With ``profile``, each server also runs with vLLM's torch profiler configured (``--profiler-config``, the same
 for both runs but its folder), and after its benchmarks one warm greedy request of ``PROFILE_TOKENS`` tokens is
 profiled (``POST /start_profile`` / ``/stop_profile``): ``<label>-profile.txt`` says where a step's GPU time goes
-(:mod:`caovan.bench.profile_summary`), caovan off (before) and on (after).
+(:mod:`caovan.bench.profile_summary`), caovan off (before) and on (after). Those servers also get
+``VLLM_CUSTOM_SCOPES_FOR_PROFILING=1``: without it vLLM's model runner opens no ``gpu_model_runner: forward`` range,
+and the summary could not count steps (seen on vLLM 0.21: "0 model steps").
 
 Each finished run also leaves ``<label>-run.json``; with ``resume``, a run whose file and records are all there is
 not repeated (a procedure split over two sittings, e.g. two calls of a time-limited GPU host).
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -48,6 +51,8 @@ LOAD = "decode-heavy"
 RUNS = (("baseline", False), ("caovan", True))
 PROFILE_TOKENS = 64
 PROFILE_PROMPT = "Tell a long story about a river."
+#: vLLM's switch for the model runner's named ranges (``record_function_or_nullcontext``), which mark the steps.
+PROFILE_ENV = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
 #: How long the worker may take to write its trace after /stop_profile answered.
 TRACE_WAIT_S = 300.0
 LOG_TAIL_LINES = 40
@@ -225,9 +230,15 @@ def profile_decode(port: int, folder: Path, wait_s: float = TRACE_WAIT_S) -> Pat
 class Server(ServerProcess):
     """One ``caovan serve`` run of the procedure; :meth:`wait_ready` times its start-up."""
 
-    def __init__(self, command: list[str], log_path: Path, popen: Callable[..., Any] = subprocess.Popen):
+    def __init__(
+        self,
+        command: list[str],
+        log_path: Path,
+        popen: Callable[..., Any] = subprocess.Popen,
+        env: dict[str, str] | None = None,
+    ):
         self.started = time.monotonic()
-        super().__init__(command, log_path, popen=popen)
+        super().__init__(command, log_path, env=env, popen=popen)
 
     def wait_ready(self, port: int, timeout_s: float) -> float:
         """Seconds until the server answered ``/v1/models``; :class:`E2EError` when it exits or never answers."""
@@ -300,7 +311,10 @@ def run_e2e(
             runs.append(done_before)
             records.update({(label, n): _read(record_path(settings, label, n)) for n in settings.concurrency})
             continue
-        server = Server(server_command(settings, caovan_on, port), settings.mode_dir / f"{label}-server.log", popen)
+        env = {**os.environ, **PROFILE_ENV} if settings.profile else None
+        server = Server(
+            server_command(settings, caovan_on, port), settings.mode_dir / f"{label}-server.log", popen, env
+        )
         entry: dict[str, Any] = {"label": label, "caovan": caovan_on, "server_command": shown(server.command)}
         runs.append(entry)
         try:

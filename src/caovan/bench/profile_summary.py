@@ -5,7 +5,9 @@
 The trace is the worker's chrome trace (vLLM's ``--profiler-config '{"profiler": "torch", ...}'``, written between
 ``POST /start_profile`` and ``/stop_profile``). Every GPU kernel (``"cat": "kernel"``) is put in the first
 category of :data:`CATEGORIES` whose pattern its name matches; a step is one ``gpu_model_runner: forward`` range of
-the target model (vLLM 0.21's name), so the profiled window's total divided by the steps is a step's GPU time.
+the target model (vLLM 0.21's name, opened only with ``VLLM_CUSTOM_SCOPES_FOR_PROFILING=1`` in the server's
+environment, which ``caovan bench e2e --profile`` sets), so the profiled window's total divided by the steps is a
+step's GPU time.
 Kernels inside CUDA graphs are recorded one by one (CUPTI), so PIECEWISE and FULL graphs are covered too.
 """
 
@@ -106,7 +108,11 @@ def format_summary(summary: dict[str, Any], title: str) -> str:
         for r in summary["categories"]
     ]  # fmt: skip
     steps = summary["steps"]
-    per_step = f"{summary['gpu_us'] / steps:.1f} µs of GPU kernels per step" if steps else "steps not found"
+    per_step = (
+        f"{summary['gpu_us'] / steps:.1f} µs of GPU kernels per step"
+        if steps
+        else "steps not found (was VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 set?)"
+    )
     head = f"{title}: {steps} model steps, {per_step}"
     table = tabulate(rows, headers=["", "share", "µs/step", "biggest kernels"], tablefmt="simple")
     return f"{head}\n{table}"
