@@ -23,6 +23,9 @@ from caovan.cli import bench as bench_cli
 ROOT = Path(__file__).resolve().parents[2]
 H200_RECORD = ROOT / "docs" / "bench" / "bench-kernels-h200.json"
 H200_LAYER_RECORD = ROOT / "docs" / "bench" / "bench-layer-h200.json"
+H100_RECORD = ROOT / "docs" / "bench" / "bench-kernels-h100.json"
+H100_VLLM_025_RECORD = ROOT / "docs" / "bench" / "bench-kernels-h100-vllm-0.25.json"
+H100_LAYER_RECORD = ROOT / "docs" / "bench" / "bench-layer-h100.json"
 
 
 def _row(case_id, ours, vllm, roofline=None, passed=True):
@@ -238,6 +241,35 @@ def test_docs_quote_the_committed_h200_layer_record():
         _numbers(r"caovan [\d.]+–[\d.]+ µs; speedup ([\d.]+)×–([\d.]+)× \(geometric mean ([\d.]+)×\)", bench_doc)
         == (expected[:3])
     )
+
+
+def _short_quote(record: Path) -> str:
+    """How the docs quote a re-made record's model cases in one line (a speedup's low and high, its geomean)."""
+    s = summarize([r for r in load_record(record)["cases"] if is_model_case(r)])
+    eager, graph, layers = (s[key]["speedup"] for key in ("eager_us", "graph_us", "graph_layers_us"))
+    return (
+        f"eager {eager.low:.2f}x to {eager.high:.2f}x (geometric mean {eager.geomean:.2f}x), CUDA graph "
+        f"{graph.low:.2f}x to {graph.high:.2f}x ({graph.geomean:.2f}x), cold-L2 layers {layers.low:.2f}x to "
+        f"{layers.high:.2f}x ({layers.geomean:.2f}x)"
+    )
+
+
+def _layer_quote(record: Path) -> tuple[float, float, float]:
+    speedups = [c["speedup_eager"] for c in json.loads(record.read_text(encoding="utf-8"))["cases"]]
+    return min(speedups), max(speedups), math.exp(sum(map(math.log, speedups)) / len(speedups))
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/bench/README.md"])
+def test_docs_quote_the_committed_h100_records(doc):
+    """Both docs quote the H100 records of vLLM 0.21.0 and 0.25.0 and the H100 layer record in one line each.
+
+    Fails when a record is replaced and the quoted figures are not updated with it.
+    """
+    text = " ".join((ROOT / doc).read_text(encoding="utf-8").split())
+    for record in (H100_RECORD, H100_VLLM_025_RECORD):
+        assert _short_quote(record) in text, f"{doc} does not quote {record.name} as `{_short_quote(record)}`"
+    low, high, geomean = _layer_quote(H100_LAYER_RECORD)
+    assert re.search(rf"{low:.2f}x to {high:.2f}x \((geometric mean )?{geomean:.2f}x", text), doc
 
 
 def _record(tmp_path, rows, name="r.json", **fields):

@@ -79,4 +79,4 @@ def test_the_committed_hosts_file_loads():
     from pathlib import Path
 
     hosts = load_hosts(Path(__file__).resolve().parents[2] / "matrix")
-    assert [h.runner for h in hosts] == ["nvidia-h200", "nvidia-h200-x2"]
+    assert [h.runner for h in hosts] == ["nvidia-h200", "nvidia-h100", "nvidia-h200-x2"]
