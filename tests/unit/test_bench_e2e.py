@@ -150,6 +150,23 @@ def test_resume_keeps_a_finished_run_and_repeats_only_the_other(tmp_path):
     assert again["runs"][0] == first["runs"][0]  # the baseline run, as the first sitting recorded it
 
 
+def test_resume_makes_again_a_run_made_on_another_gpu(tmp_path, monkeypatch, capsys):
+    settings = e2e.E2ESettings("fake-model", tmp_path, concurrency=(1,), max_tokens=4, port=free_port())
+    monkeypatch.setattr(e2e, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    e2e.run_e2e(settings, popen=_fake_popen)
+    (tmp_path / "piecewise" / "caovan-run.json").unlink()
+    started = []
+
+    def counting(command, **kwargs):
+        started.append(command)
+        return _fake_popen(command, **kwargs)
+
+    monkeypatch.setattr(e2e, "gpu_name", lambda: "NVIDIA H200")
+    again = e2e.run_e2e(settings, resume=True, popen=counting)
+    assert len(started) == 2 and [run["gpu"] for run in again["runs"]] == ["NVIDIA H200"] * 2
+    assert "baseline: made again: " in capsys.readouterr().out and again["gpu"] == "NVIDIA H200"
+
+
 def test_a_server_that_dies_at_start_up_is_one_error_with_its_log(tmp_path):
     def dying(command, **kwargs):
         return subprocess.Popen([sys.executable, "-c", "print('no GPU here'); raise SystemExit(3)"], **kwargs)

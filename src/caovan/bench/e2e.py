@@ -19,8 +19,9 @@ profiled (``POST /start_profile`` / ``/stop_profile``): ``<label>-profile.txt`` 
 ``VLLM_CUSTOM_SCOPES_FOR_PROFILING=1``: without it vLLM's model runner opens no ``gpu_model_runner: forward`` range,
 and the summary could not count steps (seen on vLLM 0.21: "0 model steps").
 
-Each finished run also leaves ``<label>-run.json``; with ``resume``, a run whose file and records are all there is
-not repeated (a procedure split over two sittings, e.g. two calls of a time-limited GPU host).
+Each finished run also leaves ``<label>-run.json``; with ``resume``, a run whose file and records are all there, made
+on the GPU this host has, is not repeated (a procedure split over two sittings, e.g. two calls of a time-limited GPU
+host, which may hand out another card in between).
 
 Warm only, as Turbo3 taught: each benchmark's warmup requests (as many as ``--concurrency``, sent together) pay the
 first-request compiles of that batch size before the repeats are timed.
@@ -281,14 +282,21 @@ def _read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _finished_run(settings: E2ESettings, label: str) -> dict[str, Any] | None:
-    """A run an earlier sitting finished: its entry, when the entry and every record of it are there."""
+def _finished_run(settings: E2ESettings, label: str, gpu: str) -> dict[str, Any] | None:
+    """A run an earlier sitting finished on this GPU: its entry, when the entry and every record of it are there.
+
+    A lent host may hand out another card between two sittings; tokens/s of two GPUs must not be compared, so a run
+    made on another GPU is made again.
+    """
     entry_path = settings.mode_dir / f"{label}-run.json"
     paths = [record_path(settings, label, n) for n in settings.concurrency]
     if not entry_path.is_file() or not all(path.is_file() for path in paths):
         return None
     entry = _read(entry_path)
     if [b["concurrency"] for b in entry.get("benchmarks", [])] != list(settings.concurrency):
+        return None
+    if entry.get("gpu") != gpu:
+        print(f"[Caovan] e2e: {label}: made again: {entry_path} ran on {entry.get('gpu')}, this host has {gpu}")
         return None
     return entry
 
@@ -304,8 +312,9 @@ def run_e2e(
     settings.mode_dir.mkdir(parents=True, exist_ok=True)
     port = settings.port or free_port()
     runs, records = [], {}
+    gpu = gpu_name()
     for label, caovan_on in RUNS:
-        done_before = _finished_run(settings, label) if resume else None
+        done_before = _finished_run(settings, label, gpu) if resume else None
         if done_before is not None:
             print(f"[Caovan] e2e: {label}: kept from {settings.mode_dir / (label + '-run.json')}", flush=True)
             runs.append(done_before)
@@ -315,7 +324,12 @@ def run_e2e(
         server = Server(
             server_command(settings, caovan_on, port), settings.mode_dir / f"{label}-server.log", popen, env
         )
-        entry: dict[str, Any] = {"label": label, "caovan": caovan_on, "server_command": shown(server.command)}
+        entry: dict[str, Any] = {
+            "label": label,
+            "caovan": caovan_on,
+            "gpu": gpu,
+            "server_command": shown(server.command),
+        }
         runs.append(entry)
         try:
             print(f"[Caovan] e2e: {label}: {entry['server_command']}", flush=True)
@@ -344,7 +358,7 @@ def run_e2e(
             "load": LOAD,
             "tensor_parallel_size": settings.tensor_parallel_size,
         },
-        "gpu": gpu_name(),
+        "gpu": gpu,
         "versions": {
             "caovan": __version__,
             "vllm": records[("baseline", settings.concurrency[0])].get("server", {}).get("vllm_version"),
