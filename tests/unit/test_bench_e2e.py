@@ -167,6 +167,24 @@ def test_resume_makes_again_a_run_made_on_another_gpu(tmp_path, monkeypatch, cap
     assert "baseline: made again: " in capsys.readouterr().out and again["gpu"] == "NVIDIA H200"
 
 
+def test_only_makes_one_run_per_call_and_the_record_once_both_are_there(tmp_path, capsys):
+    settings = e2e.E2ESettings("fake-model", tmp_path, concurrency=(1,), max_tokens=4, port=free_port())
+    with pytest.raises(e2e.E2EError, match=r"--only caovan: no finished baseline run on this GPU in .*--only baseline"):
+        e2e.run_e2e(settings, only="caovan", popen=_fake_popen)
+    started = []
+
+    def counting(command, **kwargs):
+        started.append(json.loads(command[command.index("--additional-config") + 1])["caovan"])
+        return _fake_popen(command, **kwargs)
+
+    assert e2e.run_e2e(settings, only="baseline", popen=counting) is None
+    assert "caovan: not made yet (--only caovan makes it, then e2e.json)" in capsys.readouterr().out
+    assert not (tmp_path / "piecewise" / "e2e.json").exists()
+    record = e2e.run_e2e(settings, only="caovan", popen=counting)
+    assert started == [False, True] and [run["label"] for run in record["runs"]] == ["baseline", "caovan"]
+    assert record == json.loads((tmp_path / "piecewise" / "e2e.json").read_text())
+
+
 def test_a_server_that_dies_at_start_up_is_one_error_with_its_log(tmp_path):
     def dying(command, **kwargs):
         return subprocess.Popen([sys.executable, "-c", "print('no GPU here'); raise SystemExit(3)"], **kwargs)
@@ -187,13 +205,13 @@ def test_the_command_prints_one_line_per_concurrency_and_exit_1_on_a_failed_proc
     rows = [
         {"concurrency": 1, "baseline_tok_s": {"median": 40.0}, "caovan_tok_s": {"median": 57.2}, "ratio": 1.43},
     ]
-    monkeypatch.setattr(e2e, "run_e2e", lambda settings, resume: {"summary": rows})
+    monkeypatch.setattr(e2e, "run_e2e", lambda settings, resume, only: {"summary": rows})
     assert bench_cli.run(_args("/m", "--out", str(tmp_path), "--concurrency", "1")) == 0
     assert capsys.readouterr().out == (
         "concurrency 1: caovan 57.2 tok/s against 40.0 with caovan off (1.430x, medians of 2 repeats)\n"
     )
 
-    def failing(settings, resume):
+    def failing(settings, resume, only):
         raise e2e.E2EError("the server exited with status 3 before it answered")
 
     monkeypatch.setattr(e2e, "run_e2e", failing)
@@ -222,6 +240,6 @@ def test_profiling_leaves_a_summary_per_run_before_and_after(tmp_path):
 
 def test_profile_is_refused_before_any_server_where_vllm_cannot_profile(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(e2e, "profiler_problem", lambda: "--profile: this vLLM has no --profiler-config (0.19 on)")
-    monkeypatch.setattr(e2e, "run_e2e", lambda settings, resume: pytest.fail("a server was started"))
+    monkeypatch.setattr(e2e, "run_e2e", lambda settings, resume, only: pytest.fail("a server was started"))
     assert bench_cli.run(_args("/m", "--out", str(tmp_path), "--profile")) == 2
     assert capsys.readouterr().err == "caovan bench: error: --profile: this vLLM has no --profiler-config (0.19 on)\n"

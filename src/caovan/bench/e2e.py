@@ -301,54 +301,69 @@ def _finished_run(settings: E2ESettings, label: str, gpu: str) -> dict[str, Any]
     return entry
 
 
+def _make_run(
+    settings: E2ESettings, label: str, caovan_on: bool, port: int, gpu: str, run: Callable[..., Any],
+    popen: Callable[..., Any], records: dict[tuple[str, int], dict[str, Any]],
+) -> dict[str, Any]:  # fmt: skip
+    """One server, its benchmarks (their records go into ``records``) and its profile; the run's entry."""
+    env = {**os.environ, **PROFILE_ENV} if settings.profile else None
+    server = Server(server_command(settings, caovan_on, port), settings.mode_dir / f"{label}-server.log", popen, env)
+    entry: dict[str, Any] = {"label": label, "caovan": caovan_on, "gpu": gpu, "server_command": shown(server.command)}
+    try:
+        print(f"[Caovan] e2e: {label}: {entry['server_command']}", flush=True)
+        entry["server_ready_after_s"] = server.wait_ready(port, settings.ready_timeout_s)
+        entry["benchmarks"] = []
+        for n in settings.concurrency:
+            baseline = record_path(settings, "baseline", n) if caovan_on else None
+            command = benchmark_command(settings, label, n, port, baseline)
+            print(f"[Caovan] e2e: {shown(command)}", flush=True)
+            done = run(command)
+            entry["benchmarks"].append({"concurrency": n, "command": shown(command), "returncode": done.returncode})
+            if done.returncode != 0:
+                raise E2EError(f"the benchmark exited with status {done.returncode}: {shown(command)}")
+            records[(label, n)] = _read(record_path(settings, label, n))
+        if settings.profile:
+            entry["profile"] = _profile(settings, label, port)
+    finally:
+        entry["server_returncode"] = server.stop()
+    write_text_atomic(settings.mode_dir / f"{label}-run.json", json.dumps(entry, indent=1) + "\n")
+    return entry
+
+
 def run_e2e(
     settings: E2ESettings,
     *,
     resume: bool = False,
+    only: str | None = None,
     run: Callable[..., Any] = subprocess.run,
     popen: Callable[..., Any] = subprocess.Popen,
-) -> dict[str, Any]:
-    """The whole procedure for one cudagraph mode; the e2e record, also written to ``<mode>/e2e.json``."""
+) -> dict[str, Any] | None:
+    """The whole procedure for one cudagraph mode; the e2e record, also written to ``<mode>/e2e.json``.
+
+    ``only`` (a run's label) starts that run's server alone, one server per call of a time-limited host: the other
+    run is kept from an earlier call as with ``resume``. Without both runs there is no record yet (None).
+    """
     settings.mode_dir.mkdir(parents=True, exist_ok=True)
     port = settings.port or free_port()
     runs, records = [], {}
     gpu = gpu_name()
     for label, caovan_on in RUNS:
-        done_before = _finished_run(settings, label, gpu) if resume else None
+        make = only in (None, label)
+        done_before = _finished_run(settings, label, gpu) if resume or not make else None
         if done_before is not None:
             print(f"[Caovan] e2e: {label}: kept from {settings.mode_dir / (label + '-run.json')}", flush=True)
             runs.append(done_before)
             records.update({(label, n): _read(record_path(settings, label, n)) for n in settings.concurrency})
-            continue
-        env = {**os.environ, **PROFILE_ENV} if settings.profile else None
-        server = Server(
-            server_command(settings, caovan_on, port), settings.mode_dir / f"{label}-server.log", popen, env
-        )
-        entry: dict[str, Any] = {
-            "label": label,
-            "caovan": caovan_on,
-            "gpu": gpu,
-            "server_command": shown(server.command),
-        }
-        runs.append(entry)
-        try:
-            print(f"[Caovan] e2e: {label}: {entry['server_command']}", flush=True)
-            entry["server_ready_after_s"] = server.wait_ready(port, settings.ready_timeout_s)
-            entry["benchmarks"] = []
-            for n in settings.concurrency:
-                baseline = record_path(settings, "baseline", n) if caovan_on else None
-                command = benchmark_command(settings, label, n, port, baseline)
-                print(f"[Caovan] e2e: {shown(command)}", flush=True)
-                done = run(command)
-                entry["benchmarks"].append({"concurrency": n, "command": shown(command), "returncode": done.returncode})
-                if done.returncode != 0:
-                    raise E2EError(f"the benchmark exited with status {done.returncode}: {shown(command)}")
-                records[(label, n)] = _read(record_path(settings, label, n))
-            if settings.profile:
-                entry["profile"] = _profile(settings, label, port)
-        finally:
-            entry["server_returncode"] = server.stop()
-        write_text_atomic(settings.mode_dir / f"{label}-run.json", json.dumps(entry, indent=1) + "\n")
+        elif make:
+            runs.append(_make_run(settings, label, caovan_on, port, gpu, run, popen, records))
+        elif label == "baseline":  # the caovan run compares against it
+            raise E2EError(
+                f"--only {only}: no finished baseline run on this GPU in {settings.mode_dir}; make it first "
+                "(--only baseline)"
+            )
+        else:
+            print(f"[Caovan] e2e: {label}: not made yet (--only {label} makes it, then e2e.json)", flush=True)
+            return None
     record = {
         "schema": SCHEMA,
         "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

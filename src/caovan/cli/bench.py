@@ -161,6 +161,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep a run (caovan off or on) that an earlier call finished in OUT/<mode>/ instead of repeating it",
     )
     e2e.add_argument(
+        "--only",
+        choices=("baseline", "caovan"),
+        help="start that run's server alone (one server per call of a time-limited host), keeping the other run "
+        "from an earlier call as --resume does; e2e.json is written once both runs are there",
+    )
+    e2e.add_argument(
         "--serve-args",
         default="",
         metavar="'ARGS'",
@@ -432,9 +438,11 @@ def run_e2e(args: argparse.Namespace) -> int:
     if problem is not None:
         return _error(problem)
     try:
-        record = run_e2e(settings, resume=args.resume)
+        record = run_e2e(settings, resume=args.resume, only=args.only)
     except E2EError as exc:
         return _error(str(exc), 1)
+    if record is None:
+        return 0
     for row in record["summary"]:
         print(
             f"concurrency {row['concurrency']}: caovan {row['caovan_tok_s']['median']:.1f} tok/s against "
