@@ -81,9 +81,8 @@ def counts_padding_as_prefill(cls: type) -> bool | None:
     """Whether ``cls.build`` counts zero-token requests as prefills: it computes ``num_prefills`` from the query
     lengths without leaving those of length 0 out (vLLM 0.12 - 0.16; 0.17 leaves them out). None when its source
     cannot be read or computes ``num_prefills`` elsewhere (the premise is then unknown)."""
-    method = cls.__dict__.get(METHOD)
     try:
-        source = inspect.getsource(getattr(method, method_patch.WRAPPED, method))
+        source = inspect.getsource(method_patch.unwrapped(cls.__dict__.get(METHOD)))
     except (OSError, TypeError):
         return None
     if PREFILL_COUNT.search(source) is None:
@@ -94,8 +93,7 @@ def counts_padding_as_prefill(cls: type) -> bool | None:
 def patch_fits(family: GdnFamily, cls: type) -> bool:
     """Whether ``build`` takes what the patch trims, by name, and the metadata can trim itself
     (``CommonAttentionMetadata.unpadded``, as the builder's module imports the class)."""
-    method = cls.__dict__.get(METHOD)
-    method = getattr(method, method_patch.WRAPPED, method)
+    method = method_patch.unwrapped(cls.__dict__.get(METHOD))
     if method is None or not all(has_argument(method, a) for a in ARGUMENTS):
         return False
     metadata = getattr(sys.modules.get(family.metadata_module), METADATA_CLASS, None)

@@ -11,6 +11,11 @@ from typing import Any
 WRAPPED = "_caovan_wrapped"
 
 
+def unwrapped(method: Any) -> Any:
+    """The method as vLLM defined it: the one a caovan wrapper keeps, or ``method`` itself (None stays None)."""
+    return getattr(method, WRAPPED, method)
+
+
 def wrap_once(cls: type, name: str, wrap: Callable[[Any], Any]) -> None:
     """Put ``wrap(method)`` in place of ``cls.<name>`` unless caovan's wrapper is already there."""
     current = cls.__dict__[name]

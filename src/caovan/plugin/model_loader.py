@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from caovan.adapters.base import has_leading_arguments
+from caovan.plugin import method_patch
 
 LOADER_MODULE = "vllm.model_executor.model_loader.base_loader"
 LOADER_CLASS = "BaseModelLoader"
@@ -77,7 +78,7 @@ def wrap_load_model(original: Any, before: Before | None = None, after: After | 
             after(vllm_config, model_config, model)
         return model
 
-    load_model._caovan_wrapped = original  # type: ignore[attr-defined]
+    setattr(load_model, method_patch.WRAPPED, original)
     load_model._caovan_checks = (before, after)  # type: ignore[attr-defined]
     return load_model
 
@@ -92,16 +93,14 @@ def loader_class() -> type | None:
     method = getattr(cls, "load_model", None)
     if not isinstance(cls, type) or method is None:
         return None
-    method = getattr(method, "_caovan_wrapped", method)
-    if not has_leading_arguments(method, LOAD_MODEL_PARAMETERS):
+    if not has_leading_arguments(method_patch.unwrapped(method), LOAD_MODEL_PARAMETERS):
         return None
     return cls
 
 
 def _own_load_model(cls: type) -> Any:
     """``cls``'s own ``load_model`` (not inherited) as vLLM defined it, when it takes the base's parameters."""
-    method = cls.__dict__.get("load_model")
-    method = getattr(method, "_caovan_wrapped", method)
+    method = method_patch.unwrapped(cls.__dict__.get("load_model"))
     if not callable(method) or not has_leading_arguments(method, LOAD_MODEL_PARAMETERS):
         return None
     return method
@@ -135,7 +134,7 @@ def _wrap(cls: type, before: Before | None, after: After | None) -> None:
         # Whether vLLM's load_model was inherited, carried over when the checks are replaced: uninstall then
         # deletes the wrapper instead of leaving a copy of the inherited method in the class.
         inherited = getattr(own, "_caovan_inherited", False) if own is not None else True
-        wrapper = wrap_load_model(getattr(current, "_caovan_wrapped", current), before, after)
+        wrapper = wrap_load_model(method_patch.unwrapped(current), before, after)
         wrapper._caovan_inherited = inherited  # type: ignore[attr-defined]
         cls.load_model = wrapper
 
@@ -172,7 +171,7 @@ def uninstall() -> bool:
     restored = False
     for cls in loader_classes():
         wrapper = cls.__dict__.get("load_model")
-        original = getattr(wrapper, "_caovan_wrapped", None)
+        original = getattr(wrapper, method_patch.WRAPPED, None)
         if original is not None:
             if getattr(wrapper, "_caovan_inherited", False):
                 del cls.load_model

@@ -67,7 +67,7 @@ def runner_class() -> type | None:
         return None
     cls = getattr(module, RUNNER_CLASS, None)
     method = getattr(cls, METHOD, None)
-    method = getattr(method, method_patch.WRAPPED, method)
+    method = method_patch.unwrapped(method)
     if not isinstance(cls, type) or method is None or not has_argument(method, "force_uniform_decode"):
         return None
     return cls
@@ -78,7 +78,7 @@ def tells_uniform_decode_by_shape(cls: type) -> bool | None:
     its source cannot be read or holds no shape test (moved: the guard's premise is then unknown)."""
     methods = [getattr(cls, METHOD, None), getattr(cls, "_is_uniform_decode", None)]
     try:
-        source = "".join(inspect.getsource(getattr(m, method_patch.WRAPPED, m)) for m in methods if m is not None)
+        source = "".join(inspect.getsource(method_patch.unwrapped(m)) for m in methods if m is not None)
     except (OSError, TypeError):
         return None
     if SHAPE_TEST not in source:
