@@ -1,10 +1,11 @@
 """A fake vLLM OpenAI-compatible server in a thread, for unit tests of caovan's HTTP clients (warmup, benchmark).
 
 It answers the routes caovan's client uses the way vLLM 0.21.0 does (see caovan.serving.client's docstring):
-/health (empty 200), /v1/models (ModelList), /version ({"version": ...}), /tokenize (``{"count", "max_model_len",
-"tokens"}``; a token is a word here, as in the completions' usage), /v1/completions (plain, or streamed as
-``data: {chunk}`` + blank line, a last usage chunk with ``"choices": []``, then ``data: [DONE]``), errors as
-``{"error": {"message", "type", "param", "code"}}``, routes it lacks as FastAPI's 404 ``{"detail": "Not Found"}``.
+/health (empty 200), /v1/models (ModelList), /version ({"version": ...}), /metrics (Prometheus text), /tokenize
+(``{"count", "max_model_len", "tokens"}``; a token is a word here, as in the completions' usage), /v1/completions
+(plain, or streamed as ``data: {chunk}`` + blank line, a last usage chunk with ``"choices": []``, then
+``data: [DONE]``), errors as ``{"error": {"message", "type", "param", "code"}}``, routes it lacks as FastAPI's 404
+``{"detail": "Not Found"}``.
 Knobs make it fail.
 
 Also a process of its own, standing in for ``vllm serve`` (``python fake_openai_server.py PORT [PROFILE_DIR]``): it
@@ -43,6 +44,15 @@ class FakeOpenAI:
         #: Where /stop_profile writes a small torch-profiler trace (vLLM's --profiler-config folder); None: the
         #: profile routes are missing (404), as without --profiler-config.
         self.profile_dir: Path | None = None
+        #: /metrics' Prometheus text (None: no such route); vLLM's spec-decode counters, 10 drafts, 3 accepted.
+        self.metrics: str | None = (
+            "# TYPE vllm:spec_decode_num_drafts counter\n"
+            'vllm:spec_decode_num_drafts_total{engine="0",model_name="fake-model"} 10.0\n'
+            'vllm:spec_decode_num_drafts_created{engine="0",model_name="fake-model"} 1.7e+09\n'
+            'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="fake-model"} 30.0\n'
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="fake-model"} 3.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 3.0\n'
+        )
         self.requests: list[tuple[str, str, dict | None]] = []  # (method, path, JSON body) of every request
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
@@ -145,6 +155,8 @@ class FakeOpenAI:
                         for card in cards:
                             card["max_model_len"] = fake.max_model_len
                     self._json(200, {"object": "list", "data": cards})
+                elif self.path == "/metrics" and fake.metrics is not None:
+                    self._send(200, fake.metrics.encode())
                 elif self.path == "/version" and fake.version is not None:
                     self._json(200, {"version": fake.version})
                 else:

@@ -131,6 +131,10 @@ def test_the_procedure_serves_benchmarks_and_writes_its_record(tmp_path):
     assert [row["concurrency"] for row in record["summary"]] == [1, 2]
     assert all(row["ratio"] > 0 for row in record["summary"])
     assert record["versions"]["vllm"] == "0.21.0"  # what the (fake) server said
+    for run in record["runs"]:  # the fake's /metrics: 10 drafts, 30 draft tokens, 3 accepted
+        assert run["spec_decode"] == {
+            "drafts": 10.0, "draft_tokens": 30.0, "accepted_tokens": 3.0, "mean_acceptance_length": 1.3
+        }  # fmt: skip
     for label in ("baseline", "caovan"):
         assert (tmp_path / "piecewise" / f"{label}-c2.json").is_file()
 
@@ -243,3 +247,11 @@ def test_profile_is_refused_before_any_server_where_vllm_cannot_profile(monkeypa
     monkeypatch.setattr(e2e, "run_e2e", lambda settings, resume, only: pytest.fail("a server was started"))
     assert bench_cli.run(_args("/m", "--out", str(tmp_path), "--profile")) == 2
     assert capsys.readouterr().err == "caovan bench: error: --profile: this vLLM has no --profiler-config (0.19 on)\n"
+
+
+def test_spec_decode_counters_say_why_where_metrics_cannot_tell(fake_openai):
+    port = int(fake_openai.url.rsplit(":", 1)[1])
+    fake_openai.metrics = '# no spec decode here\nvllm:num_requests_running{engine="0"} 0.0\n'
+    assert e2e.spec_decode_counters(port)["error"].startswith("/metrics: no spec-decode drafts counted")
+    fake_openai.metrics = None
+    assert e2e.spec_decode_counters(port)["error"].startswith("/metrics: Client error '404 Not Found'")

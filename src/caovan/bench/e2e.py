@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -54,6 +55,14 @@ PROFILE_TOKENS = 64
 PROFILE_PROMPT = "Tell a long story about a river."
 #: vLLM's switch for the model runner's named ranges (``record_function_or_nullcontext``), which mark the steps.
 PROFILE_ENV = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
+#: vLLM's spec-decode counters (Prometheus names, without the ``_total`` suffix) and their keys in a run's entry.
+SPEC_DECODE_COUNTERS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
+}
+#: One sample line of the Prometheus text format: a name, optional labels, a value.
+PROMETHEUS_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][\w:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
 #: How long the worker may take to write its trace after /stop_profile answered.
 TRACE_WAIT_S = 300.0
 LOG_TAIL_LINES = 40
@@ -278,6 +287,26 @@ def _profile(settings: E2ESettings, label: str, port: int) -> dict[str, Any]:
     return {"trace": trace.name, **summary}
 
 
+def spec_decode_counters(port: int) -> dict[str, Any]:
+    """vLLM's spec-decode counters over the server's life (every request it answered, the benchmarks' warm-up too)
+    and the mean acceptance length they give (tokens a request gains per step); ``{"error": ...}`` where /metrics
+    cannot say. With dummy weights the drafts are almost never accepted: the length is then about 1."""
+    import httpx
+
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30.0).raise_for_status().text
+    except httpx.HTTPError as exc:
+        return {"error": f"/metrics: {exc}"}
+    counts = dict.fromkeys(SPEC_DECODE_COUNTERS.values(), 0.0)
+    for line in text.splitlines():
+        sample = PROMETHEUS_SAMPLE.match(line)
+        if sample and sample["name"].removesuffix("_total") in SPEC_DECODE_COUNTERS:
+            counts[SPEC_DECODE_COUNTERS[sample["name"].removesuffix("_total")]] += float(sample["value"])
+    if not counts["drafts"]:
+        return {"error": "/metrics: no spec-decode drafts counted (was the server started with MTP?)", **counts}
+    return {**counts, "mean_acceptance_length": round(1 + counts["accepted_tokens"] / counts["drafts"], 3)}
+
+
 def _read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
@@ -322,6 +351,7 @@ def _make_run(
             if done.returncode != 0:
                 raise E2EError(f"the benchmark exited with status {done.returncode}: {shown(command)}")
             records[(label, n)] = _read(record_path(settings, label, n))
+        entry["spec_decode"] = spec_decode_counters(port)
         if settings.profile:
             entry["profile"] = _profile(settings, label, port)
     finally:

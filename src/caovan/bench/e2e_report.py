@@ -101,9 +101,53 @@ def table(records: list[E2ERecord], doc_folder: Path) -> str:
             f"- {record.setup}: {data['gpu']}, vLLM {versions['vllm']}, torch {versions['torch']}, "
             f"caovan {versions['caovan']}, {data['written_at'][:10]}; {settings['repeats']} repeats of "
             f"concurrency × {settings['requests_per_slot']} requests, {settings['max_tokens']} tokens out; "
-            f"record [`{link}`]({link})"
+            f"{_acceptance(record)}record [`{link}`]({link})"
         )
+    for record in records:
+        lines.extend(_step_table(record))
     return "\n".join(lines)
+
+
+def _acceptance(record: E2ERecord) -> str:
+    """Both runs' MTP mean acceptance length from vLLM's counters, as a clause; empty where a run lacks it."""
+    lengths = {
+        run["label"]: run.get("spec_decode", {}).get("mean_acceptance_length") for run in record.data.get("runs", [])
+    }
+    if set(lengths) != {"baseline", "caovan"} or None in lengths.values():
+        return ""
+    return f"MTP mean acceptance length {lengths['baseline']:.2f} off, {lengths['caovan']:.2f} on; "
+
+
+def _profiles(record: E2ERecord) -> dict[str, dict[str, Any]] | None:
+    """Both runs' profile summaries (label -> summary), or None when either run was not profiled or found no step."""
+    profiles = {run["label"]: run.get("profile") for run in record.data.get("runs", [])}
+    if set(profiles) != {"baseline", "caovan"} or not all(p and p.get("steps") for p in profiles.values()):
+        return None
+    return profiles
+
+
+def _step_cell(category: dict[str, Any]) -> str:
+    return f"{category['per_step_us']:.0f} ({category['share']:.0%})"
+
+
+def _step_table(record: E2ERecord) -> list[str]:
+    """Where one warm decode step's GPU time goes, caovan off and on (``--profile``); nothing without profiles."""
+    profiles = _profiles(record)
+    if profiles is None:
+        return []
+    off, on = profiles["baseline"], profiles["caovan"]
+    rows = [
+        [a["category"], _step_cell(a), _step_cell(b)] for a, b in zip(off["categories"], on["categories"], strict=True)
+    ]
+    rows.append(["all GPU kernels", f"{off['gpu_us'] / off['steps']:.0f}", f"{on['gpu_us'] / on['steps']:.0f}"])
+    headers = ["", "caovan off: µs/step (share)", "caovan on: µs/step (share)"]
+    return [
+        "",
+        f"Where a decode step's GPU time goes, {record.setup} (one warm request profiled with vLLM's torch profiler; "
+        f"{off['steps']} and {on['steps']} model steps):",
+        "",
+        tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True),
+    ]
 
 
 def plot(records: list[E2ERecord], target: Path) -> None:
