@@ -64,3 +64,19 @@ def test_the_profiled_servers_mark_the_steps_the_summary_counts():
     for name, value in e2e.PROFILE_ENV.items():
         assert name in vllm.envs.environment_variables and name in gate
         assert value == "1"
+
+
+def test_the_servers_autotuning_cache_variable_is_read_by_the_rows_triton():
+    """Both runs share Triton's autotuning results through ``TRITON_CACHE_AUTOTUNING`` (``e2e.SERVER_ENV``): the row's
+    Triton must still read that name, in its knobs (3.4 on) or its autotuner (before)."""
+    import inspect
+
+    triton = pytest.importorskip("triton", reason="no Triton in this row's environment: vLLM's servers would not start")
+    from triton.runtime import autotuner
+
+    readers = inspect.getsource(autotuner)
+    if hasattr(triton, "knobs"):
+        readers += inspect.getsource(triton.knobs)
+    for name, value in e2e.SERVER_ENV.items():
+        assert f'"{name}"' in readers, f"Triton {triton.__version__} no longer reads {name}"
+        assert value == "1"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -137,6 +138,21 @@ def test_the_procedure_serves_benchmarks_and_writes_its_record(tmp_path):
         }  # fmt: skip
     for label in ("baseline", "caovan"):
         assert (tmp_path / "piecewise" / f"{label}-c2.json").is_file()
+
+
+def test_both_servers_share_tritons_autotuning_cache_and_the_record_says_so(tmp_path):
+    envs = []
+
+    def capturing(command, **kwargs):
+        envs.append(kwargs["env"])
+        return _fake_popen(command, **kwargs)
+
+    settings = e2e.E2ESettings("fake-model", tmp_path, concurrency=(1,), max_tokens=4, port=free_port())
+    record = e2e.run_e2e(settings, popen=capturing)
+    assert [env["TRITON_CACHE_AUTOTUNING"] for env in envs] == ["1", "1"]
+    assert all("VLLM_CUSTOM_SCOPES_FOR_PROFILING" not in env for env in envs)  # only with --profile
+    assert all(env["PATH"] == os.environ["PATH"] for env in envs)  # the user's environment, plus the cache
+    assert record["settings"]["server_env"] == {"TRITON_CACHE_AUTOTUNING": "1"}
 
 
 def test_resume_keeps_a_finished_run_and_repeats_only_the_other(tmp_path):

@@ -17,7 +17,8 @@ for both runs but its folder), and after its benchmarks one warm greedy request 
 profiled (``POST /start_profile`` / ``/stop_profile``): ``<label>-profile.txt`` says where a step's GPU time goes
 (:mod:`caovan.bench.profile_summary`), caovan off (before) and on (after). Those servers also get
 ``VLLM_CUSTOM_SCOPES_FOR_PROFILING=1``: without it vLLM's model runner opens no ``gpu_model_runner: forward`` range,
-and the summary could not count steps (seen on vLLM 0.21: "0 model steps").
+and the summary could not count steps (seen on vLLM 0.21: "0 model steps"). Every server gets ``SERVER_ENV``
+(Triton's autotuning cache, so that both runs use the same configurations of the kernels they share).
 
 Each finished run also leaves ``<label>-run.json``; with ``resume``, a run whose file and records are all there, made
 on the GPU this host has, is not repeated (a procedure split over two sittings, e.g. two calls of a time-limited GPU
@@ -55,6 +56,11 @@ PROFILE_TOKENS = 64
 PROFILE_PROMPT = "Tell a long story about a river."
 #: vLLM's switch for the model runner's named ranges (``record_function_or_nullcontext``), which mark the steps.
 PROFILE_ENV = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
+#: Every server of the procedure: Triton keeps its autotuning results on disk (``knobs.autotuning.cache``, Triton
+#: 3.2 on), so the second run's kernels that both runs share (vLLM's GDN prefill, attention, sampling) take the
+#: configurations the first run chose instead of tuning afresh: the runs differ only in caovan, and the second
+#: start-up skips the tuning that vLLM's warm-up run pays (most of a start-up of the 27B architecture).
+SERVER_ENV = {"TRITON_CACHE_AUTOTUNING": "1"}
 #: vLLM's spec-decode counters (Prometheus names, without the ``_total`` suffix) and their keys in a run's entry.
 SPEC_DECODE_COUNTERS = {
     "vllm:spec_decode_num_drafts": "drafts",
@@ -335,7 +341,7 @@ def _make_run(
     popen: Callable[..., Any], records: dict[tuple[str, int], dict[str, Any]],
 ) -> dict[str, Any]:  # fmt: skip
     """One server, its benchmarks (their records go into ``records``) and its profile; the run's entry."""
-    env = {**os.environ, **PROFILE_ENV} if settings.profile else None
+    env = {**os.environ, **SERVER_ENV, **(PROFILE_ENV if settings.profile else {})}
     server = Server(server_command(settings, caovan_on, port), settings.mode_dir / f"{label}-server.log", popen, env)
     entry: dict[str, Any] = {"label": label, "caovan": caovan_on, "gpu": gpu, "server_command": shown(server.command)}
     try:
@@ -402,6 +408,7 @@ def run_e2e(
             "out_dir": str(settings.out_dir),
             "load": LOAD,
             "tensor_parallel_size": settings.tensor_parallel_size,
+            "server_env": {**SERVER_ENV, **(PROFILE_ENV if settings.profile else {})},
         },
         "gpu": gpu,
         "versions": {
