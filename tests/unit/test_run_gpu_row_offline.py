@@ -6,10 +6,10 @@ import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
+from offline_bundle_helpers import make_wheel, python_with_pip, shim_python
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tools" / "run-gpu-row-offline.sh"
@@ -23,21 +23,6 @@ def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
     )
-
-
-def make_wheel(folder: Path, init_text: str) -> Path:
-    """A minimal plugin wheel whose caovan package is one __init__.py."""
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / "caovan_vllm_sm75_turbo3-0.1.0-py3-none-any.whl"
-    info = "caovan_vllm_sm75_turbo3-0.1.0.dist-info"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr("caovan/__init__.py", init_text)
-        archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: caovan-vllm-sm75-turbo3\nVersion: 0.1.0\n")
-        archive.writestr(
-            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        )
-        archive.writestr(f"{info}/RECORD", "")
-    return wheel
 
 
 @pytest.fixture
@@ -99,18 +84,8 @@ def test_bad_arguments_are_one_error_and_nothing_is_created(tmp_path, bundle, ar
     assert not (tmp_path / "site").exists() and not (tmp_path / "out").exists()
 
 
-def _python_with_pip() -> str | None:
-    """A python3 that has pip: the script installs with `python3 -m pip`, and a uv venv (nox) has no pip."""
-    for candidate in (shutil.which("python3"), "/usr/bin/python3", "/usr/local/bin/python3", sys.executable):
-        if candidate and Path(candidate).exists():
-            probe = subprocess.run([candidate, "-m", "pip", "--version"], capture_output=True, check=False)
-            if probe.returncode == 0:
-                return candidate
-    return None
-
-
 def test_a_plugin_wheel_of_other_source_is_refused_after_install(tmp_path, bundle, monkeypatch):
-    python = _python_with_pip()
+    python = python_with_pip()
     if python is None:
         pytest.skip("no python3 with pip on this machine: the script installs the bundle with `python3 -m pip`")
     shim = tmp_path / "bin"
@@ -123,19 +98,9 @@ def test_a_plugin_wheel_of_other_source_is_refused_after_install(tmp_path, bundl
     assert "matrix run-here" not in done.stdout + done.stderr and not (tmp_path / "out" / f"{ROW}.json").exists()
 
 
-def _shim_python(tmp_path: Path, body: str) -> dict[str, str]:
-    """PATH with a `python3` that is this shell script (argument handling in ``body``), then the real one."""
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    script = shim / "python3"
-    script.write_text(f"#!/bin/sh\n{body}\n")
-    script.chmod(0o755)
-    return {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
-
-
 def test_a_python_without_pip_is_one_error_before_anything_is_created(tmp_path, bundle, monkeypatch):
     # uv's venvs have no pip: say so instead of failing halfway with "No module named pip".
-    for name, value in _shim_python(tmp_path, 'if [ "$1 $2" = "-m pip" ]; then exit 1; fi\nexit 0').items():
+    for name, value in shim_python(tmp_path, 'if [ "$1 $2" = "-m pip" ]; then exit 1; fi\nexit 0').items():
         monkeypatch.setenv(name, value)
     done = run(tmp_path, str(bundle), ROW, "cpu", str(tmp_path / "out"))
     assert done.returncode == 2
@@ -154,7 +119,7 @@ case "$1 $2 $3" in
     mkdir -p matrix/results/{runner} && echo '{{"tier": "fail"}}' > matrix/results/{runner}/{ROW}.json; exit 1 ;;
 esac
 exit 3"""
-    for name, value in _shim_python(tmp_path, body).items():
+    for name, value in shim_python(tmp_path, body).items():
         monkeypatch.setenv(name, value)
     try:
         done = run(tmp_path, str(bundle), ROW, runner, str(tmp_path / "out"), "--tiers", "discovery", "--strict")
@@ -166,7 +131,7 @@ exit 3"""
 
 def test_a_plugin_wheel_in_the_wheelhouse_does_not_stand_in_for_dist(tmp_path, bundle, monkeypatch):
     # `nox -s wheelhouse` copies a plugin wheel into the wheelhouse: installing both would make pip refuse.
-    python = _python_with_pip()
+    python = python_with_pip()
     if python is None:
         pytest.skip("no python3 with pip on this machine: the script installs the bundle with `python3 -m pip`")
     make_wheel(bundle / "wheels", '__version__ = "0.1.0"  # the wheelhouse copy\n')
@@ -243,7 +208,7 @@ case "$1 $2 $3" in
 "-m caovan.matrix run-here") mkdir -p matrix/results/{runner} && echo '{{}}' > matrix/results/{runner}/{ROW}.json ;;
 esac
 exit 0"""
-    for name, value in _shim_python(tmp_path, body).items():
+    for name, value in shim_python(tmp_path, body).items():
         monkeypatch.setenv(name, value)
     try:
         done = run(tmp_path, str(bundle), ROW, runner, str(tmp_path / "out"), "--tiers", "discovery")
