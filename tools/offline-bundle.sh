@@ -57,13 +57,16 @@ bundle_check() {
 
 bundle_install() {
     site=${CAOVAN_SITE:-/tmp/caovan-site}
-    if [ ${#site_parts[@]} -gt 0 ]; then
+    # The archive's digest is kept beside the site it made: a later call with the same parts (a lent host runs one
+    # tier or one server per call) keeps that site instead of unpacking it again.
+    if [ ${#site_parts[@]} -gt 0 ] && ! cmp -s "$bundle/site.tgz.sha256" "$site.sha256"; then
         # Unpacked beside the site folder and swapped in whole: an interrupted unpack leaves the old one as it was.
-        rm -rf "$site.unpacking"
+        rm -rf "$site.unpacking" "$site.sha256"
         mkdir -p "$site.unpacking"
         cat "${site_parts[@]}" | tar xzf - -C "$site.unpacking"
         rm -rf "$site"
         mv "$site.unpacking" "$site"
+        cp "$bundle/site.tgz.sha256" "$site.sha256"
     fi
     mkdir -p "$site"
     # A caovan left in a reused site folder by an earlier run must not stand in for this bundle's wheel.

@@ -32,7 +32,8 @@
 # matrix/results/RUNNER/ROW.json through `python -m caovan.matrix run-here` (install mode
 # "current-environment" is recorded in the file) and copies it to OUT. CAOVAN_SITE (default
 # /tmp/caovan-site) is the `pip install --target` folder put on PYTHONPATH; it may already hold the row's
-# packages (unpacked earlier), in which case BUNDLE needs only dist/.
+# packages (unpacked earlier), in which case BUNDLE needs only dist/; parts whose digest made the site there
+# already are not unpacked again.
 #
 # Tiers run in several calls (e.g. --tiers discovery,kernel, then --tiers serve) build on the result file in
 # matrix/results/RUNNER/: on a host whose checkout is reset between calls (a lent machine that gets a fresh copy

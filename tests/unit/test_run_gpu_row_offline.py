@@ -220,6 +220,17 @@ exit 0"""
     assert (site / "pkg" / "data.txt").read_text() == "y" * 5000
     assert (site / "caovan" / "__init__.py").is_file() and not (site / "stale").exists()
     assert not (tmp_path / "site.unpacking").exists()
+    # A second call with the same parts keeps the site it made (one tier per call on a lent host); other parts
+    # replace it.
+    (site / "kept").write_text("")
+    try:
+        assert run(tmp_path, str(bundle), ROW, runner, str(tmp_path / "out"), "--tiers", "serve").returncode == 0
+        assert (site / "kept").exists()
+        _site_parts(bundle, {"pkg/__init__.py": "x = 2\n"}, parts=3)
+        assert run(tmp_path, str(bundle), ROW, runner, str(tmp_path / "out"), "--tiers", "serve").returncode == 0
+    finally:
+        shutil.rmtree(REPO / "matrix" / "results" / runner, ignore_errors=True)
+    assert not (site / "kept").exists() and (site / "pkg" / "__init__.py").read_text() == "x = 2\n"
 
 
 def _header_command(prefix: str) -> str:
