@@ -59,7 +59,7 @@ PROFILE_ENV = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
 #: Every server of the procedure: Triton keeps its autotuning results on disk (``knobs.autotuning.cache``, Triton
 #: 3.2 on), so the second run's kernels that both runs share (vLLM's GDN prefill, attention, sampling) take the
 #: configurations the first run chose instead of tuning afresh: the runs differ only in caovan, and the second
-#: start-up skips the tuning that vLLM's warm-up run pays (most of a start-up of the 27B architecture).
+#: start-up finds on disk the tuning that vLLM's warm-up run otherwise pays at every start-up.
 SERVER_ENV = {"TRITON_CACHE_AUTOTUNING": "1"}
 #: vLLM's spec-decode counters (Prometheus names, without the ``_total`` suffix) and their keys in a run's entry.
 SPEC_DECODE_COUNTERS = {
@@ -306,11 +306,17 @@ def spec_decode_counters(port: int) -> dict[str, Any]:
     counts = dict.fromkeys(SPEC_DECODE_COUNTERS.values(), 0.0)
     for line in text.splitlines():
         sample = PROMETHEUS_SAMPLE.match(line)
-        if sample and sample["name"].removesuffix("_total") in SPEC_DECODE_COUNTERS:
-            counts[SPEC_DECODE_COUNTERS[sample["name"].removesuffix("_total")]] += float(sample["value"])
+        key = SPEC_DECODE_COUNTERS.get(sample["name"].removesuffix("_total")) if sample else None
+        if key is not None:
+            counts[key] += float(sample["value"])
     if not counts["drafts"]:
         return {"error": "/metrics: no spec-decode drafts counted (was the server started with MTP?)", **counts}
     return {**counts, "mean_acceptance_length": round(1 + counts["accepted_tokens"] / counts["drafts"], 3)}
+
+
+def server_env(settings: E2ESettings) -> dict[str, str]:
+    """What the procedure adds to each server's environment (the record keeps it too)."""
+    return {**SERVER_ENV, **(PROFILE_ENV if settings.profile else {})}
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -341,7 +347,7 @@ def _make_run(
     popen: Callable[..., Any], records: dict[tuple[str, int], dict[str, Any]],
 ) -> dict[str, Any]:  # fmt: skip
     """One server, its benchmarks (their records go into ``records``) and its profile; the run's entry."""
-    env = {**os.environ, **SERVER_ENV, **(PROFILE_ENV if settings.profile else {})}
+    env = {**os.environ, **server_env(settings)}
     server = Server(server_command(settings, caovan_on, port), settings.mode_dir / f"{label}-server.log", popen, env)
     entry: dict[str, Any] = {"label": label, "caovan": caovan_on, "gpu": gpu, "server_command": shown(server.command)}
     try:
@@ -408,7 +414,7 @@ def run_e2e(
             "out_dir": str(settings.out_dir),
             "load": LOAD,
             "tensor_parallel_size": settings.tensor_parallel_size,
-            "server_env": {**SERVER_ENV, **(PROFILE_ENV if settings.profile else {})},
+            "server_env": server_env(settings),
         },
         "gpu": gpu,
         "versions": {

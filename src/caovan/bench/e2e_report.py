@@ -108,20 +108,27 @@ def table(records: list[E2ERecord], doc_folder: Path) -> str:
     return "\n".join(lines)
 
 
+def _both_runs(record: E2ERecord, key: str) -> tuple[Any, Any] | None:
+    """The two runs' ``key`` entries (caovan off, on), or None unless both runs are there and have one."""
+    found = {run["label"]: run.get(key) for run in record.data.get("runs", [])}
+    if set(found) != {"baseline", "caovan"} or None in found.values():
+        return None
+    return found["baseline"], found["caovan"]
+
+
 def _acceptance(record: E2ERecord) -> str:
     """Both runs' MTP mean acceptance length from vLLM's counters, as a clause; empty where a run lacks it."""
-    lengths = {
-        run["label"]: run.get("spec_decode", {}).get("mean_acceptance_length") for run in record.data.get("runs", [])
-    }
-    if set(lengths) != {"baseline", "caovan"} or None in lengths.values():
+    counters = _both_runs(record, "spec_decode")
+    lengths = [c.get("mean_acceptance_length") for c in counters] if counters else [None]
+    if None in lengths:
         return ""
-    return f"MTP mean acceptance length {lengths['baseline']:.2f} off, {lengths['caovan']:.2f} on; "
+    return f"MTP mean acceptance length {lengths[0]:.2f} off, {lengths[1]:.2f} on; "
 
 
-def _profiles(record: E2ERecord) -> dict[str, dict[str, Any]] | None:
-    """Both runs' profile summaries (label -> summary), or None when either run was not profiled or found no step."""
-    profiles = {run["label"]: run.get("profile") for run in record.data.get("runs", [])}
-    if set(profiles) != {"baseline", "caovan"} or not all(p and p.get("steps") for p in profiles.values()):
+def _profiles(record: E2ERecord) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Both runs' profile summaries (caovan off, on), or None when either run was not profiled or found no step."""
+    profiles = _both_runs(record, "profile")
+    if profiles is None or not all(p.get("steps") for p in profiles):
         return None
     return profiles
 
@@ -135,7 +142,7 @@ def _step_table(record: E2ERecord) -> list[str]:
     profiles = _profiles(record)
     if profiles is None:
         return []
-    off, on = profiles["baseline"], profiles["caovan"]
+    off, on = profiles
     rows = [
         [a["category"], _step_cell(a), _step_cell(b)] for a, b in zip(off["categories"], on["categories"], strict=True)
     ]
