@@ -72,3 +72,37 @@ def test_an_unreadable_trace_is_one_error_naming_it(tmp_path, capsys, content, m
     assert ps.main([str(trace)]) == 2
     err = capsys.readouterr().err
     assert str(trace) in err and message in err
+
+
+def test_a_step_range_and_its_gpu_twin_count_once():
+    # With CUDA activity the profiler writes each record_function range on the host and again on the GPU stream.
+    step = {"ph": "X", "name": ps.STEP_EVENT, "dur": 900}
+    events = [{**step, "cat": "user_annotation"}, {**step, "cat": "gpu_user_annotation"}] * 3
+    events += [{"cat": "kernel", "name": "gemm", "dur": 30.0}]
+    summary = ps.summarise(_trace(events))
+    assert summary["steps"] == 3 and summary["categories"][3]["per_step_us"] == 10.0
+
+
+@pytest.mark.parametrize(
+    ("kernel", "short"),
+    [
+        ("fused_sigmoid_gating_delta_rule_update_kernel", "fused_sigmoid_gating_delta_rule_update_kernel"),
+        ("void vllm::reshape_and_cache_flash_kernel<unsigned short>(unsigned short const*, long)",
+         "vllm::reshape_and_cache_flash_kernel<unsigned short>"),
+        ("void at::native::(anonymous namespace)::vectorized_kernel<4>(int, float*)",
+         "at::native::vectorized_kernel<4>"),
+        ("void f<g<(lambda(int)#1)>>(x)", "f<g<(lambda(int)#1)>>"),
+        ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::Collective<2>>>>(P)",
+         "cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flas…"),
+    ],
+)  # fmt: skip
+def test_kernel_names_are_cut_for_the_text_table(kernel, short):
+    assert ps.short_kernel_name(kernel) == short
+    assert len(ps.short_kernel_name(kernel)) <= ps.KERNEL_NAME_WIDTH
+
+
+def test_the_text_table_keeps_long_kernel_names_short_and_the_json_whole():
+    long_name = "void cutlass::device_kernel<" + "x" * 900 + ">(Params)"
+    summary = ps.summarise(_trace([{"cat": "kernel", "name": long_name, "dur": 5}]))
+    assert max(len(line) for line in ps.format_summary(summary, "t").splitlines()) < 200
+    assert summary["categories"][3]["top_kernels"][0][0] == long_name

@@ -151,7 +151,8 @@ def _step_table(record: E2ERecord) -> list[str]:
     return [
         "",
         f"Where a decode step's GPU time goes, {record.setup} (one warm request profiled with vLLM's torch profiler; "
-        f"{off['steps']} and {on['steps']} model steps):",
+        f"{off['steps']} and {on['steps']} model steps; a step is one forward of the target model and the MTP "
+        "drafts that follow it):",
         "",
         tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True),
     ]

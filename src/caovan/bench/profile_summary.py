@@ -43,7 +43,14 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("the rest", r""),
 )
 STEP_EVENT = "gpu_model_runner: forward"
+#: With CUDA activity on, the profiler writes each named range twice: the host's (``user_annotation``) and its
+#: twin on the GPU stream (this category). Counting both halved every per-step figure (seen on vLLM 0.21: 128
+#: ranges where the server's own table said 64 calls).
+GPU_TWIN_CATEGORY = "gpu_user_annotation"
 TOP_KERNELS = 3
+#: The text table's widest kernel name: a C++ kernel's demangled name (template arguments, parameter list) runs to
+#: a thousand characters; the JSON keeps it whole.
+KERNEL_NAME_WIDTH = 80
 
 
 class TraceError(ValueError):
@@ -77,7 +84,7 @@ def summarise(trace: dict[str, Any]) -> dict[str, Any]:
             continue
         if event.get("cat") == "kernel" and isinstance(event.get("dur"), int | float):
             per_kernel[str(event.get("name", "?"))] += event["dur"]
-        elif event.get("name") == STEP_EVENT and event.get("ph") == "X":
+        elif event.get("name") == STEP_EVENT and event.get("ph") == "X" and event.get("cat") != GPU_TWIN_CATEGORY:
             steps += 1
     # Each distinct kernel name is classified once; the categories' totals follow from the kernels'.
     by_category: dict[str, list[str]] = defaultdict(list)
@@ -101,10 +108,22 @@ def summarise(trace: dict[str, Any]) -> dict[str, Any]:
     return {"steps": steps, "gpu_us": round(total, 1), "categories": rows}
 
 
+def short_kernel_name(name: str, width: int = KERNEL_NAME_WIDTH) -> str:
+    """*name* without ``void``, ``(anonymous namespace)`` and its parameter list, cut to *width* characters."""
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    depth = 0
+    for index, char in enumerate(name):
+        depth += {"<": 1, ">": -1}.get(char, 0)
+        if char == "(" and depth == 0:
+            name = name[:index]
+            break
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
 def format_summary(summary: dict[str, Any], title: str) -> str:
     rows = [
         [r["category"], f"{r['share']:.1%}", "-" if r["per_step_us"] is None else f"{r['per_step_us']:.1f}",
-         ", ".join(k for k, _ in r["top_kernels"]) or "-"]
+         ", ".join(short_kernel_name(k) for k, _ in r["top_kernels"]) or "-"]
         for r in summary["categories"]
     ]  # fmt: skip
     steps = summary["steps"]
