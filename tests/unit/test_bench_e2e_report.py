@@ -81,13 +81,14 @@ def test_tensor_parallel_records_come_after_the_one_gpu_ones_and_say_so(records)
     assert setups == ["PIECEWISE", "PIECEWISE", "FULL_AND_PIECEWISE", "PIECEWISE, TP=2"]
 
 
-def _profile(steps, per_step):
+def _profile(steps, per_step, busy=None):
     total = sum(per_step.values()) * steps
     categories = [
         {"category": name, "per_step_us": us, "share": us * steps / total, "gpu_us": us * steps, "top_kernels": []}
         for name, us in per_step.items()
     ]
-    return {"steps": steps, "gpu_us": total, "categories": categories}
+    timing = {} if busy is None else {"span_us": total / busy, "gpu_busy": busy}
+    return {"steps": steps, "gpu_us": total, **timing, "categories": categories}
 
 
 def test_profiled_runs_add_where_a_steps_time_goes_caovan_off_and_on(records):
@@ -97,12 +98,12 @@ def test_profiled_runs_add_where_a_steps_time_goes_caovan_off_and_on(records):
     record["runs"] = [
         {
             "label": "baseline",
-            "profile": _profile(10, {"GDN spec core": 600.0, "GEMM": 1400.0}),
+            "profile": _profile(10, {"GDN spec core": 600.0, "GEMM": 1400.0}, busy=0.8),
             "spec_decode": {"mean_acceptance_length": 1.004},
         },
         {
             "label": "caovan",
-            "profile": _profile(12, {"GDN spec core": 150.0, "GEMM": 1350.0}),
+            "profile": _profile(12, {"GDN spec core": 150.0, "GEMM": 1350.0}, busy=0.75),
             "spec_decode": {"mean_acceptance_length": 1.0},
         },
     ]
@@ -113,9 +114,24 @@ def test_profiled_runs_add_where_a_steps_time_goes_caovan_off_and_on(records):
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if "µs" not in line]
     assert ["GDN spec core", "600 (30%)", "150 (10%)"] in rows
     assert ["all GPU kernels", "2000", "1500"] in rows
+    assert ["wall time (GPU busy)", "2500 (80%)", "2000 (75%)"] in rows
     assert "MTP mean acceptance length 1.00 off, 1.00 on; record [`../perf/piecewise/e2e.json`]" in text
     # The FULL_AND_PIECEWISE record has no profiles: no such table for it.
     assert "goes, FULL_AND_PIECEWISE" not in text
+
+
+def test_profiles_without_kernel_timestamps_leave_out_the_wall_time_row(records):
+    folder, doc = records
+    path = folder / "piecewise" / "e2e.json"
+    record = json.loads(path.read_text())
+    record["runs"] = [
+        {"label": "baseline", "profile": _profile(2, {"GEMM": 10.0}, busy=0.5)},
+        {"label": "caovan", "profile": _profile(2, {"GEMM": 9.0})},
+    ]
+    path.write_text(json.dumps(record))
+    e2e_report.regenerate(folder, doc)
+    text = doc.read_text()
+    assert "all GPU kernels" in text and "wall time" not in text
 
 
 def test_a_run_whose_profile_found_no_step_adds_no_step_table(records):

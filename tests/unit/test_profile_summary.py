@@ -106,3 +106,18 @@ def test_the_text_table_keeps_long_kernel_names_short_and_the_json_whole():
     summary = ps.summarise(_trace([{"cat": "kernel", "name": long_name, "dur": 5}]))
     assert max(len(line) for line in ps.format_summary(summary, "t").splitlines()) < 200
     assert summary["categories"][3]["top_kernels"][0][0] == long_name
+
+
+def test_the_gpu_busy_share_is_the_union_of_kernel_intervals_over_their_span():
+    kernels = [(0, 10), (5, 10), (30, 10), (32, 2), (90, 10)]  # (ts, dur): busy 0-15, 30-40, 90-100 of 0-100
+    events = [{"cat": "kernel", "name": "gemm", "ts": ts, "dur": dur} for ts, dur in kernels]
+    events += [{"ph": "X", "cat": "user_annotation", "name": ps.STEP_EVENT, "ts": 0, "dur": 100}]
+    summary = ps.summarise(_trace(events))
+    assert summary["span_us"] == 100.0 and summary["gpu_busy"] == 0.35
+    assert ps.format_summary(summary, "t").splitlines()[0].endswith("the GPU was busy 35% of the 0.00 s profiled")
+
+
+def test_kernels_without_timestamps_give_no_busy_share():
+    summary = ps.summarise(_trace([{"cat": "kernel", "name": "gemm", "dur": 5}]))
+    assert summary["gpu_busy"] is None and summary["span_us"] is None
+    assert "busy" not in ps.format_summary(summary, "t")

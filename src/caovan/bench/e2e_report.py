@@ -147,6 +147,10 @@ def _step_table(record: E2ERecord) -> list[str]:
         [a["category"], _step_cell(a), _step_cell(b)] for a, b in zip(off["categories"], on["categories"], strict=True)
     ]
     rows.append(["all GPU kernels", f"{off['gpu_us'] / off['steps']:.0f}", f"{on['gpu_us'] / on['steps']:.0f}"])
+    if off.get("gpu_busy") is not None and on.get("gpu_busy") is not None:
+        # A step's wall time against its GPU time says which side bounds it, hence what host-side savings can give.
+        wall = [f"{p['span_us'] / p['steps']:.0f} ({p['gpu_busy']:.0%})" for p in profiles]
+        rows.append(["wall time (GPU busy)", *wall])
     headers = ["", "caovan off: µs/step (share)", "caovan on: µs/step (share)"]
     return [
         "",

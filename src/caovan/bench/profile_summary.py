@@ -7,7 +7,9 @@ The trace is the worker's chrome trace (vLLM's ``--profiler-config '{"profiler":
 category of :data:`CATEGORIES` whose pattern its name matches; a step is one ``gpu_model_runner: forward`` range of
 the target model (vLLM 0.21's name, opened only with ``VLLM_CUSTOM_SCOPES_FOR_PROFILING=1`` in the server's
 environment, which ``caovan bench e2e --profile`` sets), so the profiled window's total divided by the steps is a
-step's GPU time.
+step's GPU time. The GPU's busy share (the union of kernel intervals over the span from the first kernel's start to
+the last one's end) says which side bounds a step: near 100 % the GPU does, and host-side savings cannot show; well
+below it the GPU waits on the host.
 Kernels inside CUDA graphs are recorded one by one (CUPTI), so PIECEWISE and FULL graphs are covered too.
 """
 
@@ -78,12 +80,15 @@ def category_of(kernel: str) -> str:
 def summarise(trace: dict[str, Any]) -> dict[str, Any]:
     """GPU kernel time per category: total, share, per step, and the categories' biggest kernels."""
     per_kernel: dict[str, float] = defaultdict(float)
+    intervals: list[tuple[float, float]] = []
     steps = 0
     for event in trace["traceEvents"]:
         if not isinstance(event, dict):
             continue
         if event.get("cat") == "kernel" and isinstance(event.get("dur"), int | float):
             per_kernel[str(event.get("name", "?"))] += event["dur"]
+            if isinstance(event.get("ts"), int | float):
+                intervals.append((event["ts"], event["ts"] + event["dur"]))
         elif event.get("name") == STEP_EVENT and event.get("ph") == "X" and event.get("cat") != GPU_TWIN_CATEGORY:
             steps += 1
     # Each distinct kernel name is classified once; the categories' totals follow from the kernels'.
@@ -105,7 +110,22 @@ def summarise(trace: dict[str, Any]) -> dict[str, Any]:
                 "top_kernels": [[k, round(per_kernel[k], 1)] for k in by_category[name][:TOP_KERNELS]],
             }
         )
-    return {"steps": steps, "gpu_us": round(total, 1), "categories": rows}
+    return {"steps": steps, "gpu_us": round(total, 1), **_busy(intervals), "categories": rows}
+
+
+def _busy(intervals: list[tuple[float, float]]) -> dict[str, float | None]:
+    """The kernels' span (µs) and the share of it in which at least one kernel ran; None without timestamps."""
+    if not intervals:
+        return {"span_us": None, "gpu_busy": None}
+    intervals.sort()
+    busy, (start, end) = 0.0, intervals[0]
+    for begin, finish in intervals[1:]:
+        if begin > end:
+            busy, start = busy + end - start, begin
+        end = max(end, finish)
+    busy += end - start
+    span = end - intervals[0][0]
+    return {"span_us": round(span, 1), "gpu_busy": round(busy / span, 4) if span > 0 else None}
 
 
 def short_kernel_name(name: str, width: int = KERNEL_NAME_WIDTH) -> str:
@@ -133,6 +153,8 @@ def format_summary(summary: dict[str, Any], title: str) -> str:
         else "steps not found (was VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 set?)"
     )
     head = f"{title}: {steps} model steps, {per_step}"
+    if summary.get("gpu_busy") is not None:
+        head += f"; the GPU was busy {summary['gpu_busy']:.0%} of the {summary['span_us'] / 1e6:.2f} s profiled"
     table = tabulate(rows, headers=["", "share", "µs/step", "biggest kernels"], tablefmt="simple")
     return f"{head}\n{table}"
 
