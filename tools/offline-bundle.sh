@@ -8,6 +8,7 @@
 #                         checks that the plugin is this checkout's source, exports PYTHONPATH
 
 die() {
+    # shellcheck disable=SC2154  # prog: the name of the script that sources this file, which sets it
     echo "$prog: error: $*" >&2
     exit 2
 }
@@ -74,11 +75,9 @@ bundle_install() {
     python3 -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target "$site" "${wheels[@]}"
     # The plugin that runs is the wheel's, but results record this checkout's source fingerprint: they must be the
     # same source, or a result would vouch for code that did not run.
-    if ! diff -rq --exclude=__pycache__ "$site/caovan" src/caovan >/dev/null 2>&1; then
-        echo "$prog: error: the bundle's wheel ${plugin_wheels[0]} was built from other source than" \
-            "this checkout's src/caovan; rebuild it with uv build --wheel -o $bundle/dist" >&2
-        exit 2
-    fi
+    diff -rq --exclude=__pycache__ "$site/caovan" src/caovan >/dev/null 2>&1 ||
+        die "the bundle's wheel ${plugin_wheels[0]} was built from other source than this checkout's src/caovan;" \
+            "rebuild it with uv build --wheel -o $bundle/dist"
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
     # No FlashInfer on such hosts: vLLM's FlashInfer sampler would fail to import.
     export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}

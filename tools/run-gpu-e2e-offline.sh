@@ -21,7 +21,7 @@
 # Every argument is checked before anything is created or installed; exit 2 on a bad one.
 set -euo pipefail
 usage="usage: tools/run-gpu-e2e-offline.sh BUNDLE RECORDS PACK [--model-folder ARCH] [--time-limit S] -- MODEL [e2e options]"
-prog=run-gpu-e2e-offline
+prog="run-gpu-e2e-offline"
 # shellcheck source=tools/offline-bundle.sh
 . "$(dirname "$0")/offline-bundle.sh"
 if [ $# -lt 3 ]; then

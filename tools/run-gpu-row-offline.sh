@@ -43,7 +43,7 @@
 # Every argument is checked before anything is created or installed; exit 2 on a bad one.
 set -euo pipefail
 usage="usage: tools/run-gpu-row-offline.sh BUNDLE ROW RUNNER OUT [--tiers a,b] [--redo] [--strict]"
-prog=run-gpu-row-offline
+prog="run-gpu-row-offline"
 # shellcheck source=tools/offline-bundle.sh
 . "$(dirname "$0")/offline-bundle.sh"
 if [ $# -lt 4 ]; then
