@@ -187,6 +187,14 @@ def test_resume_makes_again_a_run_made_on_another_gpu(tmp_path, monkeypatch, cap
     assert "baseline: made again: " in capsys.readouterr().out and again["gpu"] == "NVIDIA H200"
 
 
+def test_a_record_names_a_two_gpu_host_as_two_gpus(monkeypatch):
+    # A tensor-parallel record's caption in docs/performance.md says how many GPUs served it.
+    from caovan.matrix import options
+
+    monkeypatch.setattr(options, "nvidia_smi_gpu_names", lambda: ["NVIDIA H200", "NVIDIA H200"])
+    assert e2e.gpu_name() == "2 × NVIDIA H200"
+
+
 def test_only_makes_one_run_per_call_and_the_record_once_both_are_there(tmp_path, capsys):
     settings = e2e.E2ESettings("fake-model", tmp_path, concurrency=(1,), max_tokens=4, port=free_port())
     with pytest.raises(e2e.E2EError, match=r"--only caovan: no finished baseline run on this GPU in .*--only baseline"):

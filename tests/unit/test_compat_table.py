@@ -63,7 +63,7 @@ def test_one_line_per_row_and_runner_newest_vllm_first_with_required_columns(wor
     gpu_row = rows[1]
     assert gpu_row[1] == "gdn-linear-attn-v020"
     assert gpu_row[4] == "cu130"
-    assert gpu_row[5] == "2× NVIDIA GeForce RTX 2080 Ti (sm_75)"
+    assert gpu_row[5] == "2 × NVIDIA GeForce RTX 2080 Ti (sm_75)"
     assert gpu_row[7].startswith("0.1.0 @")
     # The sample rows predate the numerics tier: "—", the row does not list it.
     assert gpu_row[8:12] == ["✅ pass", "—", "✅ pass", "✅ pass"]

@@ -6,6 +6,8 @@ import json
 import sys
 import types
 
+import pytest
+
 from caovan.matrix import envinfo
 
 
@@ -152,3 +154,38 @@ def test_the_package_set_fingerprint_follows_every_installed_version(monkeypatch
     second = envinfo.packages_fingerprint()[0]
     installed[-1] = Dist("transformers", "4.57.6")
     assert envinfo.packages_fingerprint()[0] != second
+
+
+def install_fake_torch(monkeypatch, names: list[str]) -> None:
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True,
+        device_count=lambda: len(names),
+        get_device_capability=lambda index: (9, 0),
+        get_device_properties=lambda index: types.SimpleNamespace(total_memory=141 * 2**30),
+        get_device_name=lambda index: names[index],
+    )
+    torch = types.ModuleType("torch")
+    torch.cuda = cuda
+    torch.version = types.SimpleNamespace(cuda="13.0")
+    monkeypatch.setitem(sys.modules, "torch", torch)
+
+
+@pytest.mark.parametrize(
+    ("names", "described"),
+    [
+        (["NVIDIA H200"], "NVIDIA H200"),
+        (["NVIDIA H200", "NVIDIA H200"], "2 × NVIDIA H200"),
+        (["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA H200"], "NVIDIA H100 80GB HBM3 + 2 × NVIDIA H200"),
+        ([], ""),
+    ],
+)
+def test_gpus_are_described_with_their_count(names, described):
+    assert envinfo.describe_gpus(names) == described
+
+
+def test_a_two_gpu_host_is_recorded_as_two_gpus(monkeypatch):
+    # The compatibility table shows env.gpu: a tensor-parallel row must not read as one GPU.
+    install_fake_torch(monkeypatch, ["NVIDIA H200", "NVIDIA H200"])
+    facts = envinfo.gpu_facts({})
+    assert facts["gpu"] == "2 × NVIDIA H200" and facts["gpu_arch"] == "sm_90"
+    assert [g["index"] for g in facts["gpus"]] == [0, 1]

@@ -181,9 +181,10 @@ def shown(command: Sequence[str]) -> str:
 def gpu_name() -> str:
     """The GPUs as nvidia-smi names them (not through torch: a CUDA context here would hold memory the servers
     need)."""
+    from caovan.matrix.envinfo import describe_gpus
     from caovan.matrix.options import nvidia_smi_gpu_names
 
-    return " + ".join(nvidia_smi_gpu_names()) or "unknown"
+    return describe_gpus(nvidia_smi_gpu_names()) or "unknown"
 
 
 def median_rate(record: dict[str, Any]) -> dict[str, float]:

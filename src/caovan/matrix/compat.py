@@ -252,10 +252,8 @@ def _table_line(result: LoadedResult, notes: _Notes, newest: LoadedResult) -> li
     if env.get("vllm") != row["vllm"]:
         vllm += f" (installed: {env.get('vllm') or 'none'})"
     family = env.get("family") or ("none " + notes.ref(f"family: {env.get('family_reason') or 'no reason recorded'}"))
+    # envinfo's gpu names the count of each model (``2 × NVIDIA H200``).
     gpu = env["gpu"] if env["gpu"] == "cpu" else f"{env['gpu']} ({env.get('gpu_arch') or '?'})"
-    gpus = env.get("gpus")
-    if isinstance(gpus, list) and len(gpus) > 1:
-        gpu = f"{len(gpus)}× {gpu}"
     line = [
         vllm,
         family,

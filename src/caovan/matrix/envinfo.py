@@ -19,6 +19,8 @@ import os
 import platform
 import re
 import sys
+from collections import Counter
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -106,11 +108,18 @@ def gpu_facts(errors: dict[str, str]) -> dict[str, Any]:
     except Exception as exc:
         errors["cuda"] = _error_text(exc)
     if facts["gpus"]:
-        names = sorted({g["name"] for g in facts["gpus"]})
         arches = sorted({g["arch"] for g in facts["gpus"]})
-        facts["gpu"] = " + ".join(names)
+        facts["gpu"] = describe_gpus([g["name"] for g in facts["gpus"]])
         facts["gpu_arch"] = "/".join(arches)
     return facts
+
+
+def describe_gpus(names: Sequence[str]) -> str:
+    """``["NVIDIA H200", "NVIDIA H200"]`` -> ``2 × NVIDIA H200``: a two-GPU host's records say so, in the
+    compatibility table and beside an end-to-end record, where one name alone would read as one GPU. Mixed
+    hosts keep each name, in order of first appearance; no GPU gives ``""``."""
+    counts = Counter(names)
+    return " + ".join(name if count == 1 else f"{count} × {name}" for name, count in counts.items())
 
 
 def family_facts(errors: dict[str, str]) -> dict[str, Any]:
