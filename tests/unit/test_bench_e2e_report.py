@@ -114,10 +114,62 @@ def test_profiled_runs_add_where_a_steps_time_goes_caovan_off_and_on(records):
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if "µs" not in line]
     assert ["GDN spec core", "600 (30%)", "150 (10%)"] in rows
     assert ["all GPU kernels", "2000", "1500"] in rows
-    assert ["wall time (GPU busy)", "2500 (80%)", "2000 (75%)"] in rows
+    assert ["profiled wall time (GPU busy)", "2500 (80%)", "2000 (75%)"] in rows
     assert "MTP mean acceptance length 1.00 off, 1.00 on; record [`../perf/piecewise/e2e.json`]" in text
     # The FULL_AND_PIECEWISE record has no profiles: no such table for it.
     assert "goes, FULL_AND_PIECEWISE" not in text
+
+
+def _profiled_piecewise(folder):
+    path = folder / "piecewise" / "e2e.json"
+    record = json.loads(path.read_text())
+    record["runs"] = [
+        {"label": "baseline", "profile": _profile(4, {"GEMM": 900.0}, busy=0.6)},
+        {"label": "caovan", "profile": _profile(4, {"GEMM": 880.0}, busy=0.9)},
+    ]
+    path.write_text(json.dumps(record))
+    return path.parent
+
+
+def _benchmark_record(folder, label, concurrency, tpot_s):
+    summary = {"tpot_p50_s": {"median": tpot_s, "min": tpot_s, "max": tpot_s, "repeats": 3}}
+    record = {"label": label, "results": {"decode-heavy": {"summary": summary}}}
+    (folder / f"{label}-c{concurrency}.json").write_text(json.dumps(record))
+
+
+def test_the_step_table_ends_with_the_unprofiled_time_per_token_at_concurrency_1(records):
+    # The profiler slows the host: the benchmark's own step time is what the GPU time is set against.
+    folder, doc = records
+    mode_dir = _profiled_piecewise(folder)
+    _benchmark_record(mode_dir, "baseline", 1, 0.00125)
+    _benchmark_record(mode_dir, "caovan", 1, 0.00095)
+    _benchmark_record(mode_dir, "caovan", 4, 0.002)
+    e2e_report.regenerate(folder, doc)
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in doc.read_text().splitlines()]
+    assert ["time per token, concurrency 1, not profiled", "1250", "950"] in rows
+    assert rows[rows.index(["time per token, concurrency 1, not profiled", "1250", "950"]) - 1][0] == (
+        "profiled wall time (GPU busy)"
+    )
+
+
+def test_without_a_concurrency_1_record_the_unprofiled_row_is_left_out(records):
+    folder, doc = records
+    _benchmark_record(_profiled_piecewise(folder), "caovan", 1, 0.001)  # the baseline's is missing
+    e2e_report.regenerate(folder, doc)
+    assert "all GPU kernels" in doc.read_text() and "not profiled" not in doc.read_text()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"), [("{", "cannot read it as JSON"), ('{"results": {}}', "no results.decode-heavy.summary")]
+)
+def test_a_bad_benchmark_record_is_one_error_and_nothing_is_written(records, capsys, content, message):
+    folder, doc = records
+    mode_dir = _profiled_piecewise(folder)
+    _benchmark_record(mode_dir, "baseline", 1, 0.001)
+    (mode_dir / "caovan-c1.json").write_text(content)
+    assert e2e_report.main([str(folder), "--doc", str(doc)]) == 2
+    assert f"caovan-c1.json: {message}" in capsys.readouterr().err
+    assert doc.read_text() == DOC
 
 
 def test_profiles_without_kernel_timestamps_leave_out_the_wall_time_row(records):

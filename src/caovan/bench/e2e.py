@@ -166,8 +166,13 @@ def benchmark_command(
     return command + (["--compare", str(baseline)] if baseline is not None else [])
 
 
+def benchmark_record_name(label: str, concurrency: int) -> str:
+    """The file name of one run's ``caovan benchmark`` record at one concurrency, beside ``e2e.json``."""
+    return f"{label}-c{concurrency}.json"
+
+
 def record_path(settings: E2ESettings, label: str, concurrency: int) -> Path:
-    return settings.mode_dir / f"{label}-c{concurrency}.json"
+    return settings.mode_dir / benchmark_record_name(label, concurrency)
 
 
 def shown(command: Sequence[str]) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from caovan.bench.e2e import SCHEMA
+from caovan.bench.e2e import LOAD, SCHEMA, benchmark_record_name
 from caovan.doc_markers import MarkerError, replace_between
 from caovan.jsonfile import write_text_atomic
 
@@ -137,6 +137,21 @@ def _step_cell(category: dict[str, Any]) -> str:
     return f"{category['per_step_us']:.0f} ({category['share']:.0%})"
 
 
+def _unprofiled_step_us(record: E2ERecord, label: str) -> float | None:
+    """Median time per output token at concurrency 1 from ``label``'s benchmark record beside ``e2e.json``, in µs;
+    None where the run did not measure concurrency 1. The profiler slows the host, not the GPU: this is the step
+    time to set against the GPU time of the profiled step (about one token per step while drafts are rejected)."""
+    path = record.path.parent / benchmark_record_name(label, 1)
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())["results"][LOAD]["summary"]["tpot_p50_s"]["median"] * 1e6
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReportError(f"{path}: cannot read it as JSON ({exc})") from None
+    except (KeyError, TypeError) as exc:
+        raise ReportError(f"{path}: no results.{LOAD}.summary.tpot_p50_s.median ({exc!r})") from None
+
+
 def _step_table(record: E2ERecord) -> list[str]:
     """Where one warm decode step's GPU time goes, caovan off and on (``--profile``); nothing without profiles."""
     profiles = _profiles(record)
@@ -150,7 +165,10 @@ def _step_table(record: E2ERecord) -> list[str]:
     if off.get("gpu_busy") is not None and on.get("gpu_busy") is not None:
         # A step's wall time against its GPU time says which side bounds it, hence what host-side savings can give.
         wall = [f"{p['span_us'] / p['steps']:.0f} ({p['gpu_busy']:.0%})" for p in profiles]
-        rows.append(["wall time (GPU busy)", *wall])
+        rows.append(["profiled wall time (GPU busy)", *wall])
+    unprofiled = [_unprofiled_step_us(record, label) for label in ("baseline", "caovan")]
+    if None not in unprofiled:
+        rows.append(["time per token, concurrency 1, not profiled", *(f"{us:.0f}" for us in unprofiled)])
     headers = ["", "caovan off: µs/step (share)", "caovan on: µs/step (share)"]
     return [
         "",
