@@ -7,7 +7,7 @@ import json
 import pytest
 
 from caovan.bench import e2e_report
-from caovan.bench.e2e import SCHEMA
+from caovan.bench.e2e import SCHEMA, benchmark_record_name
 
 DOC = f"# Performance\n\nbefore\n{e2e_report.MARK_START}\nold\n{e2e_report.MARK_END}\nafter\n"
 
@@ -134,7 +134,7 @@ def _profiled_piecewise(folder):
 def _benchmark_record(folder, label, concurrency, tpot_s):
     summary = {"tpot_p50_s": {"median": tpot_s, "min": tpot_s, "max": tpot_s, "repeats": 3}}
     record = {"label": label, "results": {"decode-heavy": {"summary": summary}}}
-    (folder / f"{label}-c{concurrency}.json").write_text(json.dumps(record))
+    (folder / benchmark_record_name(label, concurrency)).write_text(json.dumps(record))
 
 
 def test_the_step_table_ends_with_the_unprofiled_time_per_token_at_concurrency_1(records):
@@ -160,7 +160,7 @@ def test_without_a_concurrency_1_record_the_unprofiled_row_is_left_out(records):
 
 
 @pytest.mark.parametrize(
-    ("content", "message"), [("{", "cannot read it as JSON"), ('{"results": {}}', "no results.decode-heavy.summary")]
+    ("content", "message"), [("{", ":1:2: malformed JSON"), ('{"results": {}}', ": no results.decode-heavy.summary")]
 )
 def test_a_bad_benchmark_record_is_one_error_and_nothing_is_written(records, capsys, content, message):
     folder, doc = records
@@ -168,7 +168,7 @@ def test_a_bad_benchmark_record_is_one_error_and_nothing_is_written(records, cap
     _benchmark_record(mode_dir, "baseline", 1, 0.001)
     (mode_dir / "caovan-c1.json").write_text(content)
     assert e2e_report.main([str(folder), "--doc", str(doc)]) == 2
-    assert f"caovan-c1.json: {message}" in capsys.readouterr().err
+    assert f"caovan-c1.json{message}" in capsys.readouterr().err
     assert doc.read_text() == DOC
 
 
@@ -209,7 +209,7 @@ def test_check_says_when_the_doc_is_stale_and_writes_nothing(records, capsys):
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
-        (lambda folder, doc: (folder / "piecewise" / "e2e.json").write_text("{"), "cannot read it as JSON"),
+        (lambda folder, doc: (folder / "piecewise" / "e2e.json").write_text("{"), "e2e.json:1:2: malformed JSON"),
         (lambda folder, doc: (folder / "piecewise" / "e2e.json").write_text('{"schema": "x"}'), f"not a {SCHEMA}"),
         (lambda folder, doc: doc.write_text("# no markers\n"), "expected the markers"),
     ],

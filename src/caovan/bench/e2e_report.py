@@ -11,7 +11,6 @@ concurrency (matplotlib, imported only for the plot). Nothing is written when a 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from tabulate import tabulate
 
 from caovan.bench.e2e import LOAD, SCHEMA, benchmark_record_name
 from caovan.doc_markers import MarkerError, replace_between
-from caovan.jsonfile import write_text_atomic
+from caovan.jsonfile import read_json, write_text_atomic
 
 MARK_START = "<!-- START e2e-table -->"
 MARK_END = "<!-- END e2e-table -->"
@@ -56,10 +55,7 @@ def load_records(folder: Path) -> list[E2ERecord]:
         raise ReportError(f"{folder}: no */e2e.json (made by `caovan bench e2e --out {folder}`)")
     records = []
     for path in paths:
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ReportError(f"{path}: cannot read it as JSON ({exc})") from None
+        record = read_json(path, ReportError)
         if not isinstance(record, dict) or record.get("schema") != SCHEMA:
             raise ReportError(f"{path}: not a {SCHEMA} record")
         records.append(E2ERecord(path, record))
@@ -144,10 +140,9 @@ def _unprofiled_step_us(record: E2ERecord, label: str) -> float | None:
     path = record.path.parent / benchmark_record_name(label, 1)
     if not path.exists():
         return None
+    record = read_json(path, ReportError)
     try:
-        return json.loads(path.read_text())["results"][LOAD]["summary"]["tpot_p50_s"]["median"] * 1e6
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReportError(f"{path}: cannot read it as JSON ({exc})") from None
+        return record["results"][LOAD]["summary"]["tpot_p50_s"]["median"] * 1e6
     except (KeyError, TypeError) as exc:
         raise ReportError(f"{path}: no results.{LOAD}.summary.tpot_p50_s.median ({exc!r})") from None
 
@@ -163,7 +158,8 @@ def _step_table(record: E2ERecord) -> list[str]:
     ]
     rows.append(["all GPU kernels", f"{off['gpu_us'] / off['steps']:.0f}", f"{on['gpu_us'] / on['steps']:.0f}"])
     if off.get("gpu_busy") is not None and on.get("gpu_busy") is not None:
-        # A step's wall time against its GPU time says which side bounds it, hence what host-side savings can give.
+        # The profiler slows the host, so this span tells how busy the GPU was while profiled; the unprofiled time
+        # per token below is the step time to set against the GPU time.
         wall = [f"{p['span_us'] / p['steps']:.0f} ({p['gpu_busy']:.0%})" for p in profiles]
         rows.append(["profiled wall time (GPU busy)", *wall])
     unprofiled = [_unprofiled_step_us(record, label) for label in ("baseline", "caovan")]
