@@ -68,6 +68,8 @@ nox.options.error_on_missing_interpreters = True
 MATRIX_DIR = ROOT / "matrix"
 RESULTS_DIR = MATRIX_DIR / "results"
 COMPAT_DOC = ROOT / "docs" / "compat.md"
+#: What a 2080 Ti owner runs each release with: the sm75 tier's findings, regenerated beside the compat table.
+SM75_DOC = ROOT / "docs" / "sm75.md"
 #: `caovan bench e2e --out docs/performance` records, and the page made from them.
 PERFORMANCE_RECORDS = ROOT / "docs" / "performance"
 PERFORMANCE_DOC = ROOT / "docs" / "performance.md"
@@ -290,14 +292,15 @@ def performance(session: nox.Session) -> None:
 
 @nox.session(python=False, tags=["compat"])
 def compat(session: nox.Session) -> None:
-    """Regenerate the table in docs/compat.md from matrix/results/<runner>/<row>.json."""
+    """Regenerate docs/compat.md's table and docs/sm75.md's releases from matrix/results/<runner>/<row>.json."""
     try:
-        changed = regenerate(RESULTS_DIR, COMPAT_DOC, base=ROOT)
+        changed = regenerate(RESULTS_DIR, COMPAT_DOC, base=ROOT, sm75_doc=SM75_DOC)
     except MatrixError as exc:
         for message in exc.messages:
             session.warn(f"compat: {message}")
         session.error(f"compat: {len(exc.messages)} problem(s); {COMPAT_DOC.relative_to(ROOT)} left untouched")
-    session.log(f"{COMPAT_DOC.relative_to(ROOT)}: {'updated' if changed else 'already up to date'}")
+    docs = f"{COMPAT_DOC.relative_to(ROOT)}, {SM75_DOC.relative_to(ROOT)}"
+    session.log(f"{docs}: {'updated' if changed else 'already up to date'}")
     note = older_source_note(RESULTS_DIR, ROOT)
     if note:
         session.warn(f"compat: {note}")

@@ -34,6 +34,8 @@ def workspace(tmp_path: Path) -> tuple[Path, Path]:
     shutil.copy(DATA / "matrix.yaml", tmp_path / "matrix.yaml")
     doc = tmp_path / "compat.md"
     shutil.copy(DATA / "compat_template.md", doc)
+    # The CLI regenerates the SM75 page beside the table: the tests give it this one, never the repository's.
+    (tmp_path / "sm75.md").write_text("# SM75\n\n<!-- START sm75-releases -->\n<!-- END sm75-releases -->\n")
     return results, doc
 
 
@@ -53,7 +55,7 @@ def test_one_line_per_row_and_runner_newest_vllm_first_with_required_columns(wor
     header, *rows = table_lines(render_block(collect_results(results)))
     assert header == [
         "vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner", "plugin @source",
-        "discovery", "numerics", "kernel", "serve", "date",
+        "discovery", "numerics", "sm75", "kernel", "serve", "SM75 (2080 Ti)", "date",
     ]  # fmt: skip
     assert [(r[0], r[6]) for r in rows] == [
         ("0.21.0", "cpu"),
@@ -65,9 +67,10 @@ def test_one_line_per_row_and_runner_newest_vllm_first_with_required_columns(wor
     assert gpu_row[4] == "cu130"
     assert gpu_row[5] == "2 × NVIDIA GeForce RTX 2080 Ti (sm_75)"
     assert gpu_row[7].startswith("0.1.0 @")
-    # The sample rows predate the numerics tier: "—", the row does not list it.
-    assert gpu_row[8:12] == ["✅ pass", "—", "✅ pass", "✅ pass"]
-    assert gpu_row[12] == "2026-11-28"
+    # The sample rows predate the numerics and sm75 tiers: "—", the row does not list them.
+    assert gpu_row[8:13] == ["✅ pass", "—", "—", "✅ pass", "✅ pass"]
+    assert gpu_row[13] == "➖ not checked"  # no sm75 findings on that line
+    assert gpu_row[14] == "2026-11-28"
     assert rows[2][1].startswith("none [")
     assert rows[2][8].startswith("⚠️ error [")
 
@@ -109,7 +112,7 @@ def test_corrupt_json_is_one_error_naming_the_file_and_the_doc_is_untouched(work
     (message,) = caught.value.messages
     assert message.startswith(f"{bad}:1:") and "malformed JSON" in message
     assert doc.read_bytes() == before
-    assert sorted(p.name for p in doc.parent.iterdir() if p.is_file()) == ["compat.md", "matrix.yaml"]
+    assert sorted(p.name for p in doc.parent.iterdir() if p.is_file()) == ["compat.md", "matrix.yaml", "sm75.md"]
 
 
 def test_bad_field_is_an_error_naming_file_and_field_and_the_doc_is_untouched(workspace):
@@ -186,11 +189,14 @@ def test_doc_without_exactly_one_marker_pair_is_an_error_and_untouched(workspace
 
 def test_cli_exit_codes(workspace, capsys):
     results, doc = workspace
-    args = ["--results", str(results), "--doc", str(doc)]
+    args = ["--results", str(results), "--doc", str(doc), "--sm75-doc", str(doc.with_name("sm75.md"))]
     assert main([*args, "--check"]) == 1, "template doc is stale"
     assert main(args) == 0
     assert main([*args, "--check"]) == 0
-    assert main(["--results", str(results / "absent"), "--doc", str(doc)]) == 2
+    assert (
+        main(["--results", str(results / "absent"), "--doc", str(doc), "--sm75-doc", str(doc.with_name("sm75.md"))])
+        == 2
+    )
     assert "compat: error:" in capsys.readouterr().err
 
 
@@ -241,7 +247,10 @@ def test_result_recorded_for_other_pins_than_the_matrix_row_now_is_an_error(work
         're-run the row (nox -s "matrix(vllm-0.20.2)") or delete the file'
     )
     assert len(others) == 2 and all("extra_requirements [] -> ['numpy==2.3.5']" in m for m in others)
-    assert main(["--results", str(results), "--doc", str(doc), "--check"]) == 2
+    assert (
+        main(["--results", str(results), "--doc", str(doc), "--sm75-doc", str(doc.with_name("sm75.md")), "--check"])
+        == 2
+    )
     assert len(capsys.readouterr().err.strip().splitlines()) == 3
 
 
@@ -272,7 +281,7 @@ def test_a_tier_added_to_the_row_after_a_result_shows_as_not_run_with_a_note(wor
     numerics = header.index("numerics")
     gpu = next(r for r in rows if r[6] == "nvidia-geforce-rtx-2080-ti")
     assert gpu[numerics].startswith("➖ not run [")
-    assert [gpu[i] for i in (8, 10, 11)] == ["✅ pass", "✅ pass", "✅ pass"]
+    assert [gpu[i] for i in (8, 11, 12)] == ["✅ pass", "✅ pass", "✅ pass"]
     assert "numerics: added to the row after this result; re-run it" in doc.read_text(encoding="utf-8")
     # Tiers taken away or reordered are a changed row: its results must be re-made.
     matrix.write_text(
@@ -346,7 +355,7 @@ def test_a_doc_that_cannot_be_written_is_one_error_and_stays_as_it_was(workspace
         regenerate(results, doc)
     assert caught.value.messages == [f"{doc}: cannot write the compat doc: No space left on device (left as it was)"]
     assert doc.read_bytes() == before
-    assert main(["--results", str(results), "--doc", str(doc)]) == 2
+    assert main(["--results", str(results), "--doc", str(doc), "--sm75-doc", str(doc.with_name("sm75.md"))]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"compat: error: {doc}: cannot write the compat doc: No space left on device (left as it was)"
     ]

@@ -34,7 +34,7 @@ def test_repository_matrix_is_valid_and_has_the_default_rows():
     for row_id, vllm in (("vllm-0.20.2", "0.20.2"), ("vllm-0.21.0", "0.21.0")):
         row = by_id[row_id]
         assert (row.vllm, row.torch, row.python, row.cuda) == (vllm, "2.11.0", "3.11", "cu130")
-        assert row.tiers == ("discovery", "numerics", "kernel", "serve")
+        assert row.tiers == ("discovery", "numerics", "sm75", "kernel", "serve")
         assert row.runner_labels == ("self-hosted", "linux", "sm75")
         assert row.torch_index is None
         assert row.install_pins() == [f"vllm=={vllm}", "torch==2.11.0"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 RESULT_SCHEMA_VERSION = 1
 
 #: Test tiers, in the order a row runs them. Each is a pytest marker declared in pyproject.toml.
-TIERS: tuple[str, ...] = ("discovery", "numerics", "kernel", "serve")
+TIERS: tuple[str, ...] = ("discovery", "numerics", "sm75", "kernel", "serve")
 
 
 class MatrixError(Exception):

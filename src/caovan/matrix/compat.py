@@ -28,6 +28,11 @@ from . import TIERS, MatrixError
 from .fixed_hosts import load_hosts, render_gpu_coverage
 from .results import load_result, write_text_atomic
 from .schema import MatrixRow, load_matrix, matrix_files
+from .sm75_page import HEADER as SM75_HEADER
+from .sm75_page import LEGEND as SM75_LEGEND
+from .sm75_page import MARK_END as SM75_MARK_END
+from .sm75_page import MARK_START as SM75_MARK_START
+from .sm75_page import render_page_block, table_cell
 
 MARK_START = "<!-- START compat-table -->"
 MARK_END = "<!-- END compat-table -->"
@@ -294,6 +299,7 @@ def _table_line(result: LoadedResult, notes: _Notes, newest: LoadedResult) -> li
         if record["outcome"] in OUTCOMES_WITH_NOTES and record.get("reason"):
             cell += " " + notes.ref(f"{tier}: {record['reason']}")
         line.append(cell)
+    line.append(table_cell(doc, notes.ref))
     line.append(doc["finished_at"][:10])
     return [_cell(item) for item in line]
 
@@ -333,9 +339,9 @@ def render_block(
     notes = _Notes()
     newest = _newest(ordered)
     lines = [_table_line(result, notes, newest) for result in ordered]
-    headers = ["vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner", "plugin @source", *TIERS, "date"]
-    table = _github_table(lines, headers)
-    parts = [*header, table, "", LEGEND]
+    headers = ["vLLM", "family", "torch", "Python", "CUDA", "GPU (arch)", "runner", "plugin @source", *TIERS]
+    table = _github_table(lines, [*headers, SM75_HEADER, "date"])
+    parts = [*header, table, "", LEGEND, "", SM75_LEGEND]
     if notes.numbers:
         parts += ["", "Notes:", "", notes.render()]
     if waiting:
@@ -379,8 +385,10 @@ def regenerate(
     base: Path | None = None,
     check: bool = False,
     matrix_dir: Path | None = None,
+    sm75_doc: Path | None = None,
 ) -> bool:
-    """Regenerate the doc's table; True if the doc changed (with ``check``: would change).
+    """Regenerate the doc's table (and ``sm75_doc``'s releases, when given); True if a doc changed (with
+    ``check``: would change).
 
     Results are checked against the matrix rows in ``matrix_dir`` (default: the folder holding the results
     folder, as ``matrix/`` holds ``matrix/results/``).
@@ -392,25 +400,40 @@ def regenerate(
     results = _collect(results_dir, base, rows, _shown(matrix_dir, base))
     with_results = {result.doc["row"]["id"] for result in results}
     waiting = [row_id for row_id in rows if row_id not in with_results]
-    shown = _shown(Path(doc_path), base)
-    try:
-        old_text = Path(doc_path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise MatrixError(f"{shown}: cannot read the compat doc: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise MatrixError(f"{shown}: the compat doc is not UTF-8 text (bad byte at offset {exc.start})") from None
     hosts = load_hosts(matrix_dir, _shown(matrix_dir, base))
     ran = {(result.doc["runner"], result.doc["row"]["id"]) for result in results}
     coverage = render_gpu_coverage(hosts, rows, ran)
-    new_text = replace_block(old_text, render_block(results, waiting, coverage), shown=shown)
-    if new_text == old_text:
-        return False
-    if not check:
+    updates = [(Path(doc_path), "compat doc", render_block(results, waiting, coverage), MARK_START, MARK_END)]
+    if sm75_doc is not None:
+        page = render_page_block(results, list(rows))
+        updates.append((Path(sm75_doc), "SM75 page", page, SM75_MARK_START, SM75_MARK_END))
+    # Every doc is rendered before any is written: a problem with the second leaves the first as it was too.
+    pending = []
+    for path, what, block, start, end in updates:
+        shown = _shown(path, base)
+        old_text = _read_doc(path, shown, what)
         try:
-            write_text_atomic(Path(doc_path), new_text)
-        except OSError as exc:  # a full disk, a read-only checkout: the temp file is gone, the doc as it was
-            raise MatrixError(f"{shown}: cannot write the compat doc: {exc.strerror or exc} (left as it was)") from None
-    return True
+            new_text = replace_between(old_text, block, start=start, end=end, shown=shown)
+        except MarkerError as exc:
+            raise MatrixError(str(exc)) from None
+        if new_text != old_text:
+            pending.append((path, what, shown, new_text))
+    if not check:
+        for path, what, shown, new_text in pending:
+            try:
+                write_text_atomic(path, new_text)
+            except OSError as exc:  # a full disk, a read-only checkout: the temp file is gone, the doc as it was
+                raise MatrixError(f"{shown}: cannot write the {what}: {exc.strerror or exc} (left as it was)") from None
+    return bool(pending)
+
+
+def _read_doc(path: Path, shown: str, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MatrixError(f"{shown}: cannot read the {what}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise MatrixError(f"{shown}: the {what} is not UTF-8 text (bad byte at offset {exc.start})") from None
 
 
 def lines_at_other_source(results: Sequence[LoadedResult], checkout_fingerprint: str) -> list[str]:
@@ -448,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m caovan.matrix.compat", description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("matrix/results"), help="results folder")
     parser.add_argument("--doc", type=Path, default=Path("docs/compat.md"), help="markdown file with the markers")
+    parser.add_argument(
+        "--sm75-doc", type=Path, default=Path("docs/sm75.md"), help="the SM75 page (its releases' sections)"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if the doc is not up to date; write nothing")
     parser.add_argument(
         "--matrix-dir",
@@ -457,15 +483,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        changed = regenerate(args.results, args.doc, base=Path.cwd(), check=args.check, matrix_dir=args.matrix_dir)
+        changed = regenerate(
+            args.results,
+            args.doc,
+            base=Path.cwd(),
+            check=args.check,
+            matrix_dir=args.matrix_dir,
+            sm75_doc=args.sm75_doc,
+        )
     except MatrixError as exc:
         for message in exc.messages:
             print(f"compat: error: {message}", file=sys.stderr)
         return 2
     if args.check and changed:
-        print(f"compat: {args.doc} is out of date: run `{GENERATOR_COMMAND}`", file=sys.stderr)
+        print(f"compat: {args.doc} or {args.sm75_doc} is out of date: run `{GENERATOR_COMMAND}`", file=sys.stderr)
         return 1
-    print(f"compat: {args.doc} {'updated' if changed else 'already up to date'}")
+    print(f"compat: {args.doc}, {args.sm75_doc} {'updated' if changed else 'already up to date'}")
     note = older_source_note(args.results, Path.cwd(), args.matrix_dir)
     if note:
         print(f"compat: note: {note}", file=sys.stderr)

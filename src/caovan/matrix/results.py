@@ -188,6 +188,14 @@ def validate_result(data: Any, shown: str) -> list[str]:
                     f"{shown}: field 'tiers.{tier}.outcome': {outcome!r} is not one of {', '.join(TIER_OUTCOMES)}"
                 )
             check.require(data, f"tiers.{tier}.reason", str, nullable=True)
+            # What a tier found out (the sm75 tier's parts): objects by part name; the reader of each part checks it.
+            findings = check.require(data, f"tiers.{tier}.findings", Mapping, optional=True)
+            if findings is not _MISSING:
+                for part, content in findings.items():
+                    if not isinstance(content, Mapping):
+                        check.errors.append(
+                            f"{shown}: field 'tiers.{tier}.findings.{part}': expected an object, got {_kind(content)}"
+                        )
         if row_tiers is not _MISSING:
             for tier in row_tiers:
                 if tier not in tiers:

@@ -5,6 +5,7 @@ row's stack is already installed)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonfile import output_path_problem
+from ..sm75.kernel_compile import CACHE_DIR_ENV as SM75_CACHE_DIR_ENV
 from . import MatrixError
 from .install_identity import checkout_token, install_identity
 from .results import (
@@ -130,6 +132,9 @@ def run_row(
                 started_at=started_at, finished_at=utc_now(), complete=complete, install=install,
             )  # fmt: skip
 
+        # Compile outcomes of the sm75 tier are the same for every row of one Triton: one cache for all rows.
+        run_env = dict(prepared.run_env) if prepared.run_env is not None else dict(os.environ)
+        run_env.setdefault(SM75_CACHE_DIR_ENV, str(cache_dir / "sm75-compile-cache"))
         if plan.to_run:
             write_json_atomic(state_file, document(False))
             for number, tier in enumerate(plan.to_run, start=1):
@@ -141,7 +146,8 @@ def run_row(
                     junit_path=cache_dir / "junit" / runner / row.id / f"{tier}.xml",
                     log_path=cache_dir / "logs" / runner / row.id / f"{tier}.log",
                     cwd=root,
-                    env=prepared.run_env,
+                    env=run_env,
+                    findings_dir=cache_dir / "findings" / runner / row.id / tier,
                 )
                 log(f"tier {tier}: {tiers[tier]['outcome']} — {tiers[tier]['reason']}")
                 write_json_atomic(state_file, document(False))

@@ -8,7 +8,7 @@ A matrix file is a mapping with one key, ``rows``, holding a list of rows::
         torch: "2.11.0"
         python: "3.11"
         cuda: cu130             # CUDA build tag of that torch (PyPI's torch 2.11.0 is cu130)
-        tiers: [discovery, numerics, kernel, serve]
+        tiers: [discovery, numerics, sm75, kernel, serve]
         runner_labels: [self-hosted, linux, sm75]
         # optional:
         torch_index: https://download.pytorch.org/whl/cu130  # torch from here (hosts that reach it)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from ..sm75.findings import FINDINGS_DIR_ENV, read_parts
 
 #: Per-test outcomes recorded in result files.
 TEST_OUTCOMES: tuple[str, ...] = ("passed", "failed", "error", "skipped", "xfailed")
@@ -202,8 +205,12 @@ def run_tier(
     cwd: Path,
     env: Mapping[str, str] | None = None,
     test_paths: Sequence[str] = ("tests",),
+    findings_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run pytest for one tier, output streamed to the console and ``log_path``; its record.
+
+    ``findings_dir``: where the tier's tests write what they found out (``caovan.sm75.findings``); emptied first,
+    and whatever parts it holds afterwards become the record's ``findings``.
 
     A KeyboardInterrupt stops pytest and propagates: the tier is not recorded, so a rerun redoes
     it.
@@ -211,6 +218,10 @@ def run_tier(
     junit_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     junit_path.unlink(missing_ok=True)
+    env = dict(env) if env is not None else os.environ.copy()
+    if findings_dir is not None:
+        shutil.rmtree(findings_dir, ignore_errors=True)  # a part left by an earlier run is not this run's finding
+        env[FINDINGS_DIR_ENV] = str(findings_dir)
     command = pytest_command(python, tier, junit_path, test_paths)
     started_at, started = utc_now(), time.monotonic()
     tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
@@ -218,7 +229,7 @@ def run_tier(
         process = subprocess.Popen(
             command,
             cwd=cwd,
-            env=dict(env) if env is not None else os.environ.copy(),
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -262,4 +273,10 @@ def run_tier(
     if verdict["outcome"] in ("error", "fail"):
         # The last lines of pytest's output say what broke (collection errors are not in JUnit).
         record["output_tail"] = "\n".join(tail)
+    if findings_dir is not None:
+        parts, problems = read_parts(findings_dir)
+        if parts:
+            record["findings"] = parts
+        if problems:
+            record["findings_problems"] = problems
     return record

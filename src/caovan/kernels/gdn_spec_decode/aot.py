@@ -15,10 +15,6 @@ shape (Qwen3.6-27B at TP=2 with MTP=3 by default), so the compiled code is the c
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -27,6 +23,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from ...sm75.ptx_facts import SM75_MAX_SHARED_MEMORY_BYTES, ptx_has_bf16, ptxas_resource_usage
 from . import row_butterfly
 from .launch_configs import ALL_LAUNCH_CONFIGS, ArchLaunchConfig
 from .occupancy import value_block_candidates
@@ -34,8 +31,6 @@ from .triton_kernels import (
     _caovan_sm75_fused_v_gdn_spec_decode_kernel,
     _caovan_sm75_prepare_qk_conv_spec_decode_kernel,
 )
-
-SM75_MAX_SHARED_MEMORY_BYTES = 65536  # per block, opt-in maximum of Turing (sm_75)
 
 _TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int64": "i64"}
 _ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -341,50 +336,6 @@ def compile_spec_decode_kernels(
             )
         )
     return infos
-
-
-def ptx_has_bf16(ptx: str) -> bool:
-    """True if the PTX uses a bf16 type (cvt.*.bf16*, *.bf16x2 ...); names and paths don't count."""
-    return re.search(r"\.bf16", ptx) is not None
-
-
-def _ptxas_arch(arch: int) -> str:
-    # Triton emits PTX for the architecture-specific target from sm_90 on ("sm_90a"), as its own compiler does.
-    return f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
-
-
-def ptxas_resource_usage(ptx: str, capability: tuple[int, int]) -> tuple[int | None, int | None]:
-    """(registers per thread, spill store+load bytes) from Triton's bundled ``ptxas -v``.
-
-    Best effort, informational: (None, None) when ptxas cannot be found or run (its lookup is a
-    Triton internal that changes between releases)."""
-    arch = capability[0] * 10 + capability[1]
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-
-        try:
-            ptxas = get_ptxas(arch).path
-        except TypeError:  # triton < 3.5: get_ptxas() takes no arch
-            ptxas = get_ptxas().path
-        with tempfile.TemporaryDirectory() as tmp:
-            src = os.path.join(tmp, "kernel.ptx")
-            with open(src, "w") as f:
-                f.write(ptx)
-            run = subprocess.run(
-                [ptxas, "-v", f"--gpu-name={_ptxas_arch(arch)}", src, "-o", os.path.join(tmp, "k.cubin")],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=True,
-            )
-    except Exception:
-        return None, None
-    regs = re.search(r"Used (\d+) registers", run.stderr)
-    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", run.stderr)
-    return (
-        int(regs.group(1)) if regs else None,
-        int(spills.group(1)) + int(spills.group(2)) if spills else None,
-    )
 
 
 def splits_rows(config: ArchLaunchConfig, dtypes: DtypeCombo) -> bool:

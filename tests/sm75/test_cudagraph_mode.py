@@ -1,0 +1,25 @@
+"""The sm75 tier's ``cudagraph`` part: whether this vLLM's FULL CUDA graphs decode a GDN + MTP model right.
+
+Turing owners run MTP on GDN layers; vLLM's default graph mode replays a prompt of 1 + K tokens through the FULL
+graph captured for spec-decode and loses its state (vLLM issues 49918 and 53051). The answer comes from the same
+probe of the row's real runner that ``caovan doctor`` and ``caovan serve`` use, and goes into docs/sm75.md as the
+graph mode to run with, caovan on and off.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from caovan.sm75 import write_part
+
+pytestmark = pytest.mark.sm75
+
+
+def test_full_graph_safety_is_answered_for_this_vllm():
+    from caovan.plugin.uniform_decode_guard import full_graph_safety
+
+    safety = full_graph_safety()
+    document = {"with_caovan": safety.with_caovan, "without_caovan": safety.without_caovan, "reason": safety.reason}
+    write_part("cudagraph", document)
+    print(f"FULL_AND_PIECEWISE {safety.summary()}: {safety.reason}")
+    assert safety.reason, "the probe gave no reason for its answer"
