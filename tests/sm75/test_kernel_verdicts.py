@@ -18,39 +18,45 @@ import sys
 import pytest
 
 from caovan.sm75 import write_part
+from caovan.sm75.part_cache import cached_part
 
 pytestmark = pytest.mark.sm75
 
 CHILD_TIMEOUT_S = 3600  # a cold compile cache on a 2-core machine; warm it takes seconds
 
 
-@pytest.fixture(scope="module")
-def kernels_part(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sm75") / "kernels.json"
+def _run_child(out, deep: bool) -> dict:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # vLLM imports without a GPU only with this set
     env.pop("TRITON_INTERPRET", None)  # compiles, never interprets
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    command = [sys.executable, "-m", "caovan.sm75.kernel_verdicts", "--out", str(out)]
-    if os.environ.get("CAOVAN_SM75_DEEP", "") == "1":
-        command.append("--deep")
+    command = [sys.executable, "-m", "caovan.sm75.kernel_verdicts", "--out", str(out), *(["--deep"] if deep else [])]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     log = (proc.stdout + "\n" + proc.stderr)[-6000:]
     if proc.returncode != 0 or not out.exists():
         pytest.fail(f"python -m caovan.sm75.kernel_verdicts ended with {proc.returncode}:\n{log}")
-    document = json.loads(out.read_text(encoding="utf-8"))
-    write_part("kernels", document)  # first: the findings stand whatever the checks below say
     print(proc.stdout.strip())
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def kernels_part(tmp_path_factory):
+    deep = os.environ.get("CAOVAN_SM75_DEEP", "") == "1"
+    out = tmp_path_factory.mktemp("sm75") / "kernels.json"
+    # The part is a function of caovan's files and the installed vLLM / torch / Triton: made once per change.
+    document, cached = cached_part("kernels", lambda: _run_child(out, deep), extra=[deep])
+    if cached:
+        print(f"kernels part from the cache (same caovan and installed files): {document['verdict']}")
+    write_part("kernels", document)  # first: the findings stand whatever the checks below say
     return document
 
 
 @pytest.fixture(scope="module")
-def family():
-    from caovan.adapters.registry import installed_family
-
-    found = installed_family()
-    if found.refusal:
-        pytest.skip(f"caovan refuses family {found.family_id} ({found.refusal}): the layer rig builds served ones")
-    return found
+def family(kernels_part):
+    """The installed family as the child found it (its record's refusal and spec-path functions)."""
+    if kernels_part["family_refusal"]:
+        reason = kernels_part["family_refusal"]
+        pytest.skip(f"caovan refuses family {kernels_part['family']} ({reason}): the layer rig builds served ones")
+    return kernels_part
 
 
 def _kernels_of(document, step):
@@ -76,7 +82,7 @@ def test_the_prefill_kernels_are_found_by_name(kernels_part, family):
 def test_the_spec_decode_kernels_are_found_by_name(kernels_part, family):
     # The functions the family record says the spec path calls each launch a kernel named after them.
     spec = _kernels_of(kernels_part, "spec-decode")
-    for function, _ in family.spec_path:
+    for function in family["family_spec_path"]:
         assert any(function in name for name in spec), f"{function}: no kernel of that name in {sorted(spec)}"
 
 

@@ -357,3 +357,63 @@ def test_full_graph_line_says_both_answers_and_leaves_the_verdict_alone(
 
 def test_full_graph_facts_without_vllm_are_not_judged():
     assert FULL_GRAPH_FACTS(False)["line"] == "not judged (vLLM is not installed)"
+
+
+# --- what this vLLM refuses on the GPU here (caovan.sm75.vllm_decisions with the GPU's capability) -----------------
+
+
+def test_without_a_gpu_doctor_says_it_did_not_ask_vllm_and_why(healthy, capsys):
+    rc, facts, _ = _verdicts(capsys)
+    assert rc == 0 and facts["vllm_on_gpu"]["judged"] is False
+    _, text = _doctor(capsys)
+    (line,) = [x for x in text.splitlines() if x.startswith("on this gpu")]
+    assert line.startswith("on this gpu   not judged: no GPU to ask vLLM about (no CUDA device); ")
+
+
+BF16 = (
+    "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your NVIDIA GeForce RTX 2080 Ti GPU "
+    "has compute capability 7.5."
+)
+
+
+def test_on_a_turing_gpu_doctor_quotes_each_refusal_of_this_vllm(healthy, capsys, monkeypatch):
+    from caovan.sm75 import vllm_decisions
+
+    asked = []
+
+    def probe(capability, **kwargs):
+        asked.append((capability, kwargs))
+        return {
+            "capability": list(capability),
+            "attention_backends": [
+                {"name": "FLASH_ATTN", "valid": False, "reason": "Reason: ['compute capability not supported']"},
+                {"name": "TRITON_ATTN", "valid": True, "reason": None},
+            ],
+            "attention": {"candidates": ["FLASH_ATTN", "TRITON_ATTN"]},
+            "kv_cache_dtypes": [{"dtype": "fp8", "auto": {"backend": "TRITON_ATTN", "refusal": None}}],
+            "model_dtypes": [
+                {"dtype": "float16", "ok": True, "message": None},
+                {"dtype": "bfloat16", "ok": False, "message": BF16},
+            ],
+            "quantization": [],
+            "flashinfer": {"attention": None, "sampler": None},
+            "unanswered": [],
+        }
+
+    gpus = {
+        "available": True,
+        "devices": [{"index": i, "name": "NVIDIA GeForce RTX 2080 Ti", "capability": "7.5"} for i in (0, 1)],
+        "cuda": "12.8",
+        "sm75": "2/2",
+    }
+    monkeypatch.setattr(doctor, "gpu_facts", lambda: gpus)
+    monkeypatch.setattr(vllm_decisions, "probe_vllm_decisions", probe)
+    rc, facts, _ = _verdicts(capsys)
+    assert rc == 0  # information: what vLLM refuses is the user's choice of settings, not caovan's health
+    assert asked[0][0] == (7, 5) and asked[0][1]["real_device"] is True and len({a[0] for a in asked}) == 1
+    _, text = _doctor(capsys)
+    assert [x for x in text.splitlines() if x.startswith("on this gpu")] == [
+        'on this gpu   sm_75 (NVIDIA GeForce RTX 2080 Ti): vLLM refuses --dtype bfloat16: "' + BF16 + '"',
+        "on this gpu   sm_75 (NVIDIA GeForce RTX 2080 Ti): vLLM refuses --attention-backend FLASH_ATTN: "
+        "\"Reason: ['compute capability not supported']\"",
+    ]

@@ -201,3 +201,64 @@ def test_serve_with_a_gpu_runs_vllm(serve, host, candidate):
     host(_FakeNVML(gpus=1))
     status, _, _, execed = serve(str(candidate))
     assert status == 0 and execed[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", str(candidate)]
+
+
+# --- a setting the installed vLLM refuses on this GPU: one line before vLLM starts ---------------------------------
+
+KV_REFUSAL = "No valid attention backend found for cuda. Reasons: {TRITON_ATTN: [kv_cache_dtype not supported]}."
+
+
+def _decisions(capability, **kwargs) -> dict:
+    """What the probe of the installed vLLM gives (stand-in): fp8 KV refused on the device, bfloat16 taken."""
+    return {
+        "capability": list(capability),
+        "attention_backends": [{"name": "TRITON_ATTN", "valid": True, "reason": None}],
+        "attention": {"candidates": ["TRITON_ATTN"], "auto": {"backend": "TRITON_ATTN"}},
+        "kv_cache_dtypes": [
+            {"dtype": "auto", "accepted_by": ["TRITON_ATTN"], "refused_by": [], "auto": {"backend": "TRITON_ATTN"}},
+            {"dtype": "fp8", "accepted_by": [], "refused_by": [], "auto": {"backend": None, "refusal": KV_REFUSAL}},
+        ],
+        "model_dtypes": [{"dtype": "bfloat16", "ok": True, "message": None}],
+        "unanswered": [],
+    }
+
+
+@pytest.fixture
+def turing_gpu(monkeypatch):
+    """A 2080 Ti is the visible GPU, and the installed vLLM's decisions for it are :func:`_decisions`."""
+    from caovan.sm75 import vllm_flags
+
+    asked = []
+
+    def probe(capability, **kwargs):
+        asked.append((capability, kwargs))
+        return _decisions(capability, **kwargs)
+
+    monkeypatch.setattr(vllm_flags, "visible_gpu", lambda: ((7, 5), "NVIDIA GeForce RTX 2080 Ti"))
+    monkeypatch.setattr(vllm_flags.vllm_decisions, "probe_vllm_decisions", probe)
+    monkeypatch.setattr(guards, "cuda_gpu_missing", lambda environ=None: None)
+    return asked
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_setting_vllm_refuses_on_this_gpu_stops_serve_in_one_line(serve, candidate, turing_gpu, dry_run):
+    argv = [str(candidate), "--kv-cache-dtype", "fp8", *(["--caovan-dry-run"] if dry_run else [])]
+    status, out, err, execed = serve(*argv)
+    assert status == 2 and out == "" and execed is None
+    assert err == (
+        f"caovan serve: error: --kv-cache-dtype fp8: vLLM refuses it on this GPU (sm_75): {KV_REFUSAL[:-1]}; use "
+        "--kv-cache-dtype auto instead (auto: the model dtype, fp16 with --dtype half)\n"
+    )
+    ((capability, kwargs),) = turing_gpu
+    assert capability == (7, 5) and kwargs["kv_cache_dtypes"] == ["fp8"] and kwargs["real_device"] is True
+
+
+def test_settings_vllm_takes_on_this_gpu_pass_as_written(serve, candidate, turing_gpu):
+    status, out, _, _ = serve(str(candidate), "--caovan-dry-run", "--dtype", "bfloat16", "--kv-cache-dtype", "auto")
+    assert status == 0 and " --dtype bfloat16 --kv-cache-dtype auto " in out  # never rewritten
+    assert len(turing_gpu) == 1
+
+
+def test_serve_asks_nothing_of_vllm_when_no_setting_is_judged_per_gpu(serve, candidate, turing_gpu):
+    status, _, _, _ = serve(str(candidate), "--caovan-dry-run", "--port", "8001")
+    assert status == 0 and turing_gpu == []

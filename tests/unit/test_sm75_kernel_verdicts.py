@@ -134,12 +134,12 @@ def test_the_device_view_answers_as_a_2080_ti_and_puts_everything_back():
 
     from caovan.sm75.device_view import sm75_device_view
 
-    active, count, capability = driver._active, torch.cuda.device_count, torch.cuda.get_device_capability
+    state, count, capability = dict(vars(driver)), torch.cuda.device_count, torch.cuda.get_device_capability
     with sm75_device_view():
         # What vLLM's FLA utils read to size its autotune lists at import (check_shared_mem, is_nvidia_hopper).
         assert driver.active.utils.get_device_properties(0)["max_shared_mem"] == 65536
         assert driver.active.get_current_target().arch == 75
         assert torch.cuda.get_device_capability() == (7, 5) and torch.cuda.device_count() == 1
         assert "2080 Ti" in torch.cuda.get_device_name(0)
-    assert driver._active is active
+    assert vars(driver) == state
     assert (torch.cuda.device_count, torch.cuda.get_device_capability) == (count, capability)

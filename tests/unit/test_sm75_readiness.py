@@ -164,3 +164,18 @@ def test_run_tier_records_the_parts_its_tests_wrote_and_none_left_from_before(tm
     )
     assert record["outcome"] == "pass", record
     assert record["findings"] == {"kernels": {"verdict": "runs"}}
+
+
+def test_every_sm75_test_lives_where_the_tier_collects_from():
+    import re
+
+    from caovan.matrix.tiers import TIER_TEST_PATHS
+
+    tests = Path(__file__).resolve().parents[1]
+    (folder,) = TIER_TEST_PATHS["sm75"]
+    marked = [
+        path.relative_to(tests.parent).as_posix()
+        for path in tests.rglob("*.py")
+        if re.search(r"^(pytestmark = pytest\.mark\.sm75\b|@pytest\.mark\.sm75\b)", path.read_text(), re.M)
+    ]
+    assert marked and all(path.startswith(folder + "/") for path in marked), marked

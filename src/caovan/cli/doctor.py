@@ -1,4 +1,5 @@
-"""``caovan doctor``: what is installed, what vLLM will load, and which GDN family this vLLM belongs to.
+"""``caovan doctor``: what is installed, what vLLM will load, which GDN family this vLLM belongs to, and what
+this vLLM refuses on the GPUs here (asked with their compute capability, :mod:`caovan.sm75.vllm_decisions`).
 
 caovan's environment settings are judged by the function the plugin's start-up uses
 (:func:`caovan.plugin.options.check_environment`): doctor says FAIL where start-up would stop and WARN where it
@@ -215,6 +216,38 @@ def full_graph_facts(vllm_installed: bool) -> dict[str, Any]:
     }
 
 
+def device_decision_facts(gpus: dict[str, Any], vllm_installed: bool) -> dict[str, Any]:
+    """What this vLLM refuses on each kind of GPU here (its own decisions, asked with the GPU's compute capability:
+    :mod:`caovan.sm75.vllm_decisions`).  Information, as the full-graph line: the verdict is about caovan."""
+    if not vllm_installed:
+        return {"judged": False, "line": "not judged (vLLM is not installed)", "gpus": []}
+    if not gpus.get("available"):
+        return {
+            "judged": False,
+            "line": f"not judged: no GPU to ask vLLM about ({gpus.get('reason')}); the matrix's sm75 tier asks it "
+            "about a 7.5 device without one",
+            "gpus": [],
+        }
+    from ..sm75.vllm_decisions import probe_vllm_decisions
+    from ..sm75.vllm_flags import refusals
+
+    judged = []
+    kinds = {d["capability"]: d["name"] for d in gpus["devices"]}  # one vLLM answer per compute capability
+    for capability, name in kinds.items():
+        major, minor = (int(x) for x in capability.split("."))
+        try:
+            doc = probe_vllm_decisions((major, minor), device_name=name, real_device=True)
+        except Exception as exc:  # doctor reports; it never raises
+            judged.append(
+                {"capability": capability, "name": name, "refusals": [], "error": f"{type(exc).__name__}: {exc}"}
+            )
+            continue
+        judged.append(
+            {"capability": capability, "name": name, "refusals": refusals(doc), "unanswered": doc["unanswered"]}
+        )
+    return {"judged": True, "line": None, "gpus": judged}
+
+
 def collect() -> dict[str, Any]:
     reports = family_reports()
     refusals = _refusals()
@@ -235,6 +268,7 @@ def collect() -> dict[str, Any]:
         "caches": cache_facts(guards),
         "kernels": kernel_compile_facts(gpus),
         "full_graphs": full_graph_facts(bool(reports)),
+        "vllm_on_gpu": device_decision_facts(gpus, bool(reports)),
         "settings": [dataclasses.asdict(finding) for finding in check_environment()],
         "families": [r.as_dict() for r in reports],
         "closest_family": _closest(reports),
@@ -344,12 +378,36 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
     k = facts["kernels"]
     lines.append(f"kernels       compile for {k['target']}: {'PASS' if k['ok'] else 'FAIL'} ({k['detail']})")
     lines.append(f"full graphs   {facts['full_graphs']['line']}")
+    lines += _device_decision_lines(facts["vllm_on_gpu"])
     for setting in facts["settings"]:
         lines.append(f"settings      {setting['level']} {setting['setting']}: {setting['message']}")
     if not facts["settings"]:
         lines.append("settings      PASS: vLLM's start-up accepts every CAOVAN_* variable set here")
     lines.append(f"result        {facts['result']['verdict']}")
     return "\n".join(lines)
+
+
+def _device_decision_lines(decided: dict[str, Any]) -> list[str]:
+    """One line per setting vLLM refuses on this GPU, its message quoted; one line when there is none or no GPU."""
+    if not decided["judged"]:
+        return [f"on this gpu   {decided['line']}"]
+    lines = []
+    for gpu in decided["gpus"]:
+        where = f"sm_{gpu['capability'].replace('.', '')} ({gpu['name']})"
+        if gpu.get("error"):
+            lines.append(f"on this gpu   {where}: not judged ({gpu['error']})")
+            continue
+        for refusal in gpu["refusals"]:
+            lines.append(f'on this gpu   {where}: vLLM refuses {refusal["setting"]}: "{refusal["message"]}"')
+        if not gpu["refusals"]:
+            lines.append(
+                f"on this gpu   {where}: vLLM refuses none of the settings asked (--dtype, --attention-backend, "
+                "--kv-cache-dtype, --quantization, the FlashInfer sampler)"
+            )
+        if gpu.get("unanswered"):
+            asked = ", ".join(dict.fromkeys(u["question"] for u in gpu["unanswered"]))
+            lines.append(f"on this gpu   {where}: unanswered here: {asked}")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,7 +27,8 @@ EPILOG = (
     "help: caovan serve --help=all (or MODEL --help, --help=GROUP), run as written with nothing added. Exit "
     "status: vLLM's own once it runs; 0 after --caovan-dry-run; 2 the arguments cannot be handed to vLLM "
     "(no model, malformed --additional-config, a caovan key error, an unknown --caovan-* option, a CAOVAN_* "
-    "setting vLLM's start-up would refuse), vLLM is not installed here, or no CUDA GPU is (asked through NVML, as "
+    "setting vLLM's start-up would refuse, a --dtype, --kv-cache-dtype or attention backend the installed vLLM "
+    "refuses on the visible GPU), vLLM is not installed here, or no CUDA GPU is (asked through NVML, as "
     "vLLM does; CUDA_VISIBLE_DEVICES read as CUDA reads it)."
 )
 

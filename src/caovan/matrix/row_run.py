@@ -25,7 +25,7 @@ from .results import (
     write_json_atomic,
 )
 from .schema import MatrixRow
-from .tiers import run_tier, utc_now
+from .tiers import DEFAULT_TEST_PATHS, TIER_TEST_PATHS, run_tier, utc_now
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,7 @@ def run_row(
                     cwd=root,
                     env=run_env,
                     findings_dir=cache_dir / "findings" / runner / row.id / tier,
+                    test_paths=TIER_TEST_PATHS.get(tier, DEFAULT_TEST_PATHS),
                 )
                 log(f"tier {tier}: {tiers[tier]['outcome']} — {tiers[tier]['reason']}")
                 write_json_atomic(state_file, document(False))

@@ -41,6 +41,11 @@ PYTEST_EXIT_MEANINGS: dict[int, str] = {
 }
 
 OUTPUT_TAIL_LINES = 30
+#: Where a tier's tests are collected from: all of tests/, except the sm75 tier, whose tests all live in tests/sm75
+#: (a unit test holds every file to that) and which must stay quick on a warm cache: collecting the whole suite to
+#: deselect it costs it more than its own tests.
+TIER_TEST_PATHS: dict[str, tuple[str, ...]] = {"sm75": ("tests/sm75",)}
+DEFAULT_TEST_PATHS: tuple[str, ...] = ("tests",)
 
 
 @dataclass(frozen=True)

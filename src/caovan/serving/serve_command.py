@@ -13,7 +13,9 @@ The user's own ``vllm serve`` arguments, unchanged, plus three things Turbo3 use
 AutoMem, DynamicTP and Elastic-KV are not built: the user's ``--gpu-memory-utilization`` and
 ``--tensor-parallel-size`` pass through as given.
 
-The user's arguments are read as vLLM reads them (:mod:`caovan.serving.serve_flags`).  The discovery tier parses
+The user's arguments are read as vLLM reads them (:mod:`caovan.serving.serve_flags`); a ``--dtype``,
+``--kv-cache-dtype`` or attention backend the installed vLLM refuses on the visible GPU stops serve before vLLM
+starts (:mod:`caovan.sm75.vllm_flags`).  The discovery tier parses
 what :func:`plan_serve` builds with the installed vLLM's own serve parser
 (``tests/discovery/test_serve_command_vllm_parser.py``), so a vLLM that reads these forms differently fails there
 rather than in a user's start-up.  Before a run with speculative decoding, serve says whether vLLM's default FULL
@@ -56,6 +58,7 @@ from caovan.serving.serve_flags import (
     served_model,
     split_double_dash,
 )
+from caovan.sm75.vllm_flags import DeviceSettings, check_serve_settings
 
 #: What ``caovan serve`` adds to ``--additional-config`` when the user set none of caovan's switches.
 ENABLE_KEYS: dict[str, Any] = {"caovan": True, "caovan_mode": "auto"}
@@ -259,6 +262,7 @@ def plan_serve(
     locate: Callable[[str, str | None], Path | None] = find_model_folder,
     check: Callable[[Path], ModelReport] = check_model_dir,
     judge_full_graphs: Callable[[int], Any] | None = None,
+    judge_device_settings: Callable[[DeviceSettings], str | None] | None = None,
 ) -> ServePlan:
     """The ``vllm serve`` command for ``model`` and the user's ``vllm_args``; :class:`ServeArgsError` if impossible.
 
@@ -269,6 +273,10 @@ def plan_serve(
     does not read is not set.  None: set them all (the caller could not ask vLLM).
 
     ``judge_full_graphs``: pipeline-parallel size -> ``FullGraphSafety``; None: probe the installed vLLM.
+
+    ``judge_device_settings``: the user's ``--dtype`` / ``--kv-cache-dtype`` / attention backend -> the line saying
+    which one vLLM refuses on this GPU, or None; None: ask the installed vLLM for the visible GPU
+    (:func:`caovan.sm75.vllm_flags.judge_on_visible_gpu`).
     """
     if mtp is not None and mtp < 1:
         raise ServeArgsError(f"--caovan-mtp {mtp}: the MTP depth is a number of tokens, at least 1")
@@ -284,6 +292,9 @@ def plan_serve(
         model_folder(model, revision)
     except ModelCheckError as exc:
         raise ServeArgsError(str(exc)) from None
+    # A setting vLLM refuses on this GPU (bfloat16 below sm_80, an attention backend or KV-cache dtype no backend
+    # takes there) stops vLLM only after minutes of start-up: refused here, in one line, and never rewritten.
+    check_serve_settings(args, config_path, config, environ, vllm_env_names, judge_device_settings)
     args, additional, notes = _merge_additional_config(args, config_path, config)
     try:
         options = parse_options(additional, environ, where="--additional-config")

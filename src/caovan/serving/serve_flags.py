@@ -155,10 +155,19 @@ def read_config_file(path: str) -> dict[str, Any]:
     return config
 
 
-#: The flags caovan serve reads or edits; it finds them by their full names only.
-EDITED_FLAGS = ("--additional-config", "--speculative-config", "--config")
+#: The flags caovan serve reads or edits; it finds them by their full names only (the last four: the settings vLLM
+#: judges per GPU, see caovan.sm75.vllm_flags).
+EDITED_FLAGS = (
+    "--additional-config",
+    "--speculative-config",
+    "--config",
+    "--dtype",
+    "--kv-cache-dtype",
+    "--attention-backend",
+    "--attention-config",
+)
 #: Their single-dash forms, which argparse abbreviates too (``-s`` is taken for ``-sc``).
-EDITED_SHORT_FLAGS = ("-sc",)
+EDITED_SHORT_FLAGS = ("-sc", "-ac")
 
 
 def refuse_abbreviations(args: Sequence[str]) -> None:

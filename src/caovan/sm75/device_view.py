@@ -116,7 +116,8 @@ def sm75_device_view(facts: DeviceFacts = RTX_2080_TI) -> Iterator[DeviceFacts]:
         "current_device": lambda: 0,
     }
     saved = {name: getattr(torch.cuda, name) for name in replacements}
-    saved_active = driver._active
+    # Triton keeps the active driver in ``_active`` from 3.5, in ``active`` before: the whole state is put back.
+    saved_driver = dict(vars(driver))
     try:
         for name, value in replacements.items():
             setattr(torch.cuda, name, value)
@@ -125,4 +126,5 @@ def sm75_device_view(facts: DeviceFacts = RTX_2080_TI) -> Iterator[DeviceFacts]:
     finally:
         for name, value in saved.items():
             setattr(torch.cuda, name, value)
-        driver._active = saved_active
+        vars(driver).clear()
+        vars(driver).update(saved_driver)

@@ -71,18 +71,28 @@ def _kernel_problems(kernels: Mapping[str, Any]) -> tuple[list[tuple[str, str]],
 
 
 def _valid_backends(decisions: Mapping[str, Any]) -> list[str]:
-    return [b["name"] for b in decisions.get("attention_backends", []) if b.get("valid")]
+    """The attention backends vLLM accepts on 7.5 and that can run there: FlashInfer only where it is usable (vLLM
+    0.10 names it valid without the package installed)."""
+    flashinfer = decisions.get("flashinfer", {}).get("attention", {})
+    return [
+        b["name"]
+        for b in decisions.get("attention_backends", [])
+        if b.get("valid") and not (b["name"] == "FLASHINFER" and flashinfer.get("usable") is False)
+    ]
 
 
 def _kv_refusal(decisions: Mapping[str, Any], dtype: str, valid: Sequence[str]) -> str | None:
-    """vLLM's message where no backend valid on 7.5 takes ``dtype`` as KV-cache dtype; None where one does."""
+    """vLLM's message where no usable backend takes ``dtype`` as KV-cache dtype; None where one does."""
     for entry in decisions.get("kv_cache_dtypes", []):
         if entry.get("dtype") != dtype:
             continue
         if set(entry.get("accepted_by", [])) & set(valid):
             return None
+        own_choice = (entry.get("auto") or {}).get("refusal")  # what vLLM says with no backend named
+        if own_choice:
+            return own_choice
         refused = [r for r in entry.get("refused_by", []) if r.get("backend") in valid] or entry.get("refused_by", [])
-        return refused[0].get("message") if refused else "no attention backend valid on 7.5 accepts it"
+        return refused[0].get("message") if refused else "no attention backend usable on 7.5 accepts it"
     return "not asked"
 
 
@@ -110,7 +120,9 @@ def _vllm_findings(decisions: Mapping[str, Any], result: Readiness) -> None:
         ("--kv-cache-dtype", kv or "auto", "accepted on 7.5" if kv else "fp16 KV: no backend valid on 7.5 takes fp8")
     )
     if valid:
-        result.flags.append(("--attention-backend", " or ".join(valid), "the backends vLLM accepts on 7.5"))
+        chosen = (decisions.get("attention", {}).get("auto") or {}).get("backend")
+        why = "the backends vLLM accepts on 7.5" + (f"; with none named it picks {chosen}" if chosen else "")
+        result.flags.append(("--attention-backend", " or ".join(valid), why))
     prefill = decisions.get("gdn_prefill_backend", {})
     if prefill.get("chosen"):
         result.flags.append(("GDN prefill backend", str(prefill["chosen"]), prefill.get("how") or "vLLM's choice"))
