@@ -83,18 +83,27 @@ def _exists(module: str) -> bool:
         return False
 
 
+def imported_kernel_modules(packages: list[str]) -> list[str]:
+    """The modules of ``packages`` already imported: their import-time decisions were made for this machine."""
+    return sorted(name for name in sys.modules if name.startswith(tuple(p + "." for p in packages)))
+
+
 def import_kernel_packages_for_device(packages: list[str]) -> list[str]:
-    """Import ``packages``' modules under the 7.5 view; the modules that were already imported (their import-time
-    decisions were made for this machine, not for a 2080 Ti) are returned."""
+    """Import every module of ``packages`` under the 7.5 view; ``module: error`` of each one that does not import
+    (a module no GDN path loads, e.g. one registering an op another already did, is no reason to stop)."""
     from .device_view import sm75_device_view
 
-    already = [name for name in sys.modules if name.startswith(tuple(p + "." for p in packages))]
+    failed = []
     with sm75_device_view():
         for package_name in packages:
             package = importlib.import_module(package_name)
             for info in pkgutil.iter_modules(package.__path__):
-                importlib.import_module(f"{package_name}.{info.name}")
-    return already
+                name = f"{package_name}.{info.name}"
+                try:
+                    importlib.import_module(name)
+                except Exception as exc:
+                    failed.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
+    return failed
 
 
 def _cpu_plumbing() -> None:

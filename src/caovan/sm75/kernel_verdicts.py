@@ -29,12 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..jsonfile import write_text_atomic
-from .device_view import RTX_2080_TI, DeviceFacts
+from .device_view import RTX_2080_TI, DeviceFacts, sm75_device_view
 from .gdn_launches import (
+    MAMBA_OPS_PACKAGE,
     SHAPES,
     SSM_STATE_DTYPES,
     LayerLaunches,
     import_kernel_packages_for_device,
+    imported_kernel_modules,
     kernel_packages,
     record_all,
 )
@@ -241,9 +243,13 @@ def kernels_part(*, deep: bool = False, log=print) -> dict[str, Any]:
     from ..adapters.registry import recognised_family
 
     started = time.perf_counter()
-    # First, before the family probe imports the GDN module and with it the kernels, as a 2080 Ti would size them.
-    already = import_kernel_packages_for_device(kernel_packages())
-    family, refusal = recognised_family()  # RuntimeError where the release lands in no family: the tier fails
+    # The family probe imports the GDN module and with it the kernels it uses: under the 7.5 view, as a 2080 Ti
+    # process imports them. Then the rest of that family's kernel packages (lazily imported ones), under the view
+    # too. Only the family's own FLA package: 0.27 - 0.31 ship two, and importing both registers ops twice.
+    already = imported_kernel_modules(kernel_packages())
+    with sm75_device_view():
+        family, refusal = recognised_family()  # RuntimeError where the release lands in no family: the tier fails
+    not_imported = import_kernel_packages_for_device([family.fla_ops_module, MAMBA_OPS_PACKAGE])
     # The layer rig builds the layers of the families caovan serves: a refused one's kernels are not reached.
     recorded = [] if refusal else record_all()
     calls = group_calls(recorded)
@@ -274,6 +280,7 @@ def kernels_part(*, deep: bool = False, log=print) -> dict[str, Any]:
         "combinations": combinations,
         "unreached": unreached,
         "imported_before_the_device_view": already,
+        "not_importable": not_imported,
         "kernels": kernels,
         "caovan": ours,
         "deep": deep,
