@@ -14,7 +14,6 @@ vLLM's builders pin host memory where ``PIN_MEMORY`` says a GPU is there to copy
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from caovan.bench.vllm_layer_rig import (
     build_gdn_layer,
     build_metadata,
     caovan_override_class,
+    cpu_device_plumbing,
     ensure_single_process_distributed,
     make_batch,
     make_metadata_builder,
@@ -48,18 +48,13 @@ MODELS = (
 
 
 @pytest.fixture
-def cpu_device_plumbing(monkeypatch):
-    import vllm.v1.attention.backends.gdn_attn  # noqa: F401  (loads the modules whose PIN_MEMORY is patched)
-    from vllm.platforms import current_platform
-
-    monkeypatch.setattr(type(current_platform), "current_device", staticmethod(lambda: CPU), raising=False)
-    for name, module in list(sys.modules.items()):
-        if name.startswith("vllm") and getattr(module, "PIN_MEMORY", None) is True:
-            monkeypatch.setattr(module, "PIN_MEMORY", False)
+def rig_on_cpu():
+    with cpu_device_plumbing():
+        yield
 
 
 @pytest.fixture
-def rig(served_release, cpu_device_plumbing, tmp_path: Path, request):
+def rig(served_release, rig_on_cpu, tmp_path: Path, request):
     """A vLLM config of the tiny model and a world of one around it; yields (model, config off, config on)."""
     model: TinyGdnModel = request.param
     if model.family == "qwen3_5" and importlib.util.find_spec("vllm.model_executor.models.qwen3_5") is None:

@@ -89,6 +89,25 @@ def test_a_missing_part_or_an_unreached_step_is_unknown_never_ready():
     assert assess(None).status == "unknown"
 
 
+def test_a_family_caovan_does_not_serve_reads_kernels_not_reached_with_the_refusal():
+    refusal = "vLLM 0.10.2 is F1 qwen3-next-gdn-v010; caovan does not serve it: the op runs the whole layer"
+    findings = copy.deepcopy(FINDINGS)
+    unreached = [f"every shape: the layer rig builds served families only, and {refusal}"]
+    findings["kernels"].update(kernels=[], family_refusal=refusal, unreached=unreached)
+    readiness = assess(findings)
+    assert (readiness.status, readiness.headline) == ("unknown", "kernels not reached (family not served)")
+    assert len(readiness.problems) == 1 and refusal in readiness.problems[0]
+
+
+def test_kernel_modules_outside_the_device_view_are_named_in_the_notes():
+    findings = copy.deepcopy(FINDINGS)
+    findings["kernels"]["not_importable"] = ["vllm.model_executor.layers.fla.ops.kda: ImportError: no sm_75"]
+    findings["kernels"]["imported_before_the_device_view"] = ["vllm.model_executor.layers.fla.ops.utils"]
+    notes = " ".join(assess(findings).notes)
+    assert "not importable under a 7.5 device view: vllm.model_executor.layers.fla.ops.kda: ImportError" in notes
+    assert "fla.ops.utils was imported before the 7.5 device view" in notes
+
+
 def test_extensions_without_sm75_code_on_the_start_up_path_make_it_cannot():
     findings = copy.deepcopy(FINDINGS)
     findings["binaries"]["summary"] = {"ready": False, "missing": ["vllm/_C.abi3.so"]}

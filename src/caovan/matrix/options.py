@@ -105,7 +105,7 @@ def parse_matrix_options(
 ) -> MatrixOptions:
     parser = argparse.ArgumentParser(prog='nox -s "matrix(<row>)" --', add_help=False, exit_on_error=False)
     add_matrix_options(parser)
-    known = "--runner NAME, --tiers discovery,numerics,kernel,serve, --redo, --strict, --wheelhouse DIR"
+    known = f"--runner NAME, --tiers {','.join(TIERS)}, --redo, --strict, --wheelhouse DIR"
     args = _parse_posargs(parser, posargs, what="matrix posargs", known=known)
     return matrix_options(args, environ, detect_runner=detect_runner)
 

@@ -106,24 +106,6 @@ def import_kernel_packages_for_device(packages: list[str]) -> list[str]:
     return failed
 
 
-def _cpu_plumbing() -> None:
-    """The layer asks the platform for a device and vLLM's builders pin host memory where a GPU would take the copy:
-    both kept on the CPU (as the discovery tier's rig test does). FLA's ``input_guard`` (vLLM up to 0.1x) enters
-    ``torch.cuda.device(tensor.device.index)``, which a CPU tensor's index (None) cannot enter without CUDA: made
-    a no-op. This process only records launches, so none of it reaches a kernel."""
-    import contextlib
-
-    import torch
-    import vllm.v1.attention.backends.gdn_attn  # noqa: F401  (loads the modules whose PIN_MEMORY is read)
-    from vllm.platforms import current_platform
-
-    type(current_platform).current_device = staticmethod(lambda: torch.device("cpu"))
-    torch.cuda.device = lambda device=None: contextlib.nullcontext()
-    for name, module in list(sys.modules.items()):
-        if name.startswith("vllm") and getattr(module, "PIN_MEMORY", None) is True:
-            module.PIN_MEMORY = False
-
-
 def _steps(model: Any) -> Iterator[tuple[str, list[Any]]]:
     from ..bench.vllm_layer_rig import prefill_request, spec_request
 
@@ -171,14 +153,16 @@ def record_layer_launches(shape: GdnShape, ssm_dtype: str, layout: str) -> Layer
 
 def record_all(shapes: tuple[GdnShape, ...] = SHAPES, ssm_dtypes: tuple[str, ...] = SSM_STATE_DTYPES):
     """Every shape x SSM dtype; a combination the rig cannot drive is kept with its error, never dropped."""
-    _cpu_plumbing()
+    from ..bench.vllm_layer_rig import cpu_device_plumbing
+
     layout = "qwen3_5" if importlib.util.find_spec("vllm.model_executor.models.qwen3_5") else "qwen3_next"
     results = []
-    for shape in shapes:
-        for ssm_dtype in ssm_dtypes:
-            try:
-                results.append(record_layer_launches(shape, ssm_dtype, layout))
-            except Exception as exc:  # reported per combination: the kernels it would launch are then unreached
-                error = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
-                results.append(LayerLaunches(shape, ssm_dtype, layout, [], error))
+    with cpu_device_plumbing():
+        for shape in shapes:
+            for ssm_dtype in ssm_dtypes:
+                try:
+                    results.append(record_layer_launches(shape, ssm_dtype, layout))
+                except Exception as exc:  # reported per combination: the kernels it would launch are then unreached
+                    error = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+                    results.append(LayerLaunches(shape, ssm_dtype, layout, [], error))
     return results

@@ -63,9 +63,18 @@ def _kernel_problems(kernels: Mapping[str, Any]) -> tuple[list[tuple[str, str]],
         if item.get("verdict") == "cannot":
             sentence = f"caovan's {item['kernel']} ({item.get('seen_in')}): {item.get('reason')}"
             cannot.append((f"caovan's {item['kernel']} does not fit", sentence))
+    refusal = kernels.get("family_refusal")
+    if refusal:  # the rig builds served families only: none of this family's kernels was reached
+        unknown.append(f"kernels not reached (family not served): the layer rig builds served families only; {refusal}")
     for reason in kernels.get("unreached", []):
-        unknown.append(f"GDN layer not driven at {reason}")
-    if not kernels.get("kernels"):
+        if not (refusal and reason.startswith("every shape:")):
+            unknown.append(f"GDN layer not driven at {reason}")
+    # A kernel module imported outside the 7.5 view kept the autotune lists of the machine it ran on.
+    for name in kernels.get("imported_before_the_device_view", []):
+        notes.append(f"{name} was imported before the 7.5 device view: its import-time choices are this runner's")
+    for failure in kernels.get("not_importable", []):
+        notes.append(f"not importable under a 7.5 device view: {failure}")
+    if not kernels.get("kernels") and not refusal:
         unknown.append("no kernel of the GDN path was recorded")
     return cannot, unknown, notes
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -217,6 +219,29 @@ def shutdown_distributed() -> None:
 
     destroy_model_parallel()
     destroy_distributed_environment()
+
+
+@contextlib.contextmanager
+def cpu_device_plumbing() -> Iterator[None]:
+    """Keep a rig built on ``device="cpu"`` on the CPU, undone on exit.
+
+    The layer asks the platform for its device and vLLM's builders pin host memory where a GPU would take the copy:
+    both answer for the CPU. FLA's ``input_guard`` (vLLM's copy up to 0.1x) enters
+    ``torch.cuda.device(tensor.device.index)``, which a CPU tensor's index (None) cannot enter without CUDA: a no-op.
+    """
+    import vllm.v1.attention.backends.gdn_attn  # noqa: F401  (loads the modules whose PIN_MEMORY is read)
+    from vllm.platforms import current_platform
+
+    cpu = torch.device("cpu")
+    with contextlib.ExitStack() as patches:
+        patches.enter_context(
+            mock.patch.object(type(current_platform), "current_device", staticmethod(lambda: cpu), create=True)
+        )
+        patches.enter_context(mock.patch.object(torch.cuda, "device", lambda device=None: contextlib.nullcontext()))
+        for name, module in list(sys.modules.items()):
+            if name.startswith("vllm") and getattr(module, "PIN_MEMORY", None) is True:
+                patches.enter_context(mock.patch.object(module, "PIN_MEMORY", False))
+        yield
 
 
 @contextlib.contextmanager
