@@ -152,14 +152,31 @@ def _plugin_requirement(wheel: Path) -> str:
     return f"{PLUGIN_DISTRIBUTION}[test] @ {wheel.as_uri()}"
 
 
+def _override_args(row: MatrixRow, work: Path) -> list[str]:
+    """``--override FILE`` for a row with ``overrides`` (uv then replaces every requirement on those packages, the
+    release's own pin included); nothing for a row without."""
+    if not row.overrides:
+        return []
+    path = work / f"overrides-{row.id}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{pin}\n" for pin in row.override_pins()))
+    return ["--override", str(path)]
+
+
 def install_row(session: nox.Session, row: MatrixRow, wheel: Path, wheelhouse: Path | None) -> None:
     """The row's pinned vLLM and torch, plus the plugin wheel with its test extra, into the venv."""
+    overrides = _override_args(row, CACHE_DIR)
+    if overrides:
+        # pip has no --override: a pip install would meet the release's own pin and stop.
+        if SYSTEM_SITE_PACKAGES or session.venv_backend != "uv":
+            session.error(f"row {row.id} has overrides ({', '.join(row.override_pins())}): installing it needs uv")
+        session.log(f"install: {', '.join(row.override_pins())} in place of the release's pins (row 'overrides')")
     if wheelhouse is not None:
         row_wheels = wheelhouse / row.id
         if not row_wheels.is_dir():
             session.error(f"wheelhouse {wheelhouse}: no {row.id}/ (nox -s 'wheelhouse({row.id})')")
         offline = ["--no-index", "--find-links", str(row_wheels)]
-        requirements = [*row.install_pins(), _plugin_requirement(wheel)]
+        requirements = [*row.install_pins(), _plugin_requirement(wheel), *overrides]
         if SYSTEM_SITE_PACKAGES:
             # The host's torch/triton/nvidia-* live in its system site-packages; uv ignores those
             # when resolving, pip counts them as installed.
@@ -176,7 +193,7 @@ def install_row(session: nox.Session, row: MatrixRow, wheel: Path, wheelhouse: P
         session.log(f"install: torch=={row.torch} from {row.torch_index}")
         session.install(f"torch=={row.torch}", "--index-url", row.torch_index)
     session.log(f"install: {' '.join(row.install_pins())} + plugin wheel [test]")
-    session.install(*row.install_pins(), _plugin_requirement(wheel))
+    session.install(*row.install_pins(), _plugin_requirement(wheel), *overrides)
 
 
 def gather_envinfo(session: nox.Session, destination: Path) -> dict:
@@ -306,14 +323,22 @@ def compat(session: nox.Session) -> None:
         session.warn(f"compat: {note}")
 
 
-def _compile(session: nox.Session, requirements: list[str], work: Path, name: str, index: list[str], target: list[str]):
+def _compile(
+    session: nox.Session,
+    requirements: list[str],
+    work: Path,
+    name: str,
+    index: list[str],
+    target: list[str],
+    overrides: list[str] | None = None,
+):
     """``uv pip compile`` for ``target`` (the session's interpreter, or ``--python-version``/``--python-platform``
     of another host): pinned lines, without the plugin itself."""
     source, compiled = work / f"{name}.in", work / f"{name}.txt"
     source.write_text("\n".join(requirements) + "\n")
     session.run(
         "uv", "pip", "compile", str(source), "-o", str(compiled), *target,
-        "--no-header", "--no-annotate", "--quiet", *index, external=True,
+        "--no-header", "--no-annotate", "--quiet", *index, *(overrides or []), external=True,
     )  # fmt: skip
     lines = [line.strip() for line in compiled.read_text().splitlines()]
     return [
@@ -369,7 +394,10 @@ def wheelhouse(session: nox.Session, row_id: str) -> None:
         python = row.python
         resolve_for = ["--python", str(Path(session.bin) / "python")]
     session.log(f"wheelhouse: resolving {row.id} for Python {python}" + (f", {args.platform}" if args.platform else ""))
-    pins = _compile(session, [*row.install_pins(), _plugin_requirement(wheel)], work, "row", uv_index, resolve_for)
+    overrides = _override_args(row, work)
+    pins = _compile(
+        session, [*row.install_pins(), _plugin_requirement(wheel)], work, "row", uv_index, resolve_for, overrides
+    )
     left_out: list[str] = []
     if args.without_host_provided:
         # What a host with this torch already has: torch and those of its dependencies that

@@ -254,6 +254,28 @@ def test_result_recorded_for_other_pins_than_the_matrix_row_now_is_an_error(work
     assert len(capsys.readouterr().err.strip().splitlines()) == 3
 
 
+def test_a_row_that_overrides_a_release_pin_says_so_on_its_vllm_cell(workspace):
+    results, doc = workspace
+    override = {"requirement": "flashinfer-python==0.7.4", "reason": "the release pins 0.7.3, not on the index"}
+    matrix = doc.parent / "matrix.yaml"
+    row_field = f"    overrides: {json.dumps([override])}\n"  # JSON is YAML
+    text = matrix.read_text().replace('vllm: "0.20.2"\n', 'vllm: "0.20.2"\n' + row_field, 1)
+    matrix.write_text(text)
+    with pytest.raises(MatrixError, match=r"overrides None -> \[\{'requirement': 'flashinfer-python==0.7.4'"):
+        regenerate(results, doc)  # a result made without the override is not this row's any more
+    path = results / "cpu" / "vllm-0.20.2.json"
+    result = json.loads(path.read_text())
+    result["row"]["overrides"] = [override]
+    result["env"]["packages"]["flashinfer-python"] = "0.7.4"
+    path.write_text(json.dumps(result))
+    assert regenerate(results, doc) is True
+    text = doc.read_text(encoding="utf-8")
+    line = next(r for r in table_lines(text) if r[0].startswith("0.20.2"))
+    note = line[0].split("[")[1].rstrip("]")
+    expected = "flashinfer-python==0.7.4 in place of the release's own pin (uv --override; installed: 0.7.4): "
+    assert f"- [{note}] {expected}{override['reason']}" in text
+
+
 def test_committed_results_match_the_committed_matrix():
     repo = DATA.parents[2]
     assert collect_results(repo / "matrix" / "results", matrix_dir=repo / "matrix")

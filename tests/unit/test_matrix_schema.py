@@ -281,6 +281,50 @@ def test_extra_requirements_may_not_pin_vllm_or_torch_again(tmp_path):
     assert "'Torch>=2': torch is pinned by the row's own field" in messages[1]
 
 
+OVERRIDE = """\
+    overrides:
+      - requirement: "flashinfer-python==0.7.4"
+        reason: "the release pins 0.7.3, which the index does not serve"
+"""
+
+
+def test_an_override_replaces_a_release_pin_and_is_part_of_the_row_spec(tmp_path):
+    (row,) = load_matrix([write(tmp_path, "m.yaml", "rows:\n" + VALID_ROW + OVERRIDE)])
+    assert row.override_pins() == ["flashinfer-python==0.7.4"]
+    assert row.spec()["overrides"] == [
+        {"requirement": "flashinfer-python==0.7.4", "reason": "the release pins 0.7.3, which the index does not serve"}
+    ]
+    (plain,) = load_matrix([write(tmp_path, "p.yaml", "rows:\n" + VALID_ROW)])
+    # A row without overrides keeps the spec (and fingerprint) it had before the field existed.
+    assert "overrides" not in plain.spec() and plain.fingerprint() != row.fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            '    overrides: ["flashinfer-python==0.7.4"]\n',
+            "item 1: expected a mapping with exactly requirement, reason",
+        ),
+        ("    overrides: []\n", "expected a non-empty list of {requirement, reason} mappings"),
+        (OVERRIDE.replace("==0.7.4", ">=0.7.4"), "item 1: 'flashinfer-python>=0.7.4' is not an exact pin"),
+        (OVERRIDE.replace("flashinfer-python==0.7.4", "torch==2.14.0"), "torch is pinned by the row's own field"),
+        (OVERRIDE.replace('"the release pins 0.7.3, which the index does not serve"', '" "'), "reason: say why"),
+        (
+            OVERRIDE + '      - {requirement: "FlashInfer_Python==0.7.2", reason: x}\n',
+            "flashinfer-python is overridden twice",
+        ),
+        (
+            '    extra_requirements: ["flashinfer-python==0.5.2"]\n' + OVERRIDE,
+            "flashinfer-python is also in extra_requirements",
+        ),
+    ],
+)
+def test_a_bad_override_is_one_message_naming_the_field_and_item(tmp_path, overrides, expected):
+    (message,) = errors_of(write(tmp_path, "m.yaml", "rows:\n" + VALID_ROW + overrides))
+    assert "field 'overrides': " in message and expected in message
+
+
 def test_validate_outside_the_repository_names_the_folder_it_looked_in(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert matrix_cli(["validate"]) == 2

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import tabulate as tabulate_module
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from tabulate import tabulate
 
@@ -88,7 +90,15 @@ def _shown(path: Path, base: Path | None) -> str:
 
 #: The parts of a row that decide what a result vouches for: a result recorded with other values is not a
 #: result of the matrix row of that id any more.
-ROW_FIELDS_THAT_MUST_MATCH: tuple[str, ...] = ("vllm", "torch", "python", "cuda", "tiers", "extra_requirements")
+ROW_FIELDS_THAT_MUST_MATCH: tuple[str, ...] = (
+    "vllm",
+    "torch",
+    "python",
+    "cuda",
+    "tiers",
+    "extra_requirements",
+    "overrides",  # absent from a row (and its results) that has none
+)
 
 
 def collect_results(
@@ -162,9 +172,10 @@ def _matrix_mismatch(shown: str, doc: Mapping[str, Any], rows: Mapping[str, Matr
         ]
     spec = row.spec()
     changed = [
-        f"{name} {recorded.get(name)!r} -> {spec[name]!r}"
+        f"{name} {recorded.get(name)!r} -> {spec.get(name)!r}"
         for name in ROW_FIELDS_THAT_MUST_MATCH
-        if recorded.get(name) != spec[name] and not (name == "tiers" and _only_added(recorded.get(name), spec[name]))
+        if recorded.get(name) != spec.get(name)
+        and not (name == "tiers" and _only_added(recorded.get(name), spec[name]))
     ]
     if not changed:
         return []
@@ -256,6 +267,14 @@ def _table_line(result: LoadedResult, notes: _Notes, newest: LoadedResult) -> li
     vllm = row["vllm"]
     if env.get("vllm") != row["vllm"]:
         vllm += f" (installed: {env.get('vllm') or 'none'})"
+    for override in row.get("overrides") or []:
+        pinned = override["requirement"]
+        installed = (env.get("packages") or {}).get(canonicalize_name(Requirement(pinned).name))
+        vllm += " " + notes.ref(
+            f"{pinned} in place of the release's own pin (uv --override"
+            + (f"; installed: {installed}" if installed else "")
+            + f"): {override['reason']}"
+        )
     family = env.get("family") or ("none " + notes.ref(f"family: {env.get('family_reason') or 'no reason recorded'}"))
     # envinfo's gpu names the count of each model (``2 × NVIDIA H200``).
     gpu = env["gpu"] if env["gpu"] == "cpu" else f"{env['gpu']} ({env.get('gpu_arch') or '?'})"

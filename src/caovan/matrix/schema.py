@@ -13,6 +13,9 @@ A matrix file is a mapping with one key, ``rows``, holding a list of rows::
         # optional:
         torch_index: https://download.pytorch.org/whl/cu130  # torch from here (hosts that reach it)
         extra_requirements: ["flashinfer-python==0.5.2"]      # more pins for this row's venv
+        overrides:                                            # replace a pin of vLLM's own (uv --override)
+          - requirement: "flashinfer-python==0.7.4"
+            reason: "vLLM 0.34.0 pins 0.7.3, which the package index here does not serve"
 
 Every problem becomes one message naming the file, the line, the row and the field; all of them are
 collected before :class:`~caovan.matrix.MatrixError` is raised, so one run shows everything to fix.
@@ -33,6 +36,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from . import TIERS, MatrixError
+from .pin_overrides import PinOverride, check_overrides
 
 # \Z, not $: "$" also matches before a final newline ("x\n" would pass as an id and name a session and a file).
 ROW_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
@@ -53,7 +57,7 @@ REQUIRED_FIELDS: tuple[str, ...] = (
     "tiers",
     "runner_labels",
 )
-OPTIONAL_FIELDS: tuple[str, ...] = ("torch_index", "extra_requirements")
+OPTIONAL_FIELDS: tuple[str, ...] = ("torch_index", "extra_requirements", "overrides")
 #: Fields that do not change what a row installs or runs, so they stay out of its fingerprint:
 #: moving a row to other runner labels must not invalidate results that are still true.
 FINGERPRINT_EXCLUDED_FIELDS: frozenset[str] = frozenset({"runner_labels"})
@@ -74,12 +78,13 @@ class MatrixRow:
     runner_labels: tuple[str, ...]
     torch_index: str | None = None
     extra_requirements: tuple[str, ...] = ()
+    overrides: tuple[PinOverride, ...] = ()
     #: ``file:line`` the row came from (diagnostics only; not part of the spec).
     origin: str = field(default="", compare=False)
 
     def spec(self) -> dict[str, Any]:
         """The row as plain JSON data (what result files record), without its origin."""
-        return {
+        spec = {
             "id": self.id,
             "vllm": self.vllm,
             "torch": self.torch,
@@ -90,6 +95,11 @@ class MatrixRow:
             "torch_index": self.torch_index,
             "extra_requirements": list(self.extra_requirements),
         }
+        # Only where there are some: rows without overrides keep the fingerprints (and results) they had before
+        # the field existed.
+        if self.overrides:
+            spec["overrides"] = [{"requirement": o.requirement, "reason": o.reason} for o in self.overrides]
+        return spec
 
     def fingerprint(self) -> str:
         return spec_fingerprint(self.spec())
@@ -97,6 +107,10 @@ class MatrixRow:
     def install_pins(self) -> list[str]:
         """Requirements that pin this row's venv (the plugin and its test extra come on top)."""
         return [f"vllm=={self.vllm}", f"torch=={self.torch}", *self.extra_requirements]
+
+    def override_pins(self) -> list[str]:
+        """Lines of the overrides file (``uv pip install --override FILE``); empty when the row has none."""
+        return [o.requirement for o in self.overrides]
 
 
 def spec_fingerprint(spec: dict[str, Any]) -> str:
@@ -388,6 +402,8 @@ def _check_row(raw: dict[str, Any], check: _RowChecker) -> dict[str, Any] | None
                 if parsed.name.lower() in ("vllm", "torch"):
                     check.error(name, f"{requirement!r}: {parsed.name.lower()} is pinned by the row's own field")
             row[name] = requirements
+        elif name == "overrides":
+            row[name] = check_overrides(raw[name], check.error, row.get("extra_requirements") or ())
     if len(check.errors) != before:
         return None
     return row
