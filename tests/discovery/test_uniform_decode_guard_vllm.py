@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from caovan.adapters.registry import installed_family, installed_full_graph_safety
 from caovan.plugin import uniform_decode_guard as guard
 
 pytestmark = [pytest.mark.discovery, pytest.mark.usefixtures("served_release")]
@@ -29,7 +30,7 @@ def test_vllm_still_tells_uniform_decode_by_shape_alone(runner):
 
 
 def test_full_graphs_are_safe_with_caovan_on_and_not_without(runner):
-    safety = guard.full_graph_safety()
+    safety = installed_full_graph_safety()
     assert (safety.with_caovan, safety.without_caovan) == (True, False), safety
     assert "PIECEWISE" in safety.verdict(caovan_on=False) and "PIECEWISE" not in safety.verdict(caovan_on=True)
 
@@ -38,7 +39,8 @@ def test_the_guard_wraps_the_real_runner_and_reads_what_its_input_batch_has(runn
     from vllm.v1.worker.gpu_input_batch import InputBatch
 
     original = runner.__dict__[guard.METHOD]
-    assert guard.install(SimpleNamespace(parallel_config=SimpleNamespace(pipeline_parallel_size=1))) is True
+    config = SimpleNamespace(parallel_config=SimpleNamespace(pipeline_parallel_size=1))
+    assert guard.install(config, installed_family()) is True
     assert runner.__dict__[guard.METHOD]._caovan_wrapped is original
     # The decision reads these per-request arrays of the runner's input batch, as vLLM's __init__ creates them.
     assigned = InputBatch.__init__.__code__.co_names

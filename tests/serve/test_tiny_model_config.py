@@ -11,6 +11,7 @@ import pytest
 import serve_workload
 
 from caovan.bench import model_folders as tiny_models
+from caovan.bench.model_tokenizer import write_architecture
 from caovan.model_check import check_model_dir
 
 
@@ -176,7 +177,7 @@ def test_the_tokenizer_refuses_a_vocabulary_without_room_or_with_vision_tokens_i
 def test_the_27b_architecture_is_the_public_config_s(tmp_path):
     import json
 
-    folder = tiny_models.write_architecture("qwen3.6-27b", tmp_path / "m27")
+    folder = write_architecture("qwen3.6-27b", tmp_path / "m27")
     text = json.loads((folder / "config.json").read_text())["text_config"]
     assert sorted(p.name for p in folder.iterdir()) == [
         "config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -191,7 +192,7 @@ def test_the_27b_architecture_is_the_public_config_s(tmp_path):
     assert text["rope_parameters"]["mrope_section"] == [11, 11, 10]
     assert (folder / "tokenizer.json").is_file()
     with pytest.raises(ValueError, match="unknown architecture 'qwen9' \\(known: qwen3.6-27b\\)"):
-        tiny_models.write_architecture("qwen9", tmp_path / "x")
+        write_architecture("qwen9", tmp_path / "x")
 
 
 def test_the_model_folder_command_writes_once_and_never_over_a_folder(tmp_path, capsys):
@@ -215,7 +216,7 @@ def test_vllm_reads_the_27b_folder_as_the_hybrid_model_with_its_mtp_draft(tmp_pa
         import vllm
 
         pytest.skip(f"vLLM {vllm.__version__} has no Qwen3_5ForConditionalGeneration: Qwen3.5 arrived in vLLM 0.18")
-    folder = tiny_models.write_architecture("qwen3.6-27b", tmp_path / "m27")
+    folder = write_architecture("qwen3.6-27b", tmp_path / "m27")
     target = ModelConfig(model=str(folder), dtype="float16", max_model_len=4096, seed=0)
     assert target.architectures == ["Qwen3_5ForConditionalGeneration"] and target.is_hybrid
     text = target.hf_text_config
@@ -247,7 +248,7 @@ def test_vllm_builds_the_qwen3_5_processor_from_the_folder_offline(tmp_path, mon
 
         folder = write_tokenizer(tiny_models.write_tiny_qwen3_5(tmp_path / "m"))
     else:
-        folder = tiny_models.write_architecture(make, tmp_path / "m")
+        folder = write_architecture(make, tmp_path / "m")
     config = ModelConfig(model=str(folder), dtype="float16", max_model_len=4096, seed=0)
     processor = MULTIMODAL_REGISTRY.create_processor(config).info.get_hf_processor()
     assert type(processor).__name__ == "Qwen3VLProcessor"

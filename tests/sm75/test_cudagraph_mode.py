@@ -17,9 +17,9 @@ pytestmark = pytest.mark.sm75
 
 
 def _probe() -> dict:
-    from caovan.plugin.uniform_decode_guard import full_graph_safety
+    from caovan.adapters.registry import installed_full_graph_safety
 
-    safety = full_graph_safety()
+    safety = installed_full_graph_safety()
     return {"with_caovan": safety.with_caovan, "without_caovan": safety.without_caovan, "reason": safety.reason}
 
 

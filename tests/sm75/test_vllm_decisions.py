@@ -124,20 +124,20 @@ def _a_real_refusal(doc: dict) -> tuple[str, str, str] | None:
 def test_serve_stops_on_a_setting_this_vllm_refuses_on_7_5(decisions, tmp_path, monkeypatch, capsys):
     from caovan import cli
     from caovan.bench.model_folders import write_tiny_qwen3_next
-    from caovan.sm75 import vllm_flags
+    from caovan.serving import device_refusals
 
     refusal = _a_real_refusal(decisions)
     if refusal is None:
         pytest.skip("this vLLM refuses none of the settings asked on 7.5 (kv dtypes, backends, dtypes): no refusal")
     flag, value, message = refusal
     # A 2080 Ti stands in for the GPU; the decisions are the real vLLM's, on its simulated 7.5 platform.
-    monkeypatch.setattr(vllm_flags, "visible_gpu", lambda: ((7, 5), "stand-in RTX 2080 Ti"))
-    real_probe = vllm_flags.vllm_decisions.probe_vllm_decisions
+    monkeypatch.setattr(device_refusals, "visible_gpu", lambda: ((7, 5), "stand-in RTX 2080 Ti"))
+    real_probe = device_refusals.vllm_decisions.probe_vllm_decisions
 
     def simulated_probe(*args, **kwargs):
         return real_probe(*args, **{**kwargs, "real_device": False})  # no 7.5 GPU here to answer for itself
 
-    monkeypatch.setattr(vllm_flags.vllm_decisions, "probe_vllm_decisions", simulated_probe)
+    monkeypatch.setattr(device_refusals.vllm_decisions, "probe_vllm_decisions", simulated_probe)
     model = write_tiny_qwen3_next(tmp_path / "next")
     status = cli.main(["serve", str(model), "--caovan-dry-run", flag, value])
     out, err = capsys.readouterr()

@@ -273,6 +273,38 @@ def test_profile_is_refused_before_any_server_where_vllm_cannot_profile(monkeypa
     assert capsys.readouterr().err == "caovan bench: error: --profile: this vLLM has no --profiler-config (0.19 on)\n"
 
 
+def _fake_vllm(root: Path, runner_text: str | None) -> None:
+    """A ``vllm`` package with a profiler-config EngineArgs and, where given, a worker module of ``runner_text``."""
+    worker = root / "vllm" / "v1" / "worker" / "gpu"
+    worker.mkdir(parents=True)
+    for folder in (root / "vllm", root / "vllm" / "v1", worker.parent, worker):
+        (folder / "__init__.py").touch()
+    (root / "vllm" / "engine").mkdir()
+    (root / "vllm" / "engine" / "__init__.py").touch()
+    (root / "vllm" / "engine" / "arg_utils.py").write_text(
+        "import dataclasses\n@dataclasses.dataclass\nclass EngineArgs:\n    profiler_config: object = None\n"
+    )
+    if runner_text is not None:
+        (worker / "model_runner.py").write_text(runner_text)
+
+
+@pytest.mark.parametrize("opens_the_range", [True, False])
+def test_profile_needs_a_runner_that_opens_the_step_range(tmp_path, monkeypatch, opens_the_range):
+    from caovan.bench.profile_summary import STEP_EVENT
+
+    text = f'with record_function_or_nullcontext("{STEP_EVENT}"):\n    pass\n' if opens_the_range else "pass\n"
+    _fake_vllm(tmp_path, text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    if opens_the_range:
+        assert e2e.step_range_sources() == ["vllm/v1/worker/gpu/model_runner.py"]
+        assert e2e.profiler_problem() is None
+    else:
+        assert e2e.step_range_sources() == []
+        assert f"opens the {STEP_EVENT!r} range" in e2e.profiler_problem()
+
+
 def test_spec_decode_counters_say_why_where_metrics_cannot_tell(fake_openai):
     port = int(fake_openai.url.rsplit(":", 1)[1])
     fake_openai.metrics = '# no spec decode here\nvllm:num_requests_running{engine="0"} 0.0\n'

@@ -87,8 +87,9 @@ class _EntryPoint:
         return register
 
 
-#: doctor's own, before the fixture below replaces it with a stand-in (it would import vLLM).
+#: doctor's own, before the fixture below replaces them with stand-ins (they would import vLLM).
 FULL_GRAPH_FACTS = doctor.full_graph_facts
+PROFILING_FACTS = doctor.profiling_facts
 
 
 @pytest.fixture
@@ -104,6 +105,7 @@ def healthy(monkeypatch, tmp_path):
     monkeypatch.setattr(
         doctor, "full_graph_facts", lambda installed: {"with_caovan": True, "without_caovan": False, "line": "stand-in"}
     )
+    monkeypatch.setattr(doctor, "profiling_facts", lambda installed: {"usable": True, "line": "stand-in"})
     for name in ("VLLM_PLUGINS", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         monkeypatch.delenv(name, raising=False)
     for name in [n for n in os.environ if n.upper().startswith("CAOVAN_")]:  # doctor judges them: none but ours
@@ -339,10 +341,11 @@ def test_doctor_command_exits_1_for_a_require_value_start_up_refuses():
 def test_full_graph_line_says_both_answers_and_leaves_the_verdict_alone(
     healthy, capsys, monkeypatch, with_caovan, without_caovan, words
 ):
+    from caovan.adapters import registry
     from caovan.plugin import uniform_decode_guard
 
     safety = uniform_decode_guard.FullGraphSafety(with_caovan, without_caovan, "why")
-    monkeypatch.setattr(uniform_decode_guard, "full_graph_safety", lambda: safety)
+    monkeypatch.setattr(registry, "installed_full_graph_safety", lambda: safety)
     monkeypatch.setattr(doctor, "full_graph_facts", FULL_GRAPH_FACTS)
     rc, facts, _ = _verdicts(capsys)
     assert rc == 0  # information only: a server may run PIECEWISE graphs
@@ -357,6 +360,20 @@ def test_full_graph_line_says_both_answers_and_leaves_the_verdict_alone(
 
 def test_full_graph_facts_without_vllm_are_not_judged():
     assert FULL_GRAPH_FACTS(False)["line"] == "not judged (vLLM is not installed)"
+    assert PROFILING_FACTS(False)["line"] == "not judged (vLLM is not installed)"
+
+
+def test_a_vllm_whose_runner_opens_no_step_range_has_profiling_refused_with_the_reason(healthy, capsys, monkeypatch):
+    from caovan.bench import e2e
+
+    reason = "--profile: no model runner of this vLLM opens the 'gpu_model_runner: forward' range"
+    monkeypatch.setattr(e2e, "profiler_problem", lambda: reason)
+    monkeypatch.setattr(doctor, "profiling_facts", PROFILING_FACTS)
+    rc, facts, _ = _verdicts(capsys)
+    assert rc == 0 and facts["profiling"]["usable"] is False  # information: caovan itself is fine
+    _, text = _doctor(capsys)
+    (line,) = [x for x in text.splitlines() if x.startswith("profiling")]
+    assert line == f"profiling     caovan bench e2e --profile: refused: {reason.removeprefix('--profile: ')}"
 
 
 # --- what this vLLM refuses on the GPU here (caovan.sm75.vllm_decisions with the GPU's capability) -----------------

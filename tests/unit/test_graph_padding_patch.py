@@ -151,15 +151,15 @@ def test_a_builder_the_patch_does_not_fit_is_left_alone_and_said_so(builder_modu
 
 def test_full_graph_safety_adds_the_padding_judgement(builder_module, monkeypatch):
     monkeypatch.setattr(guard, "_uniform_decode_safety", lambda pp: guard.FullGraphSafety(True, False, "shape"))
-    safety = guard.full_graph_safety(1, FAMILY)
+    safety = guard.full_graph_safety(FAMILY, 1)
     assert (safety.with_caovan, safety.without_caovan) == (True, False)
     assert safety.reason.startswith("shape; ") and patch.ISSUE in safety.reason
     # vLLM fixed the shape test but not the padding: still not safe without caovan.
     monkeypatch.setattr(guard, "_uniform_decode_safety", lambda pp: guard.FullGraphSafety(True, True, "fixed"))
-    safety = guard.full_graph_safety(1, FAMILY)
+    safety = guard.full_graph_safety(FAMILY, 1)
     assert (safety.with_caovan, safety.without_caovan) == (True, False)
     builder_module.GDNAttentionMetadataBuilder = FixedBuilder
-    assert guard.full_graph_safety(1, FAMILY) == guard.FullGraphSafety(True, True, "fixed")
+    assert guard.full_graph_safety(FAMILY, 1) == guard.FullGraphSafety(True, True, "fixed")
 
 
 def test_uninstall_imports_nothing():

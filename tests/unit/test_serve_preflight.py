@@ -226,7 +226,7 @@ def _decisions(capability, **kwargs) -> dict:
 @pytest.fixture
 def turing_gpu(monkeypatch):
     """A 2080 Ti is the visible GPU, and the installed vLLM's decisions for it are :func:`_decisions`."""
-    from caovan.sm75 import vllm_flags
+    from caovan.serving import device_refusals
 
     asked = []
 
@@ -234,8 +234,8 @@ def turing_gpu(monkeypatch):
         asked.append((capability, kwargs))
         return _decisions(capability, **kwargs)
 
-    monkeypatch.setattr(vllm_flags, "visible_gpu", lambda: ((7, 5), "NVIDIA GeForce RTX 2080 Ti"))
-    monkeypatch.setattr(vllm_flags.vllm_decisions, "probe_vllm_decisions", probe)
+    monkeypatch.setattr(device_refusals, "visible_gpu", lambda: ((7, 5), "NVIDIA GeForce RTX 2080 Ti"))
+    monkeypatch.setattr(device_refusals.vllm_decisions, "probe_vllm_decisions", probe)
     monkeypatch.setattr(guards, "cuda_gpu_missing", lambda environ=None: None)
     return asked
 

@@ -1,4 +1,4 @@
-"""Unit tests of :mod:`caovan.sm75.vllm_decisions` and :mod:`caovan.sm75.vllm_flags` against a fake vLLM.
+"""Unit tests of :mod:`caovan.sm75.vllm_decisions` and :mod:`caovan.serving.device_refusals` against a fake vLLM.
 
 The fake is a tiny ``vllm`` package written to a temporary folder and imported in place of the real one (whose
 modules are put back afterwards): a CUDA platform whose own ``get_device_capability`` fails as it does without a
@@ -17,8 +17,8 @@ import textwrap
 
 import pytest
 
+from caovan.serving import device_refusals
 from caovan.serving.serve_flags import ServeArgsError
-from caovan.sm75 import vllm_flags
 from caovan.sm75.vllm_attention import Unanswerable, keyword_call
 from caovan.sm75.vllm_decisions import QUESTIONS, probe_vllm_decisions, summary
 
@@ -298,7 +298,7 @@ def _doc(capability=(7, 5)) -> dict:
 
 
 def _settings(args, config=None, environ=None, names=None):
-    return vllm_flags.user_settings(args, "serve.yaml" if config else None, config or {}, environ or {}, names)
+    return device_refusals.user_settings(args, "serve.yaml" if config else None, config or {}, environ or {}, names)
 
 
 def test_the_users_settings_are_read_where_vllm_reads_them():
@@ -348,13 +348,13 @@ def test_the_users_settings_are_read_where_vllm_reads_them():
     ],
 )
 def test_a_refused_setting_is_one_line_with_vllms_reason_and_what_to_use(args, line):
-    assert vllm_flags.refusal_line(_settings(args), _doc()) == line
+    assert device_refusals.refusal_line(_settings(args), _doc()) == line
 
 
 def test_settings_vllm_takes_or_was_not_asked_about_pass():
     for args in (["--dtype", "half"], ["--dtype", "float32"], ["--attention-backend", "TRITON_ATTN"], ["--x"]):
-        assert vllm_flags.refusal_line(_settings(args), _doc()) is None
-    assert vllm_flags.refusal_line(_settings(["--kv-cache-dtype", "int8_per_token_head"]), _doc()) is None
+        assert device_refusals.refusal_line(_settings(args), _doc()) is None
+    assert device_refusals.refusal_line(_settings(["--kv-cache-dtype", "int8_per_token_head"]), _doc()) is None
 
 
 def test_serve_settings_are_judged_only_when_the_user_set_one():
@@ -364,17 +364,17 @@ def test_serve_settings_are_judged_only_when_the_user_set_one():
         asked.append(settings)
         return "refused"
 
-    vllm_flags.check_serve_settings(["--port", "1"], None, {}, {}, None, judge)
+    device_refusals.check_serve_settings(["--port", "1"], None, {}, {}, None, judge)
     assert asked == []  # nothing to judge: vLLM is not even asked
-    assert vllm_flags.judge_on_visible_gpu(vllm_flags.DeviceSettings()) is None
+    assert device_refusals.judge_on_visible_gpu(device_refusals.DeviceSettings()) is None
     with pytest.raises(ServeArgsError, match="^refused$"):
-        vllm_flags.check_serve_settings(["--dtype", "bfloat16"], None, {}, {}, None, judge)
+        device_refusals.check_serve_settings(["--dtype", "bfloat16"], None, {}, {}, None, judge)
 
 
 def test_without_a_gpu_nothing_is_asked(monkeypatch):
-    monkeypatch.setattr(vllm_flags, "visible_gpu", lambda: None)
-    monkeypatch.setattr(vllm_flags.vllm_decisions, "probe_vllm_decisions", lambda *a, **k: pytest.fail("asked"))
-    assert vllm_flags.judge_on_visible_gpu(_settings(["--dtype", "bfloat16"])) is None
+    monkeypatch.setattr(device_refusals, "visible_gpu", lambda: None)
+    monkeypatch.setattr(device_refusals.vllm_decisions, "probe_vllm_decisions", lambda *a, **k: pytest.fail("asked"))
+    assert device_refusals.judge_on_visible_gpu(_settings(["--dtype", "bfloat16"])) is None
 
 
 def test_the_visible_gpu_is_asked_about_with_its_own_capability(monkeypatch):
@@ -384,9 +384,9 @@ def test_the_visible_gpu_is_asked_about_with_its_own_capability(monkeypatch):
         calls.append((capability, kwargs))
         return _doc(capability)
 
-    monkeypatch.setattr(vllm_flags, "visible_gpu", lambda: ((7, 5), "NVIDIA GeForce RTX 2080 Ti"))
-    monkeypatch.setattr(vllm_flags.vllm_decisions, "probe_vllm_decisions", probe)
-    line = vllm_flags.judge_on_visible_gpu(_settings(["--kv-cache-dtype", "fp8_e4m3", "-ac", '{"backend": "X"}']))
+    monkeypatch.setattr(device_refusals, "visible_gpu", lambda: ((7, 5), "NVIDIA GeForce RTX 2080 Ti"))
+    monkeypatch.setattr(device_refusals.vllm_decisions, "probe_vllm_decisions", probe)
+    line = device_refusals.judge_on_visible_gpu(_settings(["--kv-cache-dtype", "fp8_e4m3", "-ac", '{"backend": "X"}']))
     assert line is None  # neither is refused in the stand-in document
     ((capability, kwargs),) = calls
     assert capability == (7, 5) and kwargs["real_device"] is True
@@ -395,7 +395,7 @@ def test_the_visible_gpu_is_asked_about_with_its_own_capability(monkeypatch):
 
 
 def test_doctor_lists_every_refusal_of_a_document():
-    found = {r["setting"]: r["message"] for r in vllm_flags.refusals(_doc())}
+    found = {r["setting"]: r["message"] for r in device_refusals.refusals(_doc())}
     assert found == {
         "--dtype bfloat16": PLANTED_BF16_MESSAGE,
         "--attention-backend FLASH_ATTN": PLANTED_CAPABILITY_REASON,

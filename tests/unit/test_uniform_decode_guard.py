@@ -69,7 +69,7 @@ def _config(pp: int = 1):
 
 
 def test_a_prompt_batch_is_kept_out_of_uniform_decode_and_a_decode_batch_is_not(runner_module):
-    assert guard.install(_config()) is True
+    assert guard.install(_config(), None) is True
     prompt, decode = FakeRunner([0], [4]), FakeRunner([20], [4])
     assert prompt._determine_batch_execution_and_padding(num_tokens=4, num_reqs=1) == "dispatched"
     decode._determine_batch_execution_and_padding(4, 1)  # num_reqs by position too
@@ -77,7 +77,7 @@ def test_a_prompt_batch_is_kept_out_of_uniform_decode_and_a_decode_batch_is_not(
 
 
 def test_a_capture_keeps_the_value_vllm_forces(runner_module):
-    guard.install(_config())
+    guard.install(_config(), None)
     runner = FakeRunner([0], [4])
     runner._determine_batch_execution_and_padding(num_tokens=4, num_reqs=1, force_uniform_decode=True)
     assert runner.calls == [True]
@@ -85,7 +85,7 @@ def test_a_capture_keeps_the_value_vllm_forces(runner_module):
 
 def test_install_is_once_and_uninstall_puts_vllms_method_back(runner_module):
     original = FakeRunner.__dict__[guard.METHOD]
-    assert guard.install(_config()) and guard.install(_config())
+    assert guard.install(_config(), None) and guard.install(_config(), None)
     wrapped = FakeRunner.__dict__[guard.METHOD]
     assert wrapped._caovan_wrapped is original
     assert guard.uninstall() is True and FakeRunner.__dict__[guard.METHOD] is original
@@ -93,7 +93,7 @@ def test_install_is_once_and_uninstall_puts_vllms_method_back(runner_module):
 
 
 def test_the_start_up_line_says_full_graphs_are_safe_with_the_guard(runner_module, caovan_records):
-    guard.install(_config())
+    guard.install(_config(), None)
     (record,) = caovan_records
     assert record.levelno == logging.INFO
     assert record.getMessage().startswith(
@@ -105,7 +105,7 @@ def test_the_start_up_line_says_full_graphs_are_safe_with_the_guard(runner_modul
 
 def test_pipeline_parallel_is_left_as_vllm_has_it_and_says_so(runner_module, caovan_records):
     original = FakeRunner.__dict__[guard.METHOD]
-    assert guard.install(_config(pp=2)) is False
+    assert guard.install(_config(pp=2), None) is False
     assert FakeRunner.__dict__[guard.METHOD] is original
     (record,) = caovan_records
     assert record.levelno == logging.WARNING
@@ -140,13 +140,13 @@ def test_full_graph_safety_follows_what_the_runner_reads(monkeypatch, runner, wi
     module = types.ModuleType(guard.RUNNER_MODULE)
     module.GPUModelRunner = runner
     monkeypatch.setitem(sys.modules, guard.RUNNER_MODULE, module)
-    safety = guard.full_graph_safety()
+    safety = guard.full_graph_safety(None)
     assert (safety.with_caovan, safety.without_caovan) == (with_caovan, without_caovan)
     assert words in safety.reason
     assert ("PIECEWISE" in safety.verdict(caovan_on=False)) is not without_caovan
     # The guard goes in exactly where vLLM needs it and caovan can fix it.
     needed = with_caovan and not without_caovan
-    assert guard.install(_config()) is needed
+    assert guard.install(_config(), None) is needed
     assert hasattr(runner.__dict__[guard.METHOD], "_caovan_wrapped") is needed
     assert guard.uninstall() is needed
 
@@ -159,11 +159,27 @@ def test_a_runner_without_the_forcing_parameter_is_not_wrapped(monkeypatch):
     module = types.ModuleType(guard.RUNNER_MODULE)
     module.GPUModelRunner = OldRunner
     monkeypatch.setitem(sys.modules, guard.RUNNER_MODULE, module)
-    assert guard.install(_config()) is False
+    assert guard.install(_config(), None) is False
     assert not hasattr(OldRunner.__dict__[guard.METHOD], "_caovan_wrapped")
-    safety = guard.full_graph_safety()
+    safety = guard.full_graph_safety(None)
     assert not safety.with_caovan and not safety.without_caovan
     assert "force_uniform_decode" in safety.reason
+
+
+def test_a_vllm_whose_runner_moved_leaves_the_guard_inert_and_advises_piecewise(monkeypatch, caplog):
+    # vLLM 0.34: vllm/v1/worker/gpu_model_runner.py is gone, vllm/v1/worker/gpu/model_runner.py runs the model.
+    there = {guard.NEW_RUNNER_MODULE}
+    monkeypatch.setattr(guard, "_module_exists", lambda name: name in there)
+    monkeypatch.setattr(guard.importlib, "import_module", lambda name: (_ for _ in ()).throw(ImportError(name)))
+    with caplog.at_level(logging.WARNING):
+        assert guard.install(_config(), None) is False
+    safety = guard.full_graph_safety(None)
+    assert (safety.with_caovan, safety.without_caovan) == (False, False)
+    assert f"{guard.RUNNER_MODULE} is gone; {guard.NEW_RUNNER_MODULE} runs the model" in safety.reason
+    assert "PIECEWISE" in safety.verdict(caovan_on=True)
+    # The start-up line says it, once, as a warning.
+    (line,) = [r.getMessage() for r in caplog.records if "FULL CUDA graphs" in r.getMessage()]
+    assert "NOT safe with caovan on" in line and guard.NEW_RUNNER_MODULE in line
 
 
 def test_uninstall_imports_nothing(monkeypatch):

@@ -17,6 +17,8 @@ from typing import Any, ClassVar
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from ..signatures import has_argument, has_leading_arguments
+
 
 @dataclass(frozen=True)
 class HookPoint:
@@ -159,25 +161,6 @@ def lookup(owner: Any, attr: str) -> Any | None:
         return getattr(owner, attr, None)
     except Exception:
         return None
-
-
-def has_argument(func: Callable[..., Any], name: str) -> bool:
-    try:
-        return name in inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def has_leading_arguments(method: Callable[..., Any], names: Iterable[str]) -> bool:
-    """Whether ``method`` (a function defined in a class, ``self`` first) takes ``names`` as its first positional
-    parameters after ``self``, in this order: a parameter renamed or moved changes what a positional call means."""
-    try:
-        parameters = list(inspect.signature(method).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    names = list(names)
-    return positional[1 : 1 + len(names)] == names
 
 
 def _shape(func: Callable[..., Any]) -> str:

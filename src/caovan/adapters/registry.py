@@ -8,11 +8,15 @@ most hook points found) and each of its hook points that moved.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .base import GdnAdapter, ProbeReport, installed_vllm_version, version_in
 from .families import FAMILIES
 from .family import GdnFamily
 from .family_adapter import adapter_class
+
+if TYPE_CHECKING:
+    from ..plugin.uniform_decode_guard import FullGraphSafety
 
 ADAPTERS: tuple[type[GdnAdapter], ...] = tuple(adapter_class(family) for family in FAMILIES)
 #: How many moved hook points a refusal names before it says how many more there are.
@@ -95,6 +99,18 @@ def recognised_family() -> tuple[GdnFamily, str | None]:
     if family is None:
         raise RuntimeError(f"caovan cannot serve this vLLM: {selection.reason}")
     return family, None
+
+
+def installed_full_graph_safety(pipeline_parallel_size: int = 1) -> FullGraphSafety:
+    """``plugin.uniform_decode_guard.full_graph_safety`` for the family the installed vLLM lands in (served or not;
+    none: the runner's answer alone), for doctor, serve's advice and the sm75 tier."""
+    from ..plugin.uniform_decode_guard import full_graph_safety
+
+    try:
+        family: GdnFamily | None = recognised_family()[0]
+    except Exception:  # lands in no family: caovan stays inert and the runner's answer is the whole answer
+        family = None
+    return full_graph_safety(family, pipeline_parallel_size)
 
 
 def installed_family() -> GdnFamily:

@@ -213,14 +213,41 @@ def summarise(records: dict[tuple[str, int], dict[str, Any]], concurrency: Seque
     return rows
 
 
+def step_range_sources() -> list[str]:
+    """vLLM's worker modules that open the range the profile summary counts decode steps by
+    (:data:`caovan.bench.profile_summary.STEP_EVENT`), as paths under ``vllm/``: read as text, nothing imported."""
+    import importlib.util
+
+    from caovan.bench.profile_summary import STEP_EVENT
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = Path(next(iter(spec.submodule_search_locations)))
+    needle = f'"{STEP_EVENT}"'
+    return sorted(
+        str(path.relative_to(root.parent))
+        for path in (root / "v1" / "worker").rglob("*.py")
+        if needle in path.read_text(encoding="utf-8", errors="replace")
+    )
+
+
 def profiler_problem() -> str | None:
-    """Why ``--profile`` cannot work with the installed vLLM (None: it can): it needs ``--profiler-config``."""
+    """Why ``--profile`` cannot work with the installed vLLM (None: it can): it needs ``--profiler-config`` and a
+    model runner that opens the step range (vLLM 0.34's runner opens none)."""
     try:
         from vllm.engine.arg_utils import EngineArgs
     except Exception as exc:  # the servers would not start either; say it before any is started
         return f"--profile: vLLM is not importable here ({type(exc).__name__}: {exc})"
     if "profiler_config" not in getattr(EngineArgs, "__dataclass_fields__", {}):
         return "--profile: this vLLM has no --profiler-config (vLLM 0.19 and later have it)"
+    if not step_range_sources():
+        from caovan.bench.profile_summary import STEP_EVENT
+
+        return (
+            f"--profile: no model runner of this vLLM opens the {STEP_EVENT!r} range that the summary counts "
+            "decode steps by (vllm/v1/worker/gpu_model_runner.py opened it, up to vLLM 0.33)"
+        )
     return None
 
 

@@ -449,14 +449,3 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
         mamba_ssm_dtype="float32",
     ),
 }
-
-
-def write_architecture(name: str, directory: str | Path) -> Path:
-    """Write ``config.json`` of a released architecture (:data:`ARCHITECTURES`) and a tokenizer into
-    ``directory``, for serving with ``--load-format dummy``; returns the folder."""
-    if name not in ARCHITECTURES:
-        raise ValueError(f"model folder: unknown architecture {name!r} (known: {', '.join(ARCHITECTURES)})")
-    from caovan.bench.model_tokenizer import write_tokenizer
-
-    folder = write_tiny_qwen3_5(directory, **ARCHITECTURES[name])
-    return write_tokenizer(folder)

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from caovan.bench.model_folders import CONFIG_FILE_NAME, vision_special_tokens
+from caovan.bench.model_folders import ARCHITECTURES, CONFIG_FILE_NAME, vision_special_tokens, write_tiny_qwen3_5
 
 #: Qwen2's pre-tokenizer split (its ``tokenization_qwen2.PRETOKENIZE_REGEX``): words with their leading space,
 #: single digits, punctuation runs, newlines.
@@ -98,3 +98,12 @@ def write_tokenizer(directory: str | Path) -> Path:
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
     return folder
+
+
+def write_architecture(name: str, directory: str | Path) -> Path:
+    """Write ``config.json`` of a released architecture (:data:`ARCHITECTURES`) and a tokenizer into
+    ``directory``, for serving with ``--load-format dummy``; returns the folder."""
+    if name not in ARCHITECTURES:
+        raise ValueError(f"model folder: unknown architecture {name!r} (known: {', '.join(ARCHITECTURES)})")
+    folder = write_tiny_qwen3_5(directory, **ARCHITECTURES[name])
+    return write_tokenizer(folder)

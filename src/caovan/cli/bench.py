@@ -336,7 +336,7 @@ def run_summary(args: argparse.Namespace) -> int:
 
 
 def run_model_folder(args: argparse.Namespace) -> int:
-    from caovan.bench.model_folders import write_architecture
+    from caovan.bench.model_tokenizer import write_architecture
 
     folder = Path(args.folder)
     if args.folder == "":

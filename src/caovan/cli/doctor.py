@@ -204,9 +204,9 @@ def full_graph_facts(vllm_installed: bool) -> dict[str, Any]:
     if not vllm_installed:
         return {"with_caovan": None, "without_caovan": None, "line": "not judged (vLLM is not installed)"}
     try:
-        from ..plugin.uniform_decode_guard import full_graph_safety
+        from ..adapters.registry import installed_full_graph_safety
 
-        safety = full_graph_safety()
+        safety = installed_full_graph_safety()
     except Exception as exc:  # doctor reports; it never raises
         return {"with_caovan": None, "without_caovan": None, "line": f"not judged ({type(exc).__name__}: {exc})"}
     return {
@@ -214,6 +214,22 @@ def full_graph_facts(vllm_installed: bool) -> dict[str, Any]:
         "without_caovan": safety.without_caovan,
         "line": safety.summary(),
     }
+
+
+def profiling_facts(vllm_installed: bool) -> dict[str, Any]:
+    """Whether ``caovan bench e2e --profile`` can count this vLLM's decode steps (information, as the full-graph
+    line: the verdict is about caovan)."""
+    if not vllm_installed:
+        return {"usable": None, "line": "not judged (vLLM is not installed)"}
+    try:
+        from ..bench.e2e import profiler_problem, step_range_sources
+
+        problem = profiler_problem()
+    except Exception as exc:  # doctor reports; it never raises
+        return {"usable": None, "line": f"not judged ({type(exc).__name__}: {exc})"}
+    if problem is not None:
+        return {"usable": False, "line": f"refused: {problem.removeprefix('--profile: ')}"}
+    return {"usable": True, "line": f"usable (steps counted by the range {', '.join(step_range_sources())} opens)"}
 
 
 def device_decision_facts(gpus: dict[str, Any], vllm_installed: bool) -> dict[str, Any]:
@@ -228,8 +244,8 @@ def device_decision_facts(gpus: dict[str, Any], vllm_installed: bool) -> dict[st
             "about a 7.5 device without one",
             "gpus": [],
         }
+    from ..serving.device_refusals import refusals
     from ..sm75.vllm_decisions import probe_vllm_decisions
-    from ..sm75.vllm_flags import refusals
 
     judged = []
     kinds = {d["capability"]: d["name"] for d in gpus["devices"]}  # one vLLM answer per compute capability
@@ -268,6 +284,7 @@ def collect() -> dict[str, Any]:
         "caches": cache_facts(guards),
         "kernels": kernel_compile_facts(gpus),
         "full_graphs": full_graph_facts(bool(reports)),
+        "profiling": profiling_facts(bool(reports)),
         "vllm_on_gpu": device_decision_facts(gpus, bool(reports)),
         "settings": [dataclasses.asdict(finding) for finding in check_environment()],
         "families": [r.as_dict() for r in reports],
@@ -378,6 +395,7 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
     k = facts["kernels"]
     lines.append(f"kernels       compile for {k['target']}: {'PASS' if k['ok'] else 'FAIL'} ({k['detail']})")
     lines.append(f"full graphs   {facts['full_graphs']['line']}")
+    lines.append(f"profiling     caovan bench e2e --profile: {facts['profiling']['line']}")
     lines += _device_decision_lines(facts["vllm_on_gpu"])
     for setting in facts["settings"]:
         lines.append(f"settings      {setting['level']} {setting['setting']}: {setting['message']}")

@@ -31,15 +31,17 @@ import inspect
 import logging
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .. import PLUGIN_NAME
-from ..adapters.base import has_argument
-from ..adapters.family import GdnFamily
 from ..log import logger
+from ..signatures import has_argument
 from . import method_patch
+
+if TYPE_CHECKING:  # handed in by the caller: this module never asks adapters/ for it
+    from ..adapters.family import GdnFamily
 
 BUILDER_CLASS = "GDNAttentionMetadataBuilder"
 METADATA_CLASS = "CommonAttentionMetadata"

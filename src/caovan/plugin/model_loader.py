@@ -30,8 +30,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from caovan.adapters.base import has_leading_arguments
 from caovan.plugin import method_patch
+from caovan.signatures import has_leading_arguments
 
 LOADER_MODULE = "vllm.model_executor.model_loader.base_loader"
 LOADER_CLASS = "BaseModelLoader"

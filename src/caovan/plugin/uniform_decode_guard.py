@@ -26,18 +26,23 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import PLUGIN_NAME
-from ..adapters.base import has_argument
-from ..adapters.family import GdnFamily
 from ..log import logger
+from ..signatures import has_argument
 from . import graph_padding_patch, method_patch
 
+if TYPE_CHECKING:  # the family is handed in by whoever knows it: this module never asks adapters/ for it
+    from ..adapters.family import GdnFamily
+
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+#: The model runner that replaced it (vLLM 0.34 has only this one): caovan's guard does not know its dispatch.
+NEW_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
 RUNNER_CLASS = "GPUModelRunner"
 METHOD = "_determine_batch_execution_and_padding"
 #: The input-batch arrays the decision reads (numpy, one entry per request slot).
@@ -71,6 +76,13 @@ def runner_class() -> type | None:
     if not isinstance(cls, type) or method is None or not has_argument(method, "force_uniform_decode"):
         return None
     return cls
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package that is not there
+        return False
 
 
 def tells_uniform_decode_by_shape(cls: type) -> bool | None:
@@ -110,16 +122,16 @@ class FullGraphSafety:
         )
 
 
-def full_graph_safety(pipeline_parallel_size: int = 1, family: GdnFamily | None = None) -> FullGraphSafety:
-    """This vLLM's answer, from what its runner does (probed, not looked up by version) and, for the family's
-    builder (``family``, or the one the installed vLLM lands in), how it meets a padded batch
-    (``plugin/graph_padding_patch.py``)."""
+def full_graph_safety(family: GdnFamily | None, pipeline_parallel_size: int = 1) -> FullGraphSafety:
+    """This vLLM's answer, from what its runner does (probed, not looked up by version) and, for ``family``'s
+    builder (the family the installed vLLM lands in; None where it lands in none), how it meets a padded batch
+    (``plugin/graph_padding_patch.py``). ``adapters.registry.installed_full_graph_safety`` finds the family."""
     return _with_padding(_uniform_decode_safety(pipeline_parallel_size), family)
 
 
 def _with_padding(shape: FullGraphSafety, family: GdnFamily | None) -> FullGraphSafety:
     """The runner's answer, with the builder's on padded batches added where it has one."""
-    padding = graph_padding_patch.judgement(family if family is not None else _recognised_family())
+    padding = graph_padding_patch.judgement(family)
     if padding is None:
         return shape
     with_caovan, without_caovan, reason = padding
@@ -128,23 +140,17 @@ def _with_padding(shape: FullGraphSafety, family: GdnFamily | None) -> FullGraph
     )
 
 
-def _recognised_family() -> GdnFamily | None:
-    try:
-        from ..adapters.registry import recognised_family
-
-        return recognised_family()[0]
-    except Exception:  # no family: caovan stays inert and the runner's answer is the whole answer
-        return None
-
-
 def _uniform_decode_safety(pipeline_parallel_size: int) -> FullGraphSafety:
     cls = runner_class()
     if cls is None:
+        moved = ""
+        if _module_exists(NEW_RUNNER_MODULE) and not _module_exists(RUNNER_MODULE):
+            moved = f" ({RUNNER_MODULE} is gone; {NEW_RUNNER_MODULE} runs the model, and the guard does not know it)"
         return FullGraphSafety(
             False,
             False,
-            f"{RUNNER_CLASS}.{METHOD}(force_uniform_decode) is not in this vLLM, so caovan cannot keep prompts of "
-            "1 + num_speculative_tokens tokens out of the spec-decode FULL graph",
+            f"{RUNNER_CLASS}.{METHOD}(force_uniform_decode) is not in this vLLM{moved}, so caovan cannot keep "
+            "prompts of 1 + num_speculative_tokens tokens out of the spec-decode FULL graph",
         )
     by_shape = tells_uniform_decode_by_shape(cls)
     if by_shape is False:
@@ -175,7 +181,7 @@ def wrap(original: Any) -> Any:
     return determine
 
 
-def install(vllm_config: Any, family: GdnFamily | None = None) -> bool:
+def install(vllm_config: Any, family: GdnFamily | None) -> bool:
     """Wrap the dispatch once per process where this vLLM needs it, and log the start-up line that says whether
     FULL CUDA graphs with MTP are safe; True when the guard is in place (now or already)."""
     pipeline_parallel_size = getattr(getattr(vllm_config, "parallel_config", None), "pipeline_parallel_size", 1)

@@ -1,7 +1,7 @@
 """What ``caovan serve`` says about vLLM's CUDA graph mode before it starts a GDN + MTP model.
 
 vLLM's default mode, ``FULL_AND_PIECEWISE``, decodes such a model right only where nothing sends a prompt through
-the FULL graph captured for spec-decode (:func:`caovan.plugin.uniform_decode_guard.full_graph_safety` judges this
+the FULL graph captured for spec-decode (:func:`caovan.adapters.registry.installed_full_graph_safety` judges this
 vLLM, probed). Where it is safe for the run the user asked for (caovan on or off, pipeline parallel or not), serve
 says so; where it is not, it recommends PIECEWISE. The user's arguments are never changed, and a user who chose the
 mode (``cudagraph_mode`` anywhere, ``--enforce-eager``) hears nothing.
@@ -40,7 +40,7 @@ def graph_note(
     if users_graph_choice(args, config) is not None:
         return None
     if judge is None:
-        from caovan.plugin.uniform_decode_guard import full_graph_safety as judge
+        from caovan.adapters.registry import installed_full_graph_safety as judge
     try:
         safety = judge(parallel_size(args, config, "--pipeline-parallel-size", "-pp"))
     except Exception as exc:  # a probe of vLLM's runner; serve goes on without the advice

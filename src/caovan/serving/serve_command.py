@@ -15,7 +15,7 @@ AutoMem, DynamicTP and Elastic-KV are not built: the user's ``--gpu-memory-utili
 
 The user's arguments are read as vLLM reads them (:mod:`caovan.serving.serve_flags`); a ``--dtype``,
 ``--kv-cache-dtype`` or attention backend the installed vLLM refuses on the visible GPU stops serve before vLLM
-starts (:mod:`caovan.sm75.vllm_flags`).  The discovery tier parses
+starts (:mod:`caovan.serving.device_refusals`).  The discovery tier parses
 what :func:`plan_serve` builds with the installed vLLM's own serve parser
 (``tests/discovery/test_serve_command_vllm_parser.py``), so a vLLM that reads these forms differently fails there
 rather than in a user's start-up.  Before a run with speculative decoding, serve says whether vLLM's default FULL
@@ -46,6 +46,7 @@ from caovan.model_check import (
 )
 from caovan.plugin.options import AUTOSPEC_ENV, CaovanConfigError, parse_options, vllm_plugins_leaves_out
 from caovan.serving.cudagraph_advice import graph_note
+from caovan.serving.device_refusals import DeviceSettings, check_serve_settings
 from caovan.serving.serve_flags import (
     ServeArgsError,
     config_file,
@@ -58,7 +59,6 @@ from caovan.serving.serve_flags import (
     served_model,
     split_double_dash,
 )
-from caovan.sm75.vllm_flags import DeviceSettings, check_serve_settings
 
 #: What ``caovan serve`` adds to ``--additional-config`` when the user set none of caovan's switches.
 ENABLE_KEYS: dict[str, Any] = {"caovan": True, "caovan_mode": "auto"}
@@ -276,7 +276,7 @@ def plan_serve(
 
     ``judge_device_settings``: the user's ``--dtype`` / ``--kv-cache-dtype`` / attention backend -> the line saying
     which one vLLM refuses on this GPU, or None; None: ask the installed vLLM for the visible GPU
-    (:func:`caovan.sm75.vllm_flags.judge_on_visible_gpu`).
+    (:func:`caovan.serving.device_refusals.judge_on_visible_gpu`).
     """
     if mtp is not None and mtp < 1:
         raise ServeArgsError(f"--caovan-mtp {mtp}: the MTP depth is a number of tokens, at least 1")

@@ -156,7 +156,7 @@ def read_config_file(path: str) -> dict[str, Any]:
 
 
 #: The flags caovan serve reads or edits; it finds them by their full names only (the last four: the settings vLLM
-#: judges per GPU, see caovan.sm75.vllm_flags).
+#: judges per GPU, see caovan.serving.device_refusals).
 EDITED_FLAGS = (
     "--additional-config",
     "--speculative-config",

@@ -12,7 +12,7 @@ Parts (each its own module and tests):
   for sm_75 with the row's Triton.
 * ``vllm``     — :mod:`caovan.sm75.vllm_decisions`: what the row's vLLM decides for a 7.5 device.
 * ``binaries`` — :mod:`caovan.sm75.binaries`: whether the row's compiled extensions carry sm_75 code.
-* ``cudagraph`` — ``caovan.plugin.uniform_decode_guard.full_graph_safety``: whether FULL CUDA graphs are safe with
+* ``cudagraph`` — ``caovan.adapters.registry.installed_full_graph_safety``: whether FULL CUDA graphs are safe with
   MTP on this vLLM, caovan on and off.
 """
 

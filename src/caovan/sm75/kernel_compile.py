@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonfile import write_text_atomic
+from ..kernels.ptx_facts import ptx_has_bf16, ptxas_log_usage, ptxas_resource_usage
 from .device_view import RTX_2080_TI, DeviceFacts, sm75_device_view
 from .launch_recorder import KernelLaunch
-from .ptx_facts import ptx_has_bf16, ptxas_log_usage, ptxas_resource_usage
 
 #: Where compile outcomes are cached (``nox -s matrix`` points every row at one folder under build/).
 CACHE_DIR_ENV = "CAOVAN_SM75_CACHE_DIR"

@@ -300,7 +300,7 @@ def caovan_override_class() -> type:
 def _constructor_arguments(in_tree: type, vllm_config: Any, model: TinyGdnModel, prefix: str) -> dict[str, Any]:
     """What the model code passes: ``(config, vllm_config, prefix, gqa_interleaved_layout)`` from vLLM 0.19, the
     config pieces one by one before (no layout flag where Qwen3.5 has its own subclass)."""
-    from caovan.adapters.base import has_argument
+    from caovan.signatures import has_argument
 
     arguments: dict[str, Any] = {"config": vllm_config.model_config.hf_text_config, "prefix": prefix}
     pieces = {

@@ -23,7 +23,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ...sm75.ptx_facts import SM75_MAX_SHARED_MEMORY_BYTES, ptx_has_bf16, ptxas_resource_usage
+from ..ptx_facts import SM75_MAX_SHARED_MEMORY_BYTES, ptx_has_bf16, ptxas_resource_usage
 from . import row_butterfly
 from .launch_configs import ALL_LAUNCH_CONFIGS, ArchLaunchConfig
 from .occupancy import value_block_candidates

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from caovan.serving.serve_flags import ServeArgsError, dotted_value, find_flag
-
-from . import vllm_decisions
-from .vllm_decisions import backend_refusal, dtype_refusal, kv_accepted, kv_refusal, valid_backends
+from caovan.sm75 import vllm_decisions
+from caovan.sm75.vllm_decisions import backend_refusal, dtype_refusal, kv_accepted, kv_refusal, valid_backends
 
 #: vLLM's --dtype spellings of the two dtypes it judges per device (float32 is never refused for the device).
 _MODEL_DTYPES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16"}
