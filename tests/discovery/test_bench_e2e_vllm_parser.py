@@ -38,8 +38,7 @@ def test_vllm_reads_the_procedures_server_commands_as_asked(tmp_path, vllm_serve
         assert parsed["cudagraph_mode"] == "FULL_AND_PIECEWISE"
         assert parsed["additional_config"] == {"caovan": switch, "gdn_prefill_backend": "triton"}
         assert parsed["tensor_parallel_size"] == 2 and parsed["port"] == 8123
-    if profile:
-        assert e2e.profiler_problem() is None
+    if profile:  # vLLM reads the config; whether --profile can count steps is the next test's
         assert off["profiler_dir"] == str(e2e.trace_dir(settings, "baseline"))
         assert on["profiler_dir"] == str(e2e.trace_dir(settings, "caovan"))
     else:

@@ -67,6 +67,10 @@ class StockSpecKernelCalls:
         }
 
 
+#: Why the FULL-graph dispatch cannot be counted on a vLLM without the runner the counter wraps.
+RUNNER_GONE = "vLLM's vllm.v1.worker.gpu_model_runner.GPUModelRunner is not in this vLLM: graph dispatch not counted"
+
+
 class GraphDispatchCounts:
     """How vLLM's model runner dispatched each engine step: did the step run prompt tokens of newly admitted
     requests, and did it replay a FULL graph captured for uniform (spec-)decode.
@@ -101,7 +105,12 @@ class GraphDispatchCounts:
             self.sizes[f"{phase} steps of {num_tokens} tokens, {kind}"] += 1
 
     def install(self) -> None:
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+        """Wrap vLLM's runner; RuntimeError naming what is missing where this vLLM has no such runner (0.34's
+        vllm/v1/worker/gpu/model_runner.py decides its graphs elsewhere): the serve runner records it."""
+        try:
+            from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+        except ImportError as exc:
+            raise RuntimeError(f"{RUNNER_GONE} ({exc})") from exc
 
         execute, decide = GPUModelRunner.execute_model, GPUModelRunner._determine_batch_execution_and_padding
         step: dict[str, bool | None] = {"prompts": None}  # None outside execute_model (captures, dummy runs)
@@ -130,6 +139,8 @@ class GraphDispatchCounts:
         return bool(self._saved)
 
     def uninstall(self) -> None:
+        if not self._saved:
+            return
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
         for name, original in self._saved.items():

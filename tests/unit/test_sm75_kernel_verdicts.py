@@ -131,6 +131,7 @@ def test_outcomes_are_cached_by_kernel_source_specialisation_and_target():
 
 def test_the_device_view_answers_as_a_2080_ti_and_puts_everything_back():
     from triton.runtime import driver
+    from vllm.platforms import current_platform
 
     from caovan.sm75.device_view import sm75_device_view
 
@@ -141,5 +142,9 @@ def test_the_device_view_answers_as_a_2080_ti_and_puts_everything_back():
         assert driver.active.get_current_target().arch == 75
         assert torch.cuda.get_device_capability() == (7, 5) and torch.cuda.device_count() == 1
         assert "2080 Ti" in torch.cuda.get_device_name(0)
+        # vLLM 0.34's FLA utils ask vLLM's platform instead (the CPU platform here raises NotImplementedError).
+        assert "2080 Ti" in current_platform.get_device_name(0)
+        assert tuple(current_platform.get_device_capability(0)) == (7, 5)
     assert vars(driver) == state
     assert (torch.cuda.device_count, torch.cuda.get_device_capability) == (count, capability)
+    assert {"get_device_name", "get_device_capability"}.isdisjoint(vars(current_platform))

@@ -2,9 +2,11 @@
 
 vLLM sizes some of its Triton autotune lists when a kernel module is imported, from what Triton's driver says about
 the device (``fla/ops/utils.py``: ``check_shared_mem()`` reads ``get_device_properties(i)["max_shared_mem"]``; its
-``is_nvidia_hopper`` reads torch's device name and capability). On a machine without a GPU those questions fail
-and vLLM falls back to defaults, which is not the decision a 2080 Ti gets. Inside :func:`sm75_device_view` they are
-answered as an RTX 2080 Ti answers them, so the modules imported there make the decision they make on one.
+``is_nvidia_hopper`` reads the device name and capability from torch, or from vLLM's ``current_platform`` from
+vLLM 0.34 on). On a machine without a GPU those questions fail (vLLM's CPU platform raises NotImplementedError) or
+fall back to defaults, which is not the decision a 2080 Ti gets. Inside :func:`sm75_device_view` Triton's driver,
+torch and vLLM's platform answer as an RTX 2080 Ti answers them, so the modules imported there make the decision
+they make on one.
 
 Nothing launches under the view: the driver's stream and device calls exist only so that a ``JITFunction.run(...,
 warmup=True)`` compiles for the view's target (``caovan.sm75.kernel_compile``).
@@ -118,13 +120,40 @@ def sm75_device_view(facts: DeviceFacts = RTX_2080_TI) -> Iterator[DeviceFacts]:
     saved = {name: getattr(torch.cuda, name) for name in replacements}
     # Triton keeps the active driver in ``_active`` from 3.5, in ``active`` before: the whole state is put back.
     saved_driver = dict(vars(driver))
-    try:
+    # vLLM's platform first: it is resolved (from NVML and torch) on first use, which must not see the view.
+    with _vllm_platform_view(facts):
         for name, value in replacements.items():
             setattr(torch.cuda, name, value)
         driver.set_active(_ViewDriver(facts))
-        yield facts
+        try:
+            yield facts
+        finally:
+            for name, value in saved.items():
+                setattr(torch.cuda, name, value)
+            vars(driver).clear()
+            vars(driver).update(saved_driver)
+
+
+@contextlib.contextmanager
+def _vllm_platform_view(facts: DeviceFacts) -> Iterator[None]:
+    """vLLM's ``current_platform`` (CudaPlatform on a 2080 Ti, the CPU platform here) names the device and its
+    capability as a 2080 Ti's CudaPlatform does; nothing where vLLM is not installed."""
+    try:
+        from vllm.platforms import current_platform
+        from vllm.platforms.interface import DeviceCapability
+    except ImportError:
+        yield
+        return
+    answers = {
+        "get_device_name": lambda device_id=0: facts.name,
+        "get_device_capability": lambda device_id=0: DeviceCapability(*facts.capability),
+    }
+    own = vars(current_platform)
+    before = {name: own[name] for name in answers if name in own}
+    own.update(answers)
+    try:
+        yield
     finally:
-        for name, value in saved.items():
-            setattr(torch.cuda, name, value)
-        vars(driver).clear()
-        vars(driver).update(saved_driver)
+        for name in answers:
+            own.pop(name, None)
+        own.update(before)

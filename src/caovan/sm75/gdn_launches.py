@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from .launch_recorder import KernelLaunch, recording
 
@@ -153,11 +154,16 @@ def record_layer_launches(shape: GdnShape, ssm_dtype: str, layout: str) -> Layer
 
 def record_all(shapes: tuple[GdnShape, ...] = SHAPES, ssm_dtypes: tuple[str, ...] = SSM_STATE_DTYPES):
     """Every shape x SSM dtype; a combination the rig cannot drive is kept with its error, never dropped."""
+    import torch
+
     from ..bench.vllm_layer_rig import cpu_device_plumbing
 
     layout = "qwen3_5" if importlib.util.find_spec("vllm.model_executor.models.qwen3_5") else "qwen3_next"
     results = []
-    with cpu_device_plumbing():
+    # On a 2080 Ti every tensor of the layer is a CUDA tensor, and vLLM 0.34's state gather/scatter launchers assert
+    # it before they launch: the recorder's CPU tensors answer as CUDA ones (nothing is launched while recording).
+    on_cuda = mock.patch.object(torch.Tensor, "is_cuda", property(lambda self: True))
+    with cpu_device_plumbing(), on_cuda:
         for shape in shapes:
             for ssm_dtype in ssm_dtypes:
                 try:

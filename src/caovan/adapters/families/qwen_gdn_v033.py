@@ -1,4 +1,9 @@
-"""F11, vLLM 0.33: the fused MTP path's switch is renamed and is on only with speculative decoding."""
+"""F11, vLLM 0.33 - 0.34: the fused MTP path's switch is renamed and is on only with speculative decoding.
+
+vLLM 0.34 lands here by probing alone: same class, core, op, switch and metadata; it hands ``b``/``a`` to the core
+as strided views of ``ba`` (caovan's kernels take their strides) and gathers/scatters prefill states with two new
+Triton kernels (``ops/gather_initial_states.py``, ``ops/scatter_states.py``), which the sm75 tier records too.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ FAMILY = GdnFamily(
         why="as for gdn-linear-attn-v020: two Triton kernels in place of vLLM's spec-decode launches",
         how="as for qwen-gdn-v029, with the switch enable_fused_gdn_spec_decode",
         upstream="vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py, "
-        "QwenGatedDeltaNetAttention._forward_core and forward_cuda's fused-path switch, vLLM 0.33.0",
+        "QwenGatedDeltaNetAttention._forward_core and forward_cuda's fused-path switch, vLLM 0.33.0 and 0.34.0",
         remove_when="this family leaves the matrix",
     ),
 )
