@@ -60,6 +60,10 @@ def test_the_profiled_servers_mark_the_steps_the_summary_counts():
     sources = e2e.step_range_sources()
     if not sources:  # the runner that opened it is gone: bench e2e must refuse --profile up front, and say why
         assert STEP_EVENT in e2e.profiler_problem()
+        from caovan.cli import doctor
+
+        reason = e2e.profiler_problem().removeprefix("--profile: ")
+        assert doctor.profiling_facts(True) == {"usable": False, "line": f"refused: {reason}"}
         pytest.skip(f"vLLM {vllm.__version__} opens no {STEP_EVENT!r} range: {e2e.profiler_problem()}")
     import importlib
 

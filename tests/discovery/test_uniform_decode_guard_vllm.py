@@ -39,6 +39,10 @@ def test_where_the_runner_is_gone_the_guard_stays_inert_and_says_why():
     assert "force_uniform_decode" in safety.reason and "PIECEWISE" in safety.verdict(caovan_on=True)
     config = SimpleNamespace(parallel_config=SimpleNamespace(pipeline_parallel_size=1))
     assert guard.install(config, installed_family()) is False
+    from caovan.cli import doctor
+
+    line = doctor.full_graph_facts(True)["line"]
+    assert line.startswith("with MTP: NOT safe with caovan on") and guard.RUNNER_MODULE in line, line
 
 
 def test_vllm_still_tells_uniform_decode_by_shape_alone(runner):
