@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import textwrap
 
@@ -402,3 +403,27 @@ def test_doctor_lists_every_refusal_of_a_document():
         "--kv-cache-dtype fp8": f"No valid attention backend found: {PLANTED_KV_MESSAGE}",
         "--quantization gptq_marlin": "floor 80",
     }
+
+
+def test_a_release_without_the_sampler_class_is_asked_through_its_decision_function(monkeypatch):
+    # vLLM 0.34: TopKTopPSampler is gone; flashinfer_sampler_supported() decides, and raises when the user opted in.
+    import types
+
+    from caovan.sm75 import vllm_questions
+
+    reason = "FlashInfer top-p/top-k sampling unavailable: unsupported compute capability 7.5."
+
+    def flashinfer_sampler_supported():
+        if os.environ.get(vllm_questions.SAMPLER_ENV) == "1":
+            raise RuntimeError(reason)
+        return False
+
+    module = types.ModuleType(vllm_questions.SAMPLER_MODULE)
+    module.flashinfer_sampler_supported = flashinfer_sampler_supported
+    monkeypatch.setitem(sys.modules, vllm_questions.SAMPLER_MODULE, module)
+    sim = types.SimpleNamespace(logs=[], log_messages=lambda since=0: [])
+    answer = vllm_questions.flashinfer_sampler(sim)
+    assert answer == {"usable": False, "used_by_default": False, "reason": f"RuntimeError: {reason}"}
+    del module.flashinfer_sampler_supported  # neither the class nor the function: unanswered, with why
+    with pytest.raises(Unanswerable, match="neither TopKTopPSampler nor flashinfer_sampler_supported"):
+        vllm_questions.flashinfer_sampler(sim)

@@ -65,44 +65,59 @@ def _env(name: str, value: str | None) -> Iterator[None]:
             os.environ[name] = saved
 
 
-def _sampler_run(sim: SimulatedPlatform, sampler_cls: type, env_value: str | None) -> dict[str, Any]:
+def _ask_sampler(sim: SimulatedPlatform, ask: Any, what: str, env_value: str | None) -> dict[str, Any]:
+    """``ask()`` -> (uses FlashInfer, what vLLM picked), with ``VLLM_USE_FLASHINFER_SAMPLER`` at ``env_value``."""
     start = len(sim.logs)
     with _env(SAMPLER_ENV, env_value):
         try:
-            sampler = sampler_cls()
+            uses, picked = ask()
         except Exception as exc:  # vLLM refuses the opt-in on this device (RuntimeError with its reason)
             if is_machine_bound(exc):
-                raise Unanswerable(f"TopKTopPSampler() asked this machine's GPU: {type(exc).__name__}: {exc}") from None
+                raise Unanswerable(f"{what} asked this machine's GPU: {type(exc).__name__}: {exc}") from None
             return {"uses_flashinfer": False, "refusal": f"{type(exc).__name__}: {exc}", "log": sim.log_messages(start)}
-    method = getattr(getattr(sampler, "forward", None), "__name__", None)
-    return {"uses_flashinfer": method == "forward_cuda", "method": method, "log": sim.log_messages(start)}
+    return {"uses_flashinfer": uses, "picked": picked, "log": sim.log_messages(start)}
 
 
 def flashinfer_sampler(sim: SimulatedPlatform) -> dict[str, Any]:
-    """Question 3b: vLLM's top-k/top-p sampler built on the device, with ``VLLM_USE_FLASHINFER_SAMPLER`` unset
-    (vLLM's default) and set to 1 (opted in): the forward method it picks (``forward_cuda`` is FlashInfer's) and
-    the lines it logged about it."""
+    """Question 3b: vLLM's top-k/top-p sampler on the device, with ``VLLM_USE_FLASHINFER_SAMPLER`` unset (vLLM's
+    default) and set to 1 (opted in): whether it takes FlashInfer, and the lines it logged about it. Up to vLLM 0.33
+    ``TopKTopPSampler`` is built and the forward method it picks read (``forward_cuda`` is FlashInfer's); from 0.34
+    the class is gone and the same module's ``flashinfer_sampler_supported()`` is asked."""
     try:
         module = importlib.import_module(SAMPLER_MODULE)
     except Exception as exc:  # a release with the sampler elsewhere
         raise Unanswerable(f"{SAMPLER_MODULE} does not import: {type(exc).__name__}: {exc}") from None
     sampler_cls = getattr(module, "TopKTopPSampler", None)
-    if not isinstance(sampler_cls, type):
-        raise Unanswerable(f"{SAMPLER_MODULE} has no TopKTopPSampler")
-    default = _sampler_run(sim, sampler_cls, None)
-    opted_in = _sampler_run(sim, sampler_cls, "1")
+    decide = getattr(module, "flashinfer_sampler_supported", None)
+    if isinstance(sampler_cls, type):
+
+        def ask() -> tuple[bool, str | None]:
+            method = getattr(getattr(sampler_cls(), "forward", None), "__name__", None)
+            return method == "forward_cuda", method
+
+        what, yes = "TopKTopPSampler()", "TopKTopPSampler picks forward_cuda (FlashInfer)"
+        no = lambda answer: f"TopKTopPSampler picks {answer.get('picked')}"  # noqa: E731
+    elif callable(decide):
+
+        def ask() -> tuple[bool, str | None]:
+            return bool(decide()), None
+
+        what, yes = "flashinfer_sampler_supported()", "flashinfer_sampler_supported() says yes"
+        no = lambda answer: "flashinfer_sampler_supported() says no"  # noqa: E731
+    else:
+        raise Unanswerable(f"{SAMPLER_MODULE} has neither TopKTopPSampler nor flashinfer_sampler_supported")
+    default = _ask_sampler(sim, ask, what, None)
+    opted_in = _ask_sampler(sim, ask, what, "1")
     usable = opted_in["uses_flashinfer"]
     said = [line for line in opted_in["log"] + default["log"] if "flashinfer" in line.lower()]
     if opted_in.get("refusal"):
         reason = opted_in["refusal"]
     elif usable:
-        reason = f"TopKTopPSampler picks forward_cuda (FlashInfer) with {SAMPLER_ENV}=1" + (
+        reason = f"{yes} with {SAMPLER_ENV}=1" + (
             "; vLLM uses it by default" if default["uses_flashinfer"] else f"; off unless {SAMPLER_ENV}=1"
         )
     else:
-        reason = f"TopKTopPSampler picks {opted_in.get('method')} even with {SAMPLER_ENV}=1" + (
-            f": {said[0]}" if said else ""
-        )
+        reason = f"{no(opted_in)} even with {SAMPLER_ENV}=1" + (f": {said[0]}" if said else "")
     return {"usable": usable, "used_by_default": default["uses_flashinfer"], "reason": reason}
 
 
