@@ -198,3 +198,17 @@ def test_every_sm75_test_lives_where_the_tier_collects_from():
         if re.search(r"^(pytestmark = pytest\.mark\.sm75\b|@pytest\.mark\.sm75\b)", path.read_text(), re.M)
     ]
     assert marked and all(path.startswith(folder + "/") for path in marked), marked
+
+
+def test_a_part_is_keyed_by_every_file_of_the_package_data_included_litter_left_out(tmp_path):
+    from caovan.sm75.part_cache import caovan_digest
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "entry.py").write_text("X = 1\n")
+    (tmp_path / "kernels" / "launch_configs.json").write_text('{"sm75": {"num_warps": 4}}\n')
+    before = caovan_digest(tmp_path)
+    (tmp_path / "kernels" / "__pycache__").mkdir()
+    (tmp_path / "kernels" / "__pycache__" / "entry.cpython-311.pyc").write_bytes(b"\0")
+    assert caovan_digest(tmp_path) == before  # an import's bytecode is no change
+    (tmp_path / "kernels" / "launch_configs.json").write_text('{"sm75": {"num_warps": 8}}\n')
+    assert caovan_digest(tmp_path) != before  # a launch config is

@@ -11,27 +11,13 @@ import hashlib
 import re
 from pathlib import Path
 
+from ..source_files import files_under
 from . import MatrixError
 
 #: What the source fingerprint covers: plugin code, the tests that judge it, packaging metadata.
 SOURCE_PATHS: tuple[str, ...] = ("src", "tests", "pyproject.toml")
-#: Build/cache litter that must not make two identical checkouts look different.
-IGNORED_DIR_NAMES: frozenset[str] = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"})
-IGNORED_SUFFIXES: tuple[str, ...] = (".pyc", ".pyo")
 
 _VERSION_PATTERN = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
-
-
-def _files_under(folder: Path, relative_to: Path) -> list[Path]:
-    """The files under ``folder`` that count, without build/cache litter."""
-    files: list[Path] = []
-    for candidate in folder.rglob("*"):
-        relative_parts = candidate.relative_to(relative_to).parts
-        if any(part in IGNORED_DIR_NAMES or part.endswith(".egg-info") for part in relative_parts):
-            continue
-        if candidate.is_file() and not candidate.name.endswith(IGNORED_SUFFIXES):
-            files.append(candidate)
-    return files
 
 
 def _source_files(root: Path) -> list[Path]:
@@ -41,7 +27,7 @@ def _source_files(root: Path) -> list[Path]:
         if path.is_file():
             files.append(path)
         elif path.is_dir():
-            files.extend(_files_under(path, root))
+            files.extend(files_under(path, root))
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
@@ -52,8 +38,8 @@ def package_difference(installed: Path, source: Path) -> str | None:
     Compiled files and caches do not count (an install compiles them, a checkout collects them); every
     other file does, as in :func:`source_fingerprint`, and a wheel built from ``source`` carries them all.
     """
-    installed_files = {p.relative_to(installed).as_posix(): p for p in _files_under(installed, installed)}
-    source_files = {p.relative_to(source).as_posix(): p for p in _files_under(source, source)}
+    installed_files = {p.relative_to(installed).as_posix(): p for p in files_under(installed, installed)}
+    source_files = {p.relative_to(source).as_posix(): p for p in files_under(source, source)}
     for name in sorted(installed_files.keys() | source_files.keys()):
         if name not in installed_files:
             return f"{name} is missing from {installed}"

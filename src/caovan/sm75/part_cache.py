@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonfile import write_text_atomic
+from ..source_files import files_under
 from .kernel_compile import cache_dir
 
 #: The distributions whose files a part depends on.
@@ -24,11 +25,12 @@ DISTRIBUTIONS: tuple[str, ...] = ("vllm", "torch", "triton")
 LAYOUT = 1
 
 
-def caovan_digest() -> str:
-    """Digest of every file of the caovan package as imported (its source, wherever it was installed from)."""
-    root = Path(__file__).resolve().parent.parent
+def caovan_digest(root: Path | None = None) -> str:
+    """Digest of every file of the caovan package as imported (its source, wherever it was installed from), data
+    files included: caovan's kernel launch configs are JSON."""
+    root = root or Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted(files_under(root, root), key=lambda p: p.relative_to(root).as_posix()):
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
