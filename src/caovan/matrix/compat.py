@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import tabulate as tabulate_module
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from tabulate import tabulate
 
 from ..doc_markers import MarkerError, replace_between
 from . import TIERS, MatrixError
 from .fixed_hosts import load_hosts, render_gpu_coverage
+from .pin_overrides import PinOverride
 from .results import load_result, write_text_atomic
 from .schema import MatrixRow, load_matrix, matrix_files
 from .sm75_page import HEADER as SM75_HEADER
@@ -269,7 +268,7 @@ def _table_line(result: LoadedResult, notes: _Notes, newest: LoadedResult) -> li
         vllm += f" (installed: {env.get('vllm') or 'none'})"
     for override in row.get("overrides") or []:
         pinned = override["requirement"]
-        installed = (env.get("packages") or {}).get(canonicalize_name(Requirement(pinned).name))
+        installed = (env.get("packages") or {}).get(PinOverride(**override).name)
         vllm += " " + notes.ref(
             f"{pinned} in place of the release's own pin (uv --override"
             + (f"; installed: {installed}" if installed else "")

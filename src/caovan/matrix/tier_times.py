@@ -4,8 +4,8 @@
 
 The README's figures for the main job's tiers (a cold and a warm compile cache for the sm75 tier, say) come from
 files this writes, so each number has its JSON and the command that made it. It reads the result files of one
-runner folder as they are (complete or not) and writes one JSON document; a file that is not a result is an error
-naming it, and nothing is written.
+runner folder as they are (complete or not) and writes one JSON document; a file that is not a valid result is an
+error naming it and the field (the matrix's own result validation), and nothing is written.
 """
 
 from __future__ import annotations
@@ -19,16 +19,7 @@ from typing import Any
 from caovan.jsonfile import write_text_atomic
 
 from . import TIERS, MatrixError
-
-
-def _load(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise MatrixError(f"{path}: not a readable JSON result ({exc})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("tiers"), dict) or "row" not in doc:
-        raise MatrixError(f"{path}: not a matrix result (no 'row' and 'tiers')")
-    return doc
+from .results import load_result
 
 
 def tier_times(folder: Path, only: str | None = None) -> dict[str, Any]:
@@ -38,18 +29,18 @@ def tier_times(folder: Path, only: str | None = None) -> dict[str, Any]:
         raise MatrixError(f"{folder}: no result files (*.json)")
     rows = []
     for path in files:
-        doc = _load(path)
+        doc = load_result(path)
         seconds = {
             tier: round(float(record["duration_s"]), 1)
             for tier, record in doc["tiers"].items()
-            if isinstance(record, dict) and isinstance(record.get("duration_s"), (int, float)) and only in (None, tier)
+            if isinstance(record.get("duration_s"), (int, float)) and only in (None, tier)
         }
         rows.append(
             {
-                "row": doc["row"].get("id"),
-                "runner": doc.get("runner"),
-                "source": (doc.get("plugin") or {}).get("source_fingerprint"),
-                "finished_at": doc.get("finished_at"),
+                "row": doc["row"]["id"],
+                "runner": doc["runner"],
+                "source": doc["plugin"]["source_fingerprint"],
+                "finished_at": doc["finished_at"],
                 "tiers_s": seconds,
             }
         )

@@ -66,16 +66,17 @@ def _env(name: str, value: str | None) -> Iterator[None]:
 
 
 def _ask_sampler(sim: SimulatedPlatform, ask: Any, what: str, env_value: str | None) -> dict[str, Any]:
-    """``ask()`` -> (uses FlashInfer, what vLLM picked), with ``VLLM_USE_FLASHINFER_SAMPLER`` at ``env_value``."""
+    """``ask()`` -> (uses FlashInfer, vLLM's answer in words), with ``VLLM_USE_FLASHINFER_SAMPLER`` at
+    ``env_value``."""
     start = len(sim.logs)
     with _env(SAMPLER_ENV, env_value):
         try:
-            uses, picked = ask()
+            uses, answer = ask()
         except Exception as exc:  # vLLM refuses the opt-in on this device (RuntimeError with its reason)
             if is_machine_bound(exc):
                 raise Unanswerable(f"{what} asked this machine's GPU: {type(exc).__name__}: {exc}") from None
             return {"uses_flashinfer": False, "refusal": f"{type(exc).__name__}: {exc}", "log": sim.log_messages(start)}
-    return {"uses_flashinfer": uses, "picked": picked, "log": sim.log_messages(start)}
+    return {"uses_flashinfer": uses, "answer": answer, "log": sim.log_messages(start)}
 
 
 def flashinfer_sampler(sim: SimulatedPlatform) -> dict[str, Any]:
@@ -90,20 +91,18 @@ def flashinfer_sampler(sim: SimulatedPlatform) -> dict[str, Any]:
     sampler_cls = getattr(module, "TopKTopPSampler", None)
     decide = getattr(module, "flashinfer_sampler_supported", None)
     if isinstance(sampler_cls, type):
+        what = "TopKTopPSampler()"
 
-        def ask() -> tuple[bool, str | None]:
+        def ask() -> tuple[bool, str]:
             method = getattr(getattr(sampler_cls(), "forward", None), "__name__", None)
-            return method == "forward_cuda", method
-
-        what, yes = "TopKTopPSampler()", "TopKTopPSampler picks forward_cuda (FlashInfer)"
-        no = lambda answer: f"TopKTopPSampler picks {answer.get('picked')}"  # noqa: E731
+            flashinfer = method == "forward_cuda"
+            return flashinfer, f"TopKTopPSampler picks {method}" + (" (FlashInfer)" if flashinfer else "")
     elif callable(decide):
+        what = "flashinfer_sampler_supported()"
 
-        def ask() -> tuple[bool, str | None]:
-            return bool(decide()), None
-
-        what, yes = "flashinfer_sampler_supported()", "flashinfer_sampler_supported() says yes"
-        no = lambda answer: "flashinfer_sampler_supported() says no"  # noqa: E731
+        def ask() -> tuple[bool, str]:
+            supported = bool(decide())
+            return supported, f"{what} says {'yes' if supported else 'no'}"
     else:
         raise Unanswerable(f"{SAMPLER_MODULE} has neither TopKTopPSampler nor flashinfer_sampler_supported")
     default = _ask_sampler(sim, ask, what, None)
@@ -113,11 +112,11 @@ def flashinfer_sampler(sim: SimulatedPlatform) -> dict[str, Any]:
     if opted_in.get("refusal"):
         reason = opted_in["refusal"]
     elif usable:
-        reason = f"{yes} with {SAMPLER_ENV}=1" + (
+        reason = f"{opted_in['answer']} with {SAMPLER_ENV}=1" + (
             "; vLLM uses it by default" if default["uses_flashinfer"] else f"; off unless {SAMPLER_ENV}=1"
         )
     else:
-        reason = f"{no(opted_in)} even with {SAMPLER_ENV}=1" + (f": {said[0]}" if said else "")
+        reason = f"{opted_in['answer']} even with {SAMPLER_ENV}=1" + (f": {said[0]}" if said else "")
     return {"usable": usable, "used_by_default": default["uses_flashinfer"], "reason": reason}
 
 
