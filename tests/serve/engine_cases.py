@@ -47,6 +47,7 @@ class Case:
     weights: str = "hf-init"  # engine_weights.WEIGHT_MODES
     tensor_parallel_size: int = 1
     cudagraph_capture_sizes: tuple[int, ...] = ()  # empty: vLLM's own
+    max_num_batched_tokens: int | None = None  # None: vLLM's own; below a prompt's length: chunked prefill
 
 
 @dataclass
@@ -120,6 +121,7 @@ def _command(case: Case, model_dirs: dict[str, Path], case_dir: Path) -> list[st
         "--tensor-parallel-size",
         str(case.tensor_parallel_size),
         *(["--cudagraph-capture-sizes", ",".join(map(str, sizes))] if sizes else []),
+        *(["--max-num-batched-tokens", str(case.max_num_batched_tokens)] if case.max_num_batched_tokens else []),
     ]
 
 

@@ -157,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-model-len", type=_positive_int, default=512)
     p.add_argument("--max-num-seqs", type=_positive_int, default=serve_workload.MAX_NUM_SEQS)
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive_int,
+        default=None,
+        help="tokens per step; below a prompt's length, vLLM prefills it in chunks (default: vLLM's own)",
+    )
     p.add_argument("--seed", type=_non_negative_int, default=0)
     p.add_argument("--logprobs", type=_positive_int, default=2, help="top logprobs recorded per position")
     p.add_argument(
@@ -215,6 +221,9 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": args.num_speculative_tokens}
     if args.kv_cache_memory_bytes:
         kwargs["kv_cache_memory_bytes"] = args.kv_cache_memory_bytes
+    if args.max_num_batched_tokens:
+        kwargs["max_num_batched_tokens"] = args.max_num_batched_tokens
+        kwargs["enable_chunked_prefill"] = True
     return kwargs
 
 

@@ -12,6 +12,10 @@ token count, so that batch has the uniform shape too.  Under FULL CUDA graphs th
 captured for spec-decode unless something keeps them out; as the batch shrinks from four requests to one, the
 graphs of the smaller batches run with padded rows as well.
 
+``long-prompts``: eight prompts of 1 to 300 tokens (one token, chunk edges 63/64/65, and three longer than the
+prefill chunk the prefill test engines are given), each generating 16 tokens: caovan's GDN prefill is what runs
+on them, the longer ones in chunks that carry the state from one to the next.
+
 Token ids come from a fixed linear congruential sequence (no tokenizer in this tier) and stay below the tiny
 model's vocabulary.
 """
@@ -52,8 +56,11 @@ def _prompts(lengths: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     return tuple(_token_ids(seed=1000 + i, length=n) for i, n in enumerate(lengths))
 
 
+LONG_PROMPT_LENGTHS = (1, 7, 63, 64, 65, 130, 257, 300)
+LONG_PROMPT_MAX_TOKENS = (16,) * len(LONG_PROMPT_LENGTHS)
+
 #: The workload names the runner takes (``--workload``).
-NAMES = ("mixed", "draft-shaped")
+NAMES = ("mixed", "draft-shaped", "long-prompts")
 
 
 def workload(name: str, num_speculative_tokens: int) -> Workload:
@@ -64,6 +71,8 @@ def workload(name: str, num_speculative_tokens: int) -> Workload:
         if num_speculative_tokens < 1:
             raise ValueError("the draft-shaped workload needs speculative decoding (num_speculative_tokens >= 1)")
         return Workload(name, _prompts((1 + num_speculative_tokens,) * len(MAX_TOKENS)))
+    if name == "long-prompts":
+        return Workload(name, _prompts(LONG_PROMPT_LENGTHS), LONG_PROMPT_MAX_TOKENS)
     raise ValueError(f"unknown workload {name!r}: expected one of {', '.join(NAMES)}")
 
 

@@ -169,7 +169,7 @@ def test_workload_requests_are_valid_vllm_inputs(name):
     requests = serve_workload.workload(name, num_speculative_tokens=2)
     prompts, params = engine_runner.workload_requests(requests, logprobs=2)
     assert [p["prompt_token_ids"] for p in prompts] == [list(ids) for ids in requests.prompt_token_ids]
-    assert [p.max_tokens for p in params] == list(serve_workload.MAX_TOKENS)
+    assert [p.max_tokens for p in params] == list(requests.max_tokens)
     assert all(p.temperature == 0.0 and p.ignore_eos and p.logprobs == 2 and not p.detokenize for p in params)
 
 

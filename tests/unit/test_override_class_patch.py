@@ -54,6 +54,7 @@ def family(monkeypatch):
     monkeypatch.setattr(override.model_loader, "install", lambda after: True)
     monkeypatch.setattr(override.model_loader, "uninstall", lambda: None)
     monkeypatch.setattr(override, "plan_for_layer", lambda layer, family: PLAN)
+    monkeypatch.setattr(override, "prefill_plan_for_layer", lambda layer, family: False)
     record = replace(QWEN3_NEXT_GDN_V018, gdn_module=MODULE, gdn_class="FakeGdn")
     original = FakeGdn.__dict__["__init__"]
     yield record

@@ -53,7 +53,13 @@ def test_counters_file_is_written(exit_env, caovan_records, tmp_path):
     exit_env.setenv("CAOVAN_COUNTERS_FILE", str(tmp_path / "counters-{pid}.json"))
     counters._at_exit()
     (written,) = tmp_path.glob("counters-*.json")
-    assert set(json.loads(written.read_text())) == {"pid", "activation_logged", "dispatched", "fallbacks"}
+    assert set(json.loads(written.read_text())) == {
+        "pid",
+        "activation_logged",
+        "prefill_logged",
+        "dispatched",
+        "fallbacks",
+    }
     assert caovan_records == []
 
 

@@ -121,6 +121,11 @@ class GdnFamily:
     kv_cache_per_virtual_engine: bool = False
     #: The dtype ``A_log`` is created in: float32, or the model's dtype (vLLM 0.12 - 0.18 give it none).
     a_log_dtype: Literal["float32", "model"] = "float32"
+    #: How the layer's prefill branch reaches FLA's ``chunk_gated_delta_rule`` (where caovan's prefill goes in):
+    #: ``"layer_attribute"`` (vLLM 0.18 on: ``__init__`` assigns a ``ChunkGatedDeltaRule`` custom op to
+    #: ``self.chunk_gated_delta_rule``) or ``"module_function"`` (before: the FLA function, imported into the GDN
+    #: module's namespace and called from there).
+    prefill_route: Literal["layer_attribute", "module_function"] = "layer_attribute"
 
     @property
     def oot_key(self) -> str:

@@ -247,6 +247,63 @@ def plan_for_layer(layer: Any, family: GdnFamily) -> LayerPlan | None:
     )
 
 
+def prefill_reasons(layer: Any, family: GdnFamily, is_cuda: bool, capability: tuple[int, int] | None) -> list[str]:
+    """Why caovan's GDN prefill cannot take this layer's prefill; empty when it can."""
+    from ..kernels.gdn_prefill.envelope import prefill_envelope_problems
+    from .prefill_hook import hook_problem
+
+    reasons = []
+    if not is_cuda:
+        reasons.append("platform is not CUDA")
+    elif (why := gpu_reason(capability)) is not None:
+        reasons.append(why)
+    if (why := hook_problem(family)) is not None:
+        reasons.append(why)
+    tp = layer.tp_size
+    reasons += prefill_envelope_problems(
+        num_k_heads=layer.num_k_heads // tp,
+        num_v_heads=layer.num_v_heads // tp,
+        head_k_dim=layer.head_k_dim,
+        head_v_dim=layer.head_v_dim,
+        activation_dtype=layer.conv1d.weight.dtype,  # the model dtype, as the activations'
+        capability=capability,
+    )
+    return reasons
+
+
+def prefill_plan_for_layer(layer: Any, family: GdnFamily) -> bool:
+    """Decide, once per layer at construction, whether caovan's GDN prefill takes this layer's prefill calls."""
+    from vllm.config import get_current_vllm_config
+    from vllm.platforms import current_platform
+
+    options = parse_options(get_current_vllm_config().additional_config)
+    if not options.prefill:
+        return False
+    is_cuda = current_platform.is_cuda()
+    reasons = prefill_reasons(layer, family, is_cuda, current_gpu_capability() if is_cuda else None)
+    if reasons:
+        why = "; ".join(reasons)
+        if options.require:
+            raise CaovanRequireError(f"{PLUGIN_NAME}: require mode is on but caovan's GDN prefill cannot run: {why}")
+        _once(
+            "prefill-unsupported:" + why,
+            logging.WARNING,
+            "%s: GDN prefill stays vLLM's (GDNCore backend=vllm_fla): %s",
+            PLUGIN_NAME,
+            why,
+        )
+        return False
+    counters.install_exit_hook()
+    _once(
+        "prefill-on",
+        logging.INFO,
+        "%s: family=%s caovan_prefill=true: GDN prefill routed to caovan (GDNCore backend=caovan_gdncore)",
+        PLUGIN_NAME,
+        family.family_id,
+    )
+    return True
+
+
 def conv_dim_first(family: GdnFamily) -> bool:
     """Whether this vLLM stores the conv state dim-first, asked as the family's own GDN module asks it."""
     if family.conv_dim_first_function is None:
@@ -275,7 +332,7 @@ def check_required_model(vllm_config: Any, model_config: Any, model: Any) -> Non
         family = layers[0]._caovan_family
         graph_padding_patch.install(family)
         uniform_decode_guard.install(vllm_config, family)
-    if any(plan is not None for plan in plans):
+    if any(plan is not None for plan in plans) or any(getattr(layer, "_caovan_prefill", False) for layer in layers):
         return
     name = getattr(model_config, "model", "this model")
     what = f"{name} has no GDN layer caovan can take over (model class {type(model).__name__})"

@@ -15,7 +15,8 @@ it replaces and when to remove it):
   spec batches reach the core). The custom op looks ``_forward_core`` up on the instance at every call, so a
   disabled or unsupported layer keeps the in-tree method with zero overhead.
   Everything else (prefill, plain decode, warm-up/profile calls without metadata) still runs the in-tree code; in
-  mixed prefill + spec batches the spec tokens are ours and the rest is handed to the in-tree core.
+  mixed prefill + spec batches the spec tokens are ours and the rest is handed to the in-tree core. With
+  ``"caovan_prefill": true`` the in-tree prefill branch's FLA call is caovan's too (``prefill_hook.py``).
 
 A second, smaller patch serves a model without any GDN layer, which never builds this class, so nothing here would
 notice that caovan cannot act: ``install()`` wraps vLLM's model loader (``plugin/model_loader.py``) so that, after
@@ -33,8 +34,9 @@ from types import MethodType
 from typing import Any
 
 from ..plugin import counters, graph_padding_patch, model_loader, uniform_decode_guard
+from . import prefill_hook
 from .family import GdnFamily
-from .layer_support import announce_once, check_required_model, kernel_tensors, plan_for_layer
+from .layer_support import announce_once, check_required_model, kernel_tensors, plan_for_layer, prefill_plan_for_layer
 
 
 def in_tree_class(family: GdnFamily) -> type:
@@ -121,8 +123,10 @@ def build_take_over(base: type, family: GdnFamily) -> Callable[[Any], None]:
         if getattr(type(layer), family.core_method) is not in_tree_core:
             # A subclass with a core of its own: binding caovan's would replace code caovan never read.
             layer._caovan_plan = None
+            layer._caovan_prefill = False
             subclass_core_log(type(layer), family)
             return
+        layer._caovan_prefill = prefill_plan_for_layer(layer, family) and prefill_hook.take_over_layer(layer, family)
         layer._caovan_plan = plan_for_layer(layer, family)
         if layer._caovan_plan is not None:
             setattr(layer, family.core_method, MethodType(caovan_forward_core, layer))
@@ -247,6 +251,7 @@ def uninstall(family: GdnFamily) -> bool:
     model_loader.uninstall()
     uniform_decode_guard.uninstall()
     graph_padding_patch.uninstall(family)
+    prefill_hook.uninstall_module_function(family)
     return uninstall_layer(family)
 
 

@@ -1,4 +1,4 @@
-"""``caovan bench kernels``: our spec-decode kernels vs vLLM's own path, timed and checked.
+"""``caovan bench kernels``/``prefill``: our spec-decode and prefill kernels vs vLLM's own path, timed and checked.
 
 Not to be confused with Turbo3's ``caovan-sm75-benchmark`` (end-to-end tokens/s through a running
 server's OpenAI API); this one times the GDN spec-decode core alone, on synthetic inputs.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import shlex
 import sys
@@ -22,14 +23,16 @@ if TYPE_CHECKING:
 from . import cuda_visible_note
 
 NAME = "bench"
-HELP = "time caovan's GDN spec-decode kernels against vLLM's own path (needs a CUDA GPU), or summarise a record"
+HELP = (
+    "time caovan's GDN kernels (spec decode, prefill) against vLLM's own path (needs a CUDA GPU), or summarise a record"
+)
 ALIAS = None
 EPILOG = (
     "Exit status: 0 done; 1 kernels: a case failed to run or our error exceeds vLLM's by more than the floor, "
-    "tune: no configuration valid, layer: a case failed or caovan's layer did not take the step; 2 the bench "
-    "cannot run (no CUDA GPU, vLLM missing, caovan's kernels not importable, a bad option or --json FILE), the "
-    "record could not be written after the run (the table is printed first) or summary's record cannot be used; "
-    "130 interrupted (Ctrl-C; no record written)."
+    "tune: no configuration valid, layer: a case failed or caovan's layer did not take the step, prefill: a case "
+    "failed to run; 2 the bench cannot run (no CUDA GPU, vLLM missing, caovan's kernels not importable, a bad "
+    "option or --json FILE), the record could not be written after the run (the table is printed first) or "
+    "summary's record cannot be used; 130 interrupted (Ctrl-C; no record written)."
 )
 
 
@@ -99,6 +102,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # folder the user never wrote.
     m.add_argument("record", help="a JSON file written by `caovan bench kernels --json`")
     m.add_argument("--against", metavar="OLD", help="an older record of the same cases to compare with")
+    p = targets.add_parser(
+        "prefill",
+        help="caovan's GDN prefill vs vLLM's Triton prefill (FLA alone and the whole branch): time and errors",
+        description=(
+            "For every shape x prompt length x batch (B varlen sequences of B x L tokens in all, half starting from "
+            "a cached state): the warm, host-inclusive time per call of caovan's gdn_prefill (reading and writing the "
+            "cache slots), of FLA's chunk_gated_delta_rule alone on a gathered initial state (vllm_fla) and of "
+            "vLLM's whole prefill branch (gather, FLA, scatter: vllm_branch), caovan's speedup over each, and "
+            "caovan's and vLLM's max abs error vs the float64 oracle. Prints a table; --json writes the record. On "
+            "a CPU it runs only under TRITON_INTERPRET=1 (tests, --shapes tiny)."
+        ),
+    )
+    _json_option(p)
+    add_prefill_arguments(p)
     mf = targets.add_parser(
         "model-folder",
         help="write a released GDN architecture's config and a tokenizer, to serve with dummy weights",
@@ -173,8 +190,74 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="caovan serve (vllm serve) arguments for both runs, in one quoted string, e.g. '--load-format dummy "
         "--dtype half --max-model-len 4096'",
     )
-    for target in (k, t, ly, m, mf, e2e):
+    for target in (k, t, ly, p, m, mf, e2e):
         target.epilog = EPILOG  # `caovan bench kernels --help` shows the exit codes too
+
+
+def add_prefill_arguments(parser: argparse.ArgumentParser) -> None:
+    from caovan.bench import prefill_cases as pc
+    from caovan.bench.prefill import PrefillSettings
+
+    base = PrefillSettings()
+    parser.add_argument(
+        "--shapes",
+        default=",".join(pc.DEFAULT_SHAPES),
+        metavar="NAME[,NAME...]",
+        help=f"per-GPU GDN shapes, of: {', '.join(pc.PREFILL_SHAPES)} (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--lengths",
+        default=",".join(map(str, pc.DEFAULT_LENGTHS)),
+        metavar="L[,L...]",
+        help="prompt lengths, tokens per sequence on average (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--batches",
+        default=",".join(map(str, pc.DEFAULT_BATCHES)),
+        metavar="B[,B...]",
+        help="sequences per batch; B > 1: unequal lengths summing to B x L, 4 of them 0.5, 0.75, 1.25 and 1.5 x L "
+        "(default: %(default)s)",
+    )
+    parser.add_argument("--dtype", choices=pc.ACT_DTYPES, default="float16", help="activations (default: float16)")
+    parser.add_argument(
+        "--state-dtype", choices=pc.STATE_DTYPES, default="float32", help="the SSM state cache (default: float32)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=base.warmup,
+        metavar="N",
+        help="untimed calls per side first (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--iters",
+        type=int,
+        default=base.iters,
+        metavar="N",
+        help="timed back-to-back calls per run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=base.repeats,
+        metavar="N",
+        help="timed runs per side; the median is reported (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-reference-tokens",
+        type=int,
+        default=base.max_reference_tokens,
+        metavar="N",
+        help="above N tokens in a case, no float64 oracle (it runs token by token): errors null (default: %(default)s)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    parser.add_argument(
+        "--launch-config",
+        metavar="JSON",
+        help='caovan\'s launch options as one launch_configs.json entry (e.g. \'{"capability": [9, 0], "wy": '
+        '{"num_warps": 4, "num_stages": 1}, "state": {"num_warps": 4, "num_stages": 1, "BV": 64}}\') '
+        "in place of the GPU's own entry; recorded with the results (default: the GPU's entry)",
+    )
 
 
 def _write_record(target: str, report: dict) -> bool:
@@ -213,6 +296,8 @@ def _run_target(args: argparse.Namespace) -> int:
         return run_summary(args)
     if args.bench_target == "layer":
         return run_layer(args)
+    if args.bench_target == "prefill":
+        return run_prefill(args)
     if args.bench_target == "model-folder":
         return run_model_folder(args)
     if args.bench_target == "e2e":
@@ -318,6 +403,149 @@ def run_kernels(args: argparse.Namespace) -> int:
     if args.json is not None and not _write_record(args.json, report):
         return 2
     return 1 if s["errors"] or s["accuracy_rule_failures"] else 0
+
+
+def prefill_plan(args: argparse.Namespace) -> tuple[list, object, dict] | str:
+    """``bench prefill``'s cases, settings and options as given, or what is wrong with the arguments (torch-free)."""
+    from caovan.bench import prefill_cases as pc
+    from caovan.bench.prefill import PrefillSettings
+
+    try:
+        shapes = pc.parse_shapes(args.shapes)
+        lengths = pc.parse_counts("--lengths", args.lengths)
+        batches = pc.parse_counts("--batches", args.batches)
+        pc.check_splits(lengths, batches)
+    except ValueError as exc:
+        return str(exc)
+    for option, value, least in (
+        ("--warmup", args.warmup, 0),
+        ("--iters", args.iters, 1),
+        ("--repeats", args.repeats, 1),
+        ("--max-reference-tokens", args.max_reference_tokens, 0),
+    ):
+        if value < least:
+            return f"{option} {value}: at least {least}"
+    settings = PrefillSettings(
+        warmup=args.warmup, iters=args.iters, repeats=args.repeats, max_reference_tokens=args.max_reference_tokens
+    )
+    launch_config = None
+    if args.launch_config is not None:
+        from caovan.kernels.gdn_prefill.launch_configs import load_entry
+
+        try:
+            launch_config = load_entry("--launch-config", json.loads(args.launch_config))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return f"--launch-config: {type(exc).__name__}: {exc}"
+    cases = pc.prefill_cases(
+        shapes, lengths, batches, act_dtype=args.dtype, state_dtype=args.state_dtype, seed=args.seed
+    )
+    options = {
+        "shapes": list(shapes),
+        "lengths": list(lengths),
+        "batches": list(batches),
+        "act_dtype": args.dtype,
+        "state_dtype": args.state_dtype,
+        "seed": args.seed,
+        "launch_config": None if launch_config is None else dataclasses.asdict(launch_config),
+    }
+    return cases, settings, options
+
+
+def _prefill_device(args: argparse.Namespace) -> tuple[str | None, str | None, bool]:
+    """(problem, device, interpreted): a CUDA GPU, or the CPU where caovan's prefill kernels were imported under
+    TRITON_INTERPRET=1."""
+    import os
+
+    json_problem = output_path_problem("--json", args.json)
+    if json_problem:
+        return json_problem, None, False
+    try:
+        import torch
+    except ImportError as exc:
+        return f"PyTorch is not importable ({exc}); bench prefill runs on a CUDA GPU", None, False
+    no_gpu = (
+        f"no CUDA GPU visible (torch.cuda.is_available() is False{cuda_visible_note()}); bench prefill runs on a GPU "
+        "(on the CPU only under TRITON_INTERPRET=1, for tests)"
+    )
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available():
+        return no_gpu, None, False
+    try:
+        from caovan.kernels.gdn_prefill import entry
+    except ImportError as exc:
+        return f"caovan's prefill kernels are not importable (broken install?): {exc}", None, False
+    if entry.INTERPRETED:
+        return None, "cpu", True
+    if not torch.cuda.is_available():
+        return no_gpu, None, False
+    return None, f"cuda:{torch.cuda.current_device()}", False
+
+
+def run_prefill(args: argparse.Namespace) -> int:
+    plan = prefill_plan(args)
+    if isinstance(plan, str):
+        return _error(plan)
+    cases, settings, options = plan
+    problem, device, interpreted = _prefill_device(args)
+    if problem:
+        return _error(problem)
+    try:
+        from caovan.adapters.registry import recognised_family
+        from caovan.bench.vllm_prefill_path import VllmPrefill
+
+        family, refusal = recognised_family()
+        vllm = VllmPrefill(family)
+    except Exception as exc:  # vLLM missing, or a release caovan recognises in no family
+        return _error(f"vLLM is needed for the prefill bench: {type(exc).__name__}: {exc}")
+    from caovan.bench import prefill as pb
+    from caovan.bench import prefill_record as pr
+    from caovan.kernels.gdn_prefill import gdn_prefill
+    from caovan.kernels.gdn_prefill.naive import gdn_prefill_reference
+
+    env = pr.environment(device, interpreted=interpreted)
+    family_facts = {
+        "family_id": family.family_id,
+        "label": family.label,
+        "fla_ops_module": family.fla_ops_module,
+        "ssm_layout": family.ssm_layout,
+        "null_slot_max": family.null_slot_max,
+        "refusal": refusal,
+    }
+    where = (
+        "the Triton interpreter (CPU; times are not GPU times)"
+        if interpreted
+        else (f"{env['gpu']['name']} (sm_{env['gpu']['capability'].replace('.', '')})")
+    )
+    print(
+        f"{where}; vLLM {env['versions']['vllm']} ({family.label} {family.family_id}); {len(cases)} cases",
+        file=sys.stderr,
+    )
+    if refusal is not None:
+        print(f"note: {refusal} (its prefill is timed all the same)", file=sys.stderr)
+    ours = gdn_prefill
+    if options["launch_config"] is not None:
+        from caovan.kernels.gdn_prefill.launch_configs import load_entry
+
+        ours = functools.partial(gdn_prefill, config=load_entry("--launch-config", json.loads(args.launch_config)))
+    rows = pb.run_cases(
+        cases,
+        device=device,
+        ours=ours,
+        vllm=vllm,
+        reference=gdn_prefill_reference,
+        layout=pb.CacheLayout(ssm_layout=family.ssm_layout, null_slot_max=family.null_slot_max),
+        settings=settings,
+    )
+    report = pr.build_report(rows, env=env, vllm_family=family_facts, settings=settings, options=options)
+    print(pr.format_table(rows))
+    s = report["summary"]
+    print(
+        f"{s['cases']} cases, {s['errors']} failed to run; geomean speedup of caovan "
+        f"x{s['geomean_speedup_vs_vllm_fla'] or float('nan'):.2f} over FLA alone, "
+        f"x{s['geomean_speedup_vs_vllm_branch'] or float('nan'):.2f} over vLLM's prefill branch"
+    )
+    if args.json is not None and not _write_record(args.json, report):
+        return 2
+    return 1 if s["errors"] else 0
 
 
 def run_summary(args: argparse.Namespace) -> int:

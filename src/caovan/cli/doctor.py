@@ -232,6 +232,40 @@ def profiling_facts(vllm_installed: bool) -> dict[str, Any]:
     return {"usable": True, "line": f"usable (steps counted by the range {', '.join(step_range_sources())} opens)"}
 
 
+def prefill_facts(family_id: str | None, gpus: dict[str, Any]) -> dict[str, Any]:
+    """Which GDN prefill a server with ``"caovan_prefill": true`` runs (Turbo3's ``GDNCore backend=...``) and
+    where caovan's goes in; information, as the full-graph line (the option is the user's choice)."""
+    if family_id is None:
+        return {"backend": None, "line": "not judged (no vLLM family caovan serves)"}
+    from ..adapters.families import FAMILIES
+    from ..adapters.layer_support import gpu_reason
+    from ..adapters.prefill_hook import PREFILL_NAME, hook_problem
+
+    family = next((f for f in FAMILIES if f.family_id == family_id), None)
+    if family is None:
+        return {"backend": None, "line": f"not judged (no record of family {family_id})"}
+    try:
+        reasons = [hook_problem(family)]
+    except Exception as exc:  # doctor reports; it never raises
+        return {"backend": None, "line": f"not judged ({type(exc).__name__}: {exc})"}
+    for device in gpus.get("devices", []) if gpus.get("available") else []:
+        major, minor = (int(x) for x in device["capability"].split("."))
+        reasons.append(gpu_reason((major, minor)))
+    reasons = [r for r in reasons if r]
+    if reasons:
+        return {"backend": "vllm_fla", "line": f"GDNCore backend=vllm_fla: {'; '.join(reasons)}"}
+    where = (
+        f"{family.gdn_module}.{PREFILL_NAME}"
+        if family.prefill_route == "module_function"
+        else f"{family.gdn_class}.{PREFILL_NAME}"
+    )
+    return {
+        "backend": "caovan_gdncore",
+        "line": f'GDNCore backend=caovan_gdncore with "caovan_prefill": true (in place of {where}); '
+        "vLLM's FLA prefill without it",
+    }
+
+
 def device_decision_facts(gpus: dict[str, Any], vllm_installed: bool) -> dict[str, Any]:
     """What this vLLM refuses on each kind of GPU here (its own decisions, asked with the GPU's compute capability:
     :mod:`caovan.sm75.vllm_decisions`).  Information, as the full-graph line: the verdict is about caovan."""
@@ -296,6 +330,7 @@ def collect() -> dict[str, Any]:
             None if passing or not refused else _refused_facts(_version("vllm"), refusals[refused[0].family_id])
         ),
     }
+    facts["prefill"] = prefill_facts(facts["family"], gpus)
     ok, text = verdict(facts)
     facts["result"] = {"ok": ok, "verdict": text}
     facts["ok"] = ok  # the overall result, as the exit code and the text's result line say
@@ -396,6 +431,7 @@ def render(facts: dict[str, Any], verbose: bool = False) -> str:
     lines.append(f"kernels       compile for {k['target']}: {'PASS' if k['ok'] else 'FAIL'} ({k['detail']})")
     lines.append(f"full graphs   {facts['full_graphs']['line']}")
     lines.append(f"profiling     caovan bench e2e --profile: {facts['profiling']['line']}")
+    lines.append(f"prefill       {facts['prefill']['line']}")
     lines += _device_decision_lines(facts["vllm_on_gpu"])
     for setting in facts["settings"]:
         lines.append(f"settings      {setting['level']} {setting['setting']}: {setting['message']}")

@@ -29,11 +29,14 @@ from caovan.log import logger
 from .options import CaovanConfigError, env_flag
 
 ACTIVE_LINE = "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed"
+#: Turbo3 0.4.33's line for its own GDN prefill, logged once per process when caovan's prefill first runs.
+PREFILL_ACTIVE_LINE = "[Caovan GDNCore] ACTIVE REAL PREFILL"
 
 _lock = threading.Lock()
 _dispatched: Counter[str] = Counter()
 _fallbacks: Counter[str] = Counter()
 _activation_logged = False
+_prefill_logged = False
 #: The process that registered the exit hook / wrote its counters (a forked child inherits these values).
 _exit_hook_pid: int | None = None
 _written_pid: int | None = None
@@ -49,6 +52,19 @@ def record_dispatch(kind: str, family: str, kernels: tuple[str, ...], layer: str
                 logger.info("%s: family=%s layer=%s kernels=%s", ACTIVE_LINE, family, layer, ",".join(kernels))
 
 
+def record_prefill(family: str, kernels: tuple[str, ...]) -> None:
+    """One prefill call through caovan's GDN prefill (counted as ``dispatched["prefill"]``)."""
+    global _prefill_logged
+    _dispatched["prefill"] += 1
+    if not _prefill_logged:
+        with _lock:
+            if not _prefill_logged:
+                _prefill_logged = True
+                logger.info(
+                    "%s: family=%s backend=caovan_gdncore kernels=%s", PREFILL_ACTIVE_LINE, family, ",".join(kernels)
+                )
+
+
 def record_fallback(reason: str) -> None:
     _fallbacks[reason] += 1
 
@@ -57,16 +73,18 @@ def snapshot() -> dict[str, Any]:
     return {
         "pid": os.getpid(),
         "activation_logged": _activation_logged,
+        "prefill_logged": _prefill_logged,
         "dispatched": dict(_dispatched),
         "fallbacks": dict(_fallbacks),
     }
 
 
 def reset() -> None:
-    global _activation_logged
+    global _activation_logged, _prefill_logged
     _dispatched.clear()
     _fallbacks.clear()
     _activation_logged = False
+    _prefill_logged = False
 
 
 def _at_exit() -> None:

@@ -5,6 +5,8 @@ Turbo3 users enable the plugin in two styles, both accepted here:
 * 0.1.3 style: ``{"caovan_sm75_turbo3": true}``
 * 0.4.x style: ``{"caovan": true, "caovan_mode": "auto", "caovan_require_turbo3": true}``
 
+and, as Turbo3 0.4.33 added, ``"caovan_prefill": true`` beside either: caovan's own GDN prefill (GDNCore) too.
+
 and ``CAOVAN_REQUIRE_TURBO3=1`` in the environment.  vLLM only hands ``additional_config`` to code that runs
 while the model is built, so these options are read at layer construction, never at plugin load.
 Any key starting with ``caovan`` (in any letter case) that is not listed here is a mistake (a typo would otherwise
@@ -41,6 +43,7 @@ KNOWN_KEYS: dict[str, str] = {
     "caovan": "true or false",
     "caovan_mode": '"auto", "on" or "off"',
     "caovan_require_turbo3": "true or false",
+    "caovan_prefill": "true or false",
 }
 
 
@@ -106,12 +109,14 @@ class CaovanOptions:
     ``mode``: ``off`` never acts; ``auto`` acts when an enable key is true; ``on`` acts even without one.
     ``require``: refuse to run unaccelerated — start-up fails with the reason instead of a silent fallback.
     ``source``: where the decision came from, for the status line.
+    ``prefill``: take over the GDN prefill (FLA's ``chunk_gated_delta_rule``) too; only with ``enabled``.
     """
 
     enabled: bool = False
     mode: Mode = "auto"
     require: bool = False
     source: str = "default (off)"
+    prefill: bool = False
 
 
 def _bool_key(config: Mapping[str, Any], key: str, where: str) -> bool | None:
@@ -294,4 +299,10 @@ def parse_options(
             f"{by} asks caovan to refuse running unaccelerated, but caovan is not enabled ({source}); "
             f'add {{"caovan": true}} to --additional-config or drop the require switch'
         )
-    return CaovanOptions(enabled=enabled, mode=mode, require=require, source=source)
+    prefill = _bool_key(config, "caovan_prefill", where)
+    if prefill and not enabled:
+        raise CaovanConfigError(
+            f"{where}: 'caovan_prefill'=true asks for caovan's GDN prefill, but caovan is not enabled ({source}); "
+            'add "caovan": true beside it or drop it'
+        )
+    return CaovanOptions(enabled=enabled, mode=mode, require=require, source=source, prefill=bool(prefill))

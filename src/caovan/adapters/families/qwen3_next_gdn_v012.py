@@ -17,6 +17,7 @@ FAMILY = GdnFamily(
     core_op="vllm::gdn_attention_core",
     fla_ops_module="vllm.model_executor.layers.fla.ops",
     install_route="class_patch",
+    prefill_route="module_function",
     spec_path=(CONV_UPDATE, GATING, GATED_RECURRENT),
     spec_gating_selected=True,
     # -1 (PAD_SLOT_ID) is the only negative id vLLM writes; its conv kernel skips it, its recurrent kernel is never

@@ -14,6 +14,7 @@ FAMILY = GdnFamily(
     core_op="vllm::gdn_attention_core",
     fla_ops_module="vllm.model_executor.layers.fla.ops",
     install_route="class_patch",
+    prefill_route="module_function",
     # Gating for every token first (fused_gdn_gating, defined in qwen3_next), then the recurrent kernel on the spec
     # tokens' g/beta, index-selected in a mixed batch.
     spec_path=(CONV_UPDATE, GATING, GATED_RECURRENT),

@@ -9,8 +9,9 @@ instructions; an fp16 model must not need any), registers and spills (from ``ptx
 The signature handed to the compiler mirrors what a real launch of ``gdn_spec_decode``
 specialises on (Triton's launch-time rules): pointers 16-byte aligned, integer arguments equal
 to 1 folded to constexpr, integers divisible by 16 marked ``tt.divisibility=16``, ``None``
-arguments constexpr. The argument values come from the vLLM 0.21.0 cache layouts of a real model
-shape (Qwen3.6-27B at TP=2 with MTP=3 by default), so the compiled code is the code users run.
+arguments constexpr (``kernels/aot_signature.py``, shared with the prefill gate). The argument
+values come from the vLLM 0.21.0 cache layouts of a real model shape
+(Qwen3.6-27B at TP=2 with MTP=3 by default), so the compiled code is the code users run.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from dataclasses import dataclass, replace
 
 import triton
 from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
+from ..aot_signature import Ptr as _Ptr
+from ..aot_signature import ast_source as _ast_source
 from ..ptx_facts import SM75_MAX_SHARED_MEMORY_BYTES, ptx_has_bf16, ptxas_resource_usage
 from . import row_butterfly
 from .launch_configs import ALL_LAUNCH_CONFIGS, ArchLaunchConfig
@@ -32,7 +34,6 @@ from .triton_kernels import (
     _caovan_sm75_prepare_qk_conv_spec_decode_kernel,
 )
 
-_TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int64": "i64"}
 _ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
@@ -134,11 +135,6 @@ class CompiledKernelInfo:
     butterfly_layout_problem: str | None = None
 
 
-class _Ptr:
-    def __init__(self, dtype: str) -> None:
-        self.dtype = dtype
-
-
 def _page_elements(bytes_needed: int, element_bytes: int) -> int:
     # vLLM's hybrid allocator gives every layer the same page size (a multiple of the block
     # alignment); any page larger than the state works for the specialisation, 16-aligned.
@@ -236,39 +232,6 @@ def _launch_values(
         ROW_BUTTERFLY=row_butterfly,
     )
     return qk, v_gdn
-
-
-def _ast_source(fn, values: dict[str, object]) -> ASTSource:
-    """ASTSource specialised like a launch with these values (see the module docstring)."""
-    signature: dict[str, str] = {}
-    constexprs: dict[tuple[int, ...], object] = {}
-    attrs: dict[tuple[int, ...], list] = {}
-    constexpr_names = {p.name for p in fn.params if p.is_constexpr}
-    for i, name in enumerate(fn.arg_names):
-        if name not in values:
-            raise KeyError(f"aot: no value for argument {name!r} of {fn.__name__}")
-        value = values[name]
-        if name in constexpr_names or value is None:
-            signature[name] = "constexpr"
-            constexprs[(i,)] = value
-        elif isinstance(value, _Ptr):
-            signature[name] = "*" + _TRITON_DTYPE[value.dtype]
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(value, bool):
-            signature[name] = "u1"
-        elif isinstance(value, int):
-            if value == 1:
-                signature[name] = "constexpr"
-                constexprs[(i,)] = 1
-            else:
-                signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
-                if value % 16 == 0:
-                    attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(value, float):
-            signature[name] = "fp32"
-        else:
-            raise TypeError(f"aot: unsupported value {value!r} for {name!r}")
-    return ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
 
 
 def compile_spec_decode_kernels(

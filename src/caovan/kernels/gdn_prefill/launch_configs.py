@@ -1,0 +1,98 @@
+"""Launch configurations of the GDN prefill kernels, as data, per GPU architecture (``launch_configs.json``).
+
+``wy`` launches ``_caovan_gdn_prefill_wy_kernel`` (one program per chunk and value head); ``state`` launches
+``_caovan_gdn_prefill_state_kernel``, whose ``BV`` is the number of value channels per program (its state is
+K x BV fp32 in registers, as slabs of ``key_slice`` keys). ``fp32_dots``: the dots take fp32 operands (sm_75, where
+Triton lowers them to FMA anyway) rather than the activation dtype on tensor cores. A GPU without an entry uses the
+nearest lower architecture that has one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_FILE = Path(__file__).with_name("launch_configs.json")
+#: Tokens per chunk: the WY kernel builds its ``(I + A)^-1`` from two 16 x 16 blocks.
+CHUNK = 32
+#: The most key slabs the state kernel holds (``key_slice`` x 4 >= K).
+MAX_KEY_SLABS = 4
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    num_warps: int
+    num_stages: int
+
+
+@dataclass(frozen=True)
+class StateLaunch(KernelLaunch):
+    BV: int
+
+
+@dataclass(frozen=True)
+class PrefillLaunchConfig:
+    arch: str
+    capability: tuple[int, int]
+    wy: KernelLaunch
+    state: StateLaunch
+    note: str
+    fp32_dots: bool = False
+    key_slice: int = 32
+
+
+def _positive_power_of_two(value: object, where: str) -> int:
+    if type(value) is not int or value < 1 or value & (value - 1):
+        raise ValueError(f"{where}: expected a power of two, got {value!r}")
+    return value
+
+
+def load_entry(arch: str, entry: dict) -> PrefillLaunchConfig:
+    major, minor = entry["capability"]
+    wy, state = entry["wy"], entry["state"]
+    for name, launch in (("wy", wy), ("state", state)):
+        _positive_power_of_two(launch["num_warps"], f"{name}.num_warps")
+        if type(launch["num_stages"]) is not int or launch["num_stages"] < 1:
+            raise ValueError(f"{name}.num_stages: expected a positive integer, got {launch['num_stages']!r}")
+    bv = _positive_power_of_two(state["BV"], "state.BV")
+    if bv < 16:
+        raise ValueError(f"state.BV: the state kernel's dots need at least 16 value channels, got {bv}")
+    key_slice = _positive_power_of_two(entry.get("key_slice", 32), "key_slice")
+    if key_slice < 16:
+        raise ValueError(f"key_slice: the dots need at least 16 keys per slice, got {key_slice}")
+    if type(entry.get("fp32_dots", False)) is not bool:
+        raise ValueError(f"fp32_dots: expected true or false, got {entry['fp32_dots']!r}")
+    return PrefillLaunchConfig(
+        arch=arch,
+        capability=(int(major), int(minor)),
+        wy=KernelLaunch(wy["num_warps"], wy["num_stages"]),
+        state=StateLaunch(state["num_warps"], state["num_stages"], bv),
+        note=str(entry.get("note", "")),
+        fp32_dots=entry.get("fp32_dots", False),
+        key_slice=key_slice,
+    )
+
+
+def _load(path: Path) -> dict[str, PrefillLaunchConfig]:
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    configs = {}
+    for arch, entry in raw.items():
+        try:
+            configs[arch] = load_entry(arch, entry)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: entry {arch!r}: {exc}") from None
+    return configs
+
+
+LAUNCH_CONFIGS: dict[str, PrefillLaunchConfig] = _load(DATA_FILE)
+ALL_LAUNCH_CONFIGS: tuple[PrefillLaunchConfig, ...] = tuple(LAUNCH_CONFIGS.values())
+
+
+def config_for(capability: tuple[int, int]) -> PrefillLaunchConfig:
+    """The entry of this compute capability, else of the nearest lower architecture that has one."""
+    candidates = [c for c in ALL_LAUNCH_CONFIGS if c.capability <= tuple(capability)]
+    if not candidates:
+        known = ", ".join(sorted(LAUNCH_CONFIGS))
+        raise ValueError(f"no prefill launch configuration for capability {capability} (known: {known})")
+    return max(candidates, key=lambda c: c.capability)
