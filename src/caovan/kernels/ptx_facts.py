@@ -62,3 +62,18 @@ def ptxas_log_usage(log: str) -> tuple[int | None, int | None]:
         int(regs.group(1)) if regs else None,
         int(spills.group(1)) + int(spills.group(2)) if spills else None,
     )
+
+
+def sm75_rule_problems(
+    where: str, shared_bytes: int, ptx_bf16: bool, bf16_inputs: bool, spill_bytes: int | None
+) -> list[str]:
+    """The sm_75 rules both gates apply to one compiled kernel: shared memory within Turing's 64 KiB, no bf16 in the
+    PTX unless an input is bf16, no register spills (``spill_bytes`` None: no ptxas to ask)."""
+    problems = []
+    if shared_bytes > SM75_MAX_SHARED_MEMORY_BYTES:
+        problems.append(f"{where}: shared memory {shared_bytes} B > {SM75_MAX_SHARED_MEMORY_BYTES} B")
+    if ptx_bf16 and not bf16_inputs:
+        problems.append(f"{where}: bf16 in the PTX although no input is bf16")
+    if spill_bytes:
+        problems.append(f"{where}: {spill_bytes} B of register spills")
+    return problems

@@ -35,7 +35,7 @@ from triton.backends.compiler import GPUTarget
 
 from ..aot_signature import Ptr, ast_source
 from ..gdn_spec_decode.occupancy import RTX_2080_TI, resident_programs_per_sm
-from ..ptx_facts import SM75_MAX_SHARED_MEMORY_BYTES, ptx_has_bf16, ptxas_resource_usage
+from ..ptx_facts import ptx_has_bf16, ptxas_resource_usage, sm75_rule_problems
 from .launch_configs import ALL_LAUNCH_CONFIGS, CHUNK, LAUNCH_CONFIGS, PrefillLaunchConfig
 from .triton_kernels import _caovan_gdn_prefill_state_kernel, _caovan_gdn_prefill_wy_kernel
 
@@ -349,12 +349,7 @@ def gate_problems(infos: Iterable[CompiledKernelInfo]) -> list[str]:
     problems = []
     for info in infos:
         where = f"{info.kernel} [{info.config}; {info.target}; {info.dtypes}; {info.shape}; {info.variant}]"
-        if info.shared_bytes > SM75_MAX_SHARED_MEMORY_BYTES:
-            problems.append(f"{where}: shared memory {info.shared_bytes} B > {SM75_MAX_SHARED_MEMORY_BYTES} B")
-        if info.ptx_has_bf16 and not info.bf16_inputs:
-            problems.append(f"{where}: bf16 in the PTX although no input is bf16")
-        if info.spill_bytes:  # None: no ptxas to ask
-            problems.append(f"{where}: {info.spill_bytes} B of register spills")
+        problems += sm75_rule_problems(where, info.shared_bytes, info.ptx_has_bf16, info.bf16_inputs, info.spill_bytes)
         wants_two = info.grid_programs >= MIN_STATE_BLOCKS_PER_SM * RTX_2080_TI.multiprocessors
         if (
             info.kernel == _caovan_gdn_prefill_state_kernel.__name__

@@ -25,7 +25,7 @@ from triton.backends.compiler import GPUTarget
 
 from ..aot_signature import Ptr as _Ptr
 from ..aot_signature import ast_source as _ast_source
-from ..ptx_facts import SM75_MAX_SHARED_MEMORY_BYTES, ptx_has_bf16, ptxas_resource_usage
+from ..ptx_facts import ptx_has_bf16, ptxas_resource_usage, sm75_rule_problems
 from . import row_butterfly
 from .launch_configs import ALL_LAUNCH_CONFIGS, ArchLaunchConfig
 from .occupancy import value_block_candidates
@@ -349,10 +349,7 @@ def gate_problems(infos: Iterable[CompiledKernelInfo]) -> list[str]:
     problems = []
     for info in infos:
         where = f"{info.kernel} [{info.config}; {info.dtypes}; {info.layout}]"
-        if info.shared_bytes > SM75_MAX_SHARED_MEMORY_BYTES:
-            problems.append(f"{where}: shared memory {info.shared_bytes} B > {SM75_MAX_SHARED_MEMORY_BYTES} B")
-        if info.ptx_has_bf16 and not info.bf16_inputs:
-            problems.append(f"{where}: bf16 in the PTX although no input is bf16")
+        problems += sm75_rule_problems(where, info.shared_bytes, info.ptx_has_bf16, info.bf16_inputs, None)
         if info.butterfly_layout_problem:
             problems.append(
                 f"{where}: the row butterfly's PTX does not match the layout: {info.butterfly_layout_problem}"
