@@ -15,27 +15,15 @@ Modules: ``entry`` (the public function), ``envelope`` (the shapes, activation a
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from ..lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from .entry import KERNEL_NAMES, gdn_spec_decode
 
 __all__ = ["KERNEL_NAMES", "gdn_spec_decode"]
 
-# Re-exported on first access, not at import: importing any submodule runs this file first, and ``envelope``
-# (read by ``caovan check-model``) and ``launch_configs`` must import without torch or Triton.
-_EXPORTED_FROM = {"KERNEL_NAMES": "entry", "gdn_spec_decode": "entry"}
-
-
-def __getattr__(name: str):
-    module = _EXPORTED_FROM.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTED_FROM})
+# Re-exported on first access, not at import: ``envelope`` (read by ``caovan check-model``) and
+# ``launch_configs`` must import without torch or Triton.
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {"KERNEL_NAMES": "entry", "gdn_spec_decode": "entry"})
