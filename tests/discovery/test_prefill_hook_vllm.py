@@ -46,3 +46,24 @@ def test_fla_prefill_takes_what_caovan_passes_and_knows_its_keywords(served_fami
     # A new keyword set by vLLM's call would send every prefill back to vLLM (counted as a fallback): caovan must
     # learn it first.
     assert not unknown, f"{PREFILL_NAME} takes keywords caovan's hook does not know: {unknown}"
+
+
+def test_the_baselines_chunk_metadata_is_flas_own(served_family, monkeypatch):
+    """``VllmPrefill.chunk_metadata`` makes on the host what vLLM's metadata builder hands FLA (its ``index.py``)."""
+    import torch
+
+    from caovan.bench.vllm_prefill_path import FLA_CHUNK, VllmPrefill
+
+    baseline = VllmPrefill(served_family)
+    cu_seqlens = torch.tensor([0, 1, 65, 200, 200, 463], dtype=torch.int32)
+    made = baseline.chunk_metadata(cu_seqlens)
+    if not baseline.takes_chunk_metadata:
+        assert made == {}
+        pytest.skip(f"{served_family.fla_ops_module}.{PREFILL_NAME} takes no chunk metadata (before vLLM 0.20)")
+    index = importlib.import_module(f"{served_family.fla_ops_module}.index")
+    if hasattr(index, "async_tensor_h2d"):
+        # vLLM 0.34's copy to the device pins host memory, which needs a driver; a plain copy is the same values.
+        monkeypatch.setattr(index, "async_tensor_h2d", lambda data, device, dtype, **_: data.to(device, dtype))
+    # FLA's own helpers move their result to the device of cu_seqlens; on the host that is the CPU.
+    assert torch.equal(made["chunk_indices"], index.prepare_chunk_indices(cu_seqlens, FLA_CHUNK))
+    assert torch.equal(made["chunk_offsets"], index.prepare_chunk_offsets(cu_seqlens, FLA_CHUNK))
