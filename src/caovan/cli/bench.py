@@ -190,7 +190,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="caovan serve (vllm serve) arguments for both runs, in one quoted string, e.g. '--load-format dummy "
         "--dtype half --max-model-len 4096'",
     )
-    for target in (k, t, ly, p, m, mf, e2e):
+    from .bench_ttft import add_ttft_parser
+
+    ttft = add_ttft_parser(targets)
+    for target in (k, t, ly, p, m, mf, e2e, ttft):
         target.epilog = EPILOG  # `caovan bench kernels --help` shows the exit codes too
 
 
@@ -302,6 +305,10 @@ def _run_target(args: argparse.Namespace) -> int:
         return run_model_folder(args)
     if args.bench_target == "e2e":
         return run_e2e(args)
+    if args.bench_target == "ttft":
+        from .bench_ttft import run_ttft
+
+        return run_ttft(args, _error)
     return _error(f"unknown bench target {args.bench_target!r}")  # argparse already refuses these
 
 
