@@ -95,3 +95,15 @@ def test_every_kernel_has_a_verdict(kernels_part, family):
         lines.append(f"{kernel['verdict']:9} {kernel['kernel']}: {detail}")
     assert kernels_part["caovan"], "caovan's own kernels were not compiled"
     print("\n".join(lines))
+
+
+def test_caovans_prefill_kernels_compile_for_sm75_with_this_rows_triton(kernels_part, family):
+    # The sm_75 gate runs with the CI's Triton; each row's Triton compiles the prefill's sm75 entry here.
+    from caovan.kernels.gdn_prefill.aot import KERNEL_NAMES
+
+    prefill = [k for k in kernels_part["caovan"] if k["kernel"] in KERNEL_NAMES]
+    assert {k["kernel"] for k in prefill} == set(KERNEL_NAMES), "caovan's prefill kernels were not compiled"
+    cannot = [f"{k['kernel']} ({k['seen_in']}): {k['reason']}" for k in prefill if k["verdict"] != "runs"]
+    assert not cannot, "\n".join(cannot)
+    for k in prefill:
+        print(f"{k['kernel']} ({k['seen_in']}): {k['registers']} registers, {k['spill_bytes']} B spilled")

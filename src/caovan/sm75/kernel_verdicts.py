@@ -20,6 +20,7 @@ out-of-resources an infinite time, so a launch on the device fails only when non
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import sys
@@ -191,48 +192,71 @@ def judge_kernels(calls: dict[str, list[KernelCall]], *, deep: bool, log=print) 
     return kernels
 
 
+def _cached_infos(key_data: list, compile_infos) -> list[dict[str, Any]]:
+    """A compile's figures and gate problems, from the part cache when this exact compile was judged before."""
+    path = cache_dir() / f"caovan-{hashlib.sha256(json.dumps(key_data).encode()).hexdigest()[:32]}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        infos = compile_infos()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(infos, sort_keys=True) + "\n")
+        return infos
+
+
+def _judged(compile_kernels, gate_problems) -> list[dict[str, Any]]:
+    """Each kernel's figures with its problems, judged once, with its gate's own rules."""
+    return [{**vars(i), "problems": gate_problems([i])} for i in compile_kernels(capability=(7, 5))]
+
+
+def _caovan_verdict(info: dict[str, Any], seen_in: str) -> dict[str, Any]:
+    # Spills (and fewer resident programs than wanted) cost speed, not correctness: only the other rules are fatal.
+    fatal = [p for p in info["problems"] if "spill" not in p and "per RTX 2080 Ti SM" not in p]
+    return {
+        "kernel": info["kernel"],
+        "seen_in": seen_in,
+        "config": f"sm75 entry: num_warps={info['num_warps']}, num_stages={info['num_stages']}",
+        "verdict": "cannot" if fatal else "runs",
+        "shared_bytes": info["shared_bytes"],
+        "registers": info["registers"],
+        "spill_bytes": info["spill_bytes"],
+        "reason": "; ".join(info["problems"]) or None,
+    }
+
+
 def caovan_kernels(ssm_layout: str) -> list[dict[str, Any]]:
-    """caovan's own two kernels, compiled for the ``sm75`` launch entry at every shape and SSM dtype (cached)."""
+    """caovan's own kernels, spec decode and prefill, compiled with this row's Triton for their ``sm75`` launch
+    entries at every shape and SSM dtype, judged by their gates' rules (cached)."""
     import triton
 
+    from ..kernels.gdn_prefill import aot as prefill_aot
+    from ..kernels.gdn_prefill.launch_configs import LAUNCH_CONFIGS as PREFILL_CONFIGS
     from ..kernels.gdn_spec_decode import aot
     from ..kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS
 
-    entry = LAUNCH_CONFIGS["sm75"]
+    entry, prefill_entry = LAUNCH_CONFIGS["sm75"], PREFILL_CONFIGS["sm75"]
     layout = aot.LayoutVariant(ssm_layout=ssm_layout)
+    prefill_variant = prefill_aot.LaunchVariant(ssm_layout=ssm_layout)
     sources = [aot._caovan_sm75_prepare_qk_conv_spec_decode_kernel, aot._caovan_sm75_fused_v_gdn_spec_decode_kernel]
+    prefill_sources = [prefill_aot._caovan_gdn_prefill_wy_kernel, prefill_aot._caovan_gdn_prefill_state_kernel]
     results = []
     for shape in SHAPES:
         model_shape = aot.ModelShape(shape.num_k_heads, shape.num_v_heads, shape.head_dim, shape.head_dim)
+        prefill_shape = prefill_aot.ModelShape(shape.id, shape.num_k_heads, shape.num_v_heads)
         for ssm_dtype in SSM_STATE_DTYPES:
             combo = aot.DtypeCombo("float16", "float16", ssm_dtype)
             key_data = [triton.__version__, [k.cache_key for k in sources], repr(entry), repr(combo), repr(layout)]
             key_data.append(repr(model_shape))
-            path = cache_dir() / f"caovan-{hashlib.sha256(json.dumps(key_data).encode()).hexdigest()[:32]}.json"
-            try:
-                infos = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                compiled = aot.compile_spec_decode_kernels(entry, combo, layout, model_shape, capability=(7, 5))
-                infos = [
-                    {**vars(i), "problems": aot.gate_problems([i]), "seconds": i.seconds}
-                    for i in compiled  # problems judged once, with the gate's own rules
-                ]
-                path.parent.mkdir(parents=True, exist_ok=True)
-                write_text_atomic(path, json.dumps(infos, sort_keys=True) + "\n")
-            for info in infos:
-                fatal = [p for p in info["problems"] if "spill" not in p]
-                results.append(
-                    {
-                        "kernel": info["kernel"],
-                        "seen_in": f"{shape.id}, {ssm_dtype} state",
-                        "config": f"sm75 entry: num_warps={info['num_warps']}, num_stages={info['num_stages']}",
-                        "verdict": "cannot" if fatal else "runs",
-                        "shared_bytes": info["shared_bytes"],
-                        "registers": info["registers"],
-                        "spill_bytes": info["spill_bytes"],
-                        "reason": "; ".join(info["problems"]) or None,
-                    }
-                )
+            compile_spec = functools.partial(aot.compile_spec_decode_kernels, entry, combo, layout, model_shape)
+            infos = _cached_infos(key_data, functools.partial(_judged, compile_spec, aot.gate_problems))
+            prefill_combo = prefill_aot.DtypeCombo("float16", ssm_dtype)
+            prefill_key = [triton.__version__, [k.cache_key for k in prefill_sources], repr(prefill_entry)]
+            prefill_key += [repr(prefill_combo), repr(prefill_variant), repr(prefill_shape)]
+            compile_prefill = functools.partial(
+                prefill_aot.compile_prefill_kernels, prefill_entry, prefill_combo, prefill_variant, prefill_shape
+            )
+            infos += _cached_infos(prefill_key, functools.partial(_judged, compile_prefill, prefill_aot.gate_problems))
+            results += [_caovan_verdict(info, f"{shape.id}, {ssm_dtype} state") for info in infos]
     return results
 
 
