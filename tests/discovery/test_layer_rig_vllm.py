@@ -13,6 +13,7 @@ vLLM's builders pin host memory where ``PIN_MEMORY`` says a GPU is there to copy
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -161,3 +162,29 @@ def test_padded_spec_batch_takes_the_graph_branch(rig):
     assert padded.spec_query_start_loc.tolist() == [0, t, 2 * t] + [2 * t] * (3 * t - 2)
     assert padded.num_accepted_tokens.tolist() == [1, t] + [1] * (3 * t - 2)
     assert padded.spec_state_indices_tensor.data_ptr() == graphs.spec_state_indices_tensor.data_ptr()
+
+
+@pytest.mark.parametrize("rig", MODELS[:1], ids=[MODELS[0].id], indirect=True)
+def test_caovans_prefill_takes_the_real_layers_prefill_call(rig, monkeypatch):
+    """With ``"caovan_prefill": true`` the real layer's prefill call is caovan's, where the family record says. The
+    layer is built on the CPU, so caovan's decision is told it runs on a 7.5 CUDA device (vLLM is not)."""
+    from caovan.adapters import layer_support, prefill_hook
+    from caovan.adapters.registry import installed_family
+
+    model, _, config_on = rig
+    family = installed_family()
+    config_on.additional_config["caovan_prefill"] = True
+    monkeypatch.setattr(layer_support, "platform_is_cuda", lambda: True)
+    monkeypatch.setattr(layer_support, "current_gpu_capability", lambda: (7, 5))
+    try:
+        layer = build_gdn_layer(config_on, model, "model.layers.2.linear_attn", CPU, caovan=True)
+        assert layer._caovan_prefill is True
+        if family.prefill_route == "module_function":
+            call = getattr(importlib.import_module(family.gdn_module), prefill_hook.PREFILL_NAME)
+            assert call._caovan_prefill_original is not None
+        else:
+            call = getattr(layer, prefill_hook.PREFILL_NAME)
+            assert isinstance(call, prefill_hook.CaovanChunkGatedDeltaRule)
+            assert type(call.in_tree).__name__ == "ChunkGatedDeltaRule"
+    finally:
+        prefill_hook.uninstall_module_function(family)

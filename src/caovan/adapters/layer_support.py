@@ -138,6 +138,13 @@ def gpu_reason(capability: tuple[int, int] | None) -> str | None:
     return None
 
 
+def platform_is_cuda() -> bool:
+    """vLLM's platform is CUDA (asked here, once per layer decision: the discovery tier answers it for a CPU rig)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cuda()
+
+
 def current_gpu_capability() -> tuple[int, int] | None:
     """Compute capability of the device this process builds the model on; None when it cannot be read."""
     import torch
@@ -207,13 +214,12 @@ def speculative_config_token(num_spec: int, environ: Mapping[str, str] | None = 
 def plan_for_layer(layer: Any, family: GdnFamily) -> LayerPlan | None:
     """Decide, once per layer at construction, whether caovan takes this layer's spec-decode core."""
     from vllm.config import get_current_vllm_config
-    from vllm.platforms import current_platform
 
     options = parse_options(get_current_vllm_config().additional_config)  # malformed -> clear error at start-up
     if not options.enabled:
         _once("off", logging.INFO, "%s: off (%s); vLLM's own GDN kernels run", PLUGIN_NAME, options.source)
         return None
-    is_cuda = current_platform.is_cuda()
+    is_cuda = platform_is_cuda()
     reasons = unsupported_reasons(layer, is_cuda, current_gpu_capability() if is_cuda else None)
     if reasons:
         why = "; ".join(reasons)
@@ -274,12 +280,11 @@ def prefill_reasons(layer: Any, family: GdnFamily, is_cuda: bool, capability: tu
 def prefill_plan_for_layer(layer: Any, family: GdnFamily) -> bool:
     """Decide, once per layer at construction, whether caovan's GDN prefill takes this layer's prefill calls."""
     from vllm.config import get_current_vllm_config
-    from vllm.platforms import current_platform
 
     options = parse_options(get_current_vllm_config().additional_config)
     if not options.prefill:
         return False
-    is_cuda = current_platform.is_cuda()
+    is_cuda = platform_is_cuda()
     reasons = prefill_reasons(layer, family, is_cuda, current_gpu_capability() if is_cuda else None)
     if reasons:
         why = "; ".join(reasons)
