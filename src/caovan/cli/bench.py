@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from caovan.bench.e2e import E2ESettings
 
 from . import cuda_visible_note
+from .served_runs import shared_server_options
 
 NAME = "bench"
 HELP = (
@@ -334,7 +335,6 @@ def run_tune(args: argparse.Namespace) -> int:
     problem = _gpu_problem(args)
     if problem:
         return _error(problem)
-    import shlex
 
     import torch
 
@@ -596,7 +596,6 @@ def run_layer(args: argparse.Namespace) -> int:
         load_vllm_gdn_module()
     except ImportError as exc:
         return _error(f"vLLM is needed for the layer bench: {exc}")
-    import shlex
 
     from caovan.bench import kernels as kb
     from caovan.bench import layer as lb
@@ -637,16 +636,10 @@ def e2e_settings(args: argparse.Namespace) -> E2ESettings | str:
             return f"{option} {value}: at least {least}"
     if args.requests_per_slot < 1:
         return f"--requests-per-slot {args.requests_per_slot}: at least 1"
-    try:
-        extra = json.loads(args.additional_config)
-    except json.JSONDecodeError as exc:
-        return f"--additional-config: not valid JSON ({exc.msg})"
-    if not isinstance(extra, dict) or any(key.startswith("caovan") for key in extra):
-        return "--additional-config: a JSON object without caovan's keys (each run sets its own switch)"
-    try:
-        serve_args = shlex.split(args.serve_args)
-    except ValueError as exc:
-        return f"--serve-args: {exc}"
+    shared = shared_server_options(args.additional_config, args.serve_args)
+    if isinstance(shared, str):
+        return shared
+    extra, serve_args = shared
     return E2ESettings(
         model=args.model,
         out_dir=Path(args.out),

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .served_runs import shared_server_options
 
 if TYPE_CHECKING:
     from caovan.bench.ttft import TtftSettings
@@ -72,16 +72,10 @@ def ttft_settings(args: argparse.Namespace) -> TtftSettings | str:
     for option, value, least in (("--warmup", args.warmup, 0), ("--repeats", args.repeats, 1)):
         if value < least:
             return f"{option} {value}: at least {least}"
-    try:
-        extra = json.loads(args.additional_config)
-    except json.JSONDecodeError as exc:
-        return f"--additional-config: not valid JSON ({exc.msg})"
-    if not isinstance(extra, dict) or any(key.startswith("caovan") for key in extra):
-        return "--additional-config: a JSON object without caovan's keys (each run sets its own)"
-    try:
-        serve_args = tuple(shlex.split(args.serve_args))
-    except ValueError as exc:
-        return f"--serve-args: {exc}"
+    shared = shared_server_options(args.additional_config, args.serve_args)
+    if isinstance(shared, str):
+        return shared
+    extra, serve_args = shared
     return TtftSettings(
         model=args.model,
         out_dir=Path(args.out),

@@ -1,0 +1,22 @@
+"""What ``bench e2e`` and ``bench ttft`` both read from their command lines: the vLLM keys and the serve arguments
+their servers share (each run sets caovan's own keys)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+
+def shared_server_options(additional_config: str, serve_args: str) -> tuple[dict[str, Any], tuple[str, ...]] | str:
+    """``(additional_config keys, serve arguments)`` for every run, or what is wrong with them."""
+    try:
+        extra = json.loads(additional_config)
+    except json.JSONDecodeError as exc:
+        return f"--additional-config: not valid JSON ({exc.msg})"
+    if not isinstance(extra, dict) or any(key.startswith("caovan") for key in extra):
+        return "--additional-config: a JSON object without caovan's keys (each run sets its own switch)"
+    try:
+        return extra, tuple(shlex.split(serve_args))
+    except ValueError as exc:
+        return f"--serve-args: {exc}"
