@@ -416,3 +416,25 @@ def test_the_command_under_the_interpreter_writes_the_record(tmp_path):
             for key in ("out", "ssm_state"):
                 assert 0 < c["errors"][side][key] < 1e-2, (case_id, side, key, c["errors"])
     assert "| tiny/L100/B4" in proc.stdout and "geomean speedup of caovan" in proc.stdout
+
+
+@pytest.mark.interpreter
+def test_no_vllm_times_caovan_alone(tmp_path):
+    import numpy
+
+    if tuple(int(p) for p in numpy.__version__.split(".")[:2]) >= (2, 4):
+        pytest.skip(f"Triton's interpreter needs numpy < 2.4, found {numpy.__version__}")
+    record_file = tmp_path / "prefill.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    argv = ["--shapes", "tiny", "--lengths", "64", "--batches", "1,4", "--iters", "1", "--repeats", "1"]
+    argv += ["--warmup", "0", "--no-vllm", "--json", str(record_file)]
+    proc = subprocess.run([sys.executable, str(CHILD), *argv], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "caovan alone (--no-vllm)" in proc.stderr
+    record = json.loads(record_file.read_text())
+    assert record["vllm_family"] is None and record["settings"]["sides"] == ["caovan"]
+    for c in record["cases"]:
+        assert c["error"] is None and c["times_us"]["caovan"] > 0
+        assert c["times_us"]["vllm_fla"] is None and c["speedup"]["vs_vllm_fla"] is None
+        assert c["errors"]["vllm"] is None and 0 < c["errors"]["caovan"]["ssm_state"] < 1e-2

@@ -260,8 +260,10 @@ def bench_case(
     timer: Callable[..., dict[str, Any]] = time_calls,
 ) -> dict[str, Any]:
     """Errors, times and speedups of one case, as a JSON-able row. ``vllm``: a ``VllmPrefill`` (called as the
-    branch; its ``function`` is FLA's ``chunk_gated_delta_rule``, its ``module_name`` the FLA ops package)."""
+    branch; its ``function`` is FLA's ``chunk_gated_delta_rule``, its ``module_name`` the FLA ops package), or None
+    for caovan's side alone (``--no-vllm``: its sides, speedups and errors are then null)."""
     inputs = build_inputs(case, layout, device)
+    sides = SIDES if vllm is not None else ("caovan",)
     if case.total_tokens > settings.max_reference_tokens:
         skipped = (
             f"{case.total_tokens} tokens > --max-reference-tokens {settings.max_reference_tokens}: "
@@ -269,31 +271,34 @@ def bench_case(
         )
         errors: dict[str, Any] = {"caovan": None, "vllm": None, "skipped": skipped}
     else:
-        results = {"caovan": own_copy(inputs), "vllm": own_copy(inputs)}
+        results = {"caovan": own_copy(inputs), **({"vllm": own_copy(inputs)} if vllm is not None else {})}
         prefill_call(ours, results["caovan"], layout)()
-        prefill_call(vllm, results["vllm"], layout)()
-        errors = {**reference_errors(inputs, results, reference, layout), "skipped": None}
+        if vllm is not None:
+            prefill_call(vllm, results["vllm"], layout)()
+        errors = {"vllm": None, **reference_errors(inputs, results, reference, layout), "skipped": None}
         del results
-    chunk_keywords = fla_chunk_keywords(vllm.function, getattr(vllm, "module_name", None), inputs["cu_seqlens"])
-    calls = {
-        "caovan": prefill_call(ours, own_copy(inputs), layout),
-        "vllm_fla": fla_call(vllm.function, own_copy(inputs), chunk_keywords),
-        "vllm_branch": prefill_call(vllm, own_copy(inputs), layout),
-    }
+    calls = {"caovan": prefill_call(ours, own_copy(inputs), layout)}
+    chunk_keywords = {}
+    if vllm is not None:
+        chunk_keywords = fla_chunk_keywords(vllm.function, getattr(vllm, "module_name", None), inputs["cu_seqlens"])
+        calls["vllm_fla"] = fla_call(vllm.function, own_copy(inputs), chunk_keywords)
+        calls["vllm_branch"] = prefill_call(vllm, own_copy(inputs), layout)
     times = timer(calls, settings, device)
     del calls, inputs
-    us = {side: times[side]["us"] for side in SIDES}
+    us = {side: times[side]["us"] if side in sides else None for side in SIDES}
     return {
         "id": case.id,
         "case": case.as_dict(),
         "times_us": us,
-        "repeats_us": {side: times[side]["repeats_us"] for side in SIDES},
+        "repeats_us": {side: times[side]["repeats_us"] if side in sides else None for side in SIDES},
         "speedup": {
             "vs_vllm_fla": _ratio(us["vllm_fla"], us["caovan"]),
             "vs_vllm_branch": _ratio(us["vllm_branch"], us["caovan"]),
         },
         "errors": errors,
-        "vllm_fla_chunk_indices": "precomputed" if chunk_keywords else "made by FLA in the call",
+        "vllm_fla_chunk_indices": (
+            None if vllm is None else "precomputed" if chunk_keywords else "made by FLA in the call"
+        ),
         "error": None,
     }
 

@@ -256,6 +256,12 @@ def add_prefill_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
     parser.add_argument(
+        "--no-vllm",
+        action="store_true",
+        help="time caovan's prefill alone, without vLLM (errors against float64 only; its cache in vLLM's (V, K) "
+        "layout from 0.16): for a GPU host that has torch and Triton but no vLLM",
+    )
+    parser.add_argument(
         "--launch-config",
         metavar="JSON",
         help='caovan\'s launch options as one launch_configs.json entry (e.g. \'{"capability": [9, 0], "wy": '
@@ -454,6 +460,7 @@ def prefill_plan(args: argparse.Namespace) -> tuple[list, object, dict] | str:
         "state_dtype": args.state_dtype,
         "seed": args.seed,
         "launch_config": None if launch_config is None else dataclasses.asdict(launch_config),
+        **({"sides": ["caovan"]} if args.no_vllm else {}),
     }
     return cases, settings, options
 
@@ -495,37 +502,44 @@ def run_prefill(args: argparse.Namespace) -> int:
     problem, device, interpreted = _prefill_device(args)
     if problem:
         return _error(problem)
-    try:
-        from caovan.adapters.registry import recognised_family
-        from caovan.bench.vllm_prefill_path import VllmPrefill
+    family = refusal = vllm = None
+    if not args.no_vllm:
+        try:
+            from caovan.adapters.registry import recognised_family
+            from caovan.bench.vllm_prefill_path import VllmPrefill
 
-        family, refusal = recognised_family()
-        vllm = VllmPrefill(family)
-    except Exception as exc:  # vLLM missing, or a release caovan recognises in no family
-        return _error(f"vLLM is needed for the prefill bench: {type(exc).__name__}: {exc}")
+            family, refusal = recognised_family()
+            vllm = VllmPrefill(family)
+        except Exception as exc:  # vLLM missing, or a release caovan recognises in no family
+            return _error(
+                f"vLLM is needed for the prefill bench: {type(exc).__name__}: {exc} (--no-vllm times caovan alone)"
+            )
     from caovan.bench import prefill as pb
     from caovan.bench import prefill_record as pr
     from caovan.kernels.gdn_prefill import gdn_prefill
     from caovan.kernels.gdn_prefill.naive import gdn_prefill_reference
 
     env = pr.environment(device, interpreted=interpreted)
-    family_facts = {
-        "family_id": family.family_id,
-        "label": family.label,
-        "fla_ops_module": family.fla_ops_module,
-        "ssm_layout": family.ssm_layout,
-        "null_slot_max": family.null_slot_max,
-        "refusal": refusal,
-    }
+    family_facts = None
+    layout = pb.CacheLayout(ssm_layout="vk", null_slot_max=0)  # vLLM's from 0.20 on, for --no-vllm
+    against = "caovan alone (--no-vllm)"
+    if family is not None:
+        family_facts = {
+            "family_id": family.family_id,
+            "label": family.label,
+            "fla_ops_module": family.fla_ops_module,
+            "ssm_layout": family.ssm_layout,
+            "null_slot_max": family.null_slot_max,
+            "refusal": refusal,
+        }
+        layout = pb.CacheLayout(ssm_layout=family.ssm_layout, null_slot_max=family.null_slot_max)
+        against = f"vLLM {env['versions']['vllm']} ({family.label} {family.family_id})"
     where = (
         "the Triton interpreter (CPU; times are not GPU times)"
         if interpreted
         else (f"{env['gpu']['name']} (sm_{env['gpu']['capability'].replace('.', '')})")
     )
-    print(
-        f"{where}; vLLM {env['versions']['vllm']} ({family.label} {family.family_id}); {len(cases)} cases",
-        file=sys.stderr,
-    )
+    print(f"{where}; {against}; {len(cases)} cases", file=sys.stderr)
     if refusal is not None:
         print(f"note: {refusal} (its prefill is timed all the same)", file=sys.stderr)
     ours = gdn_prefill
@@ -539,7 +553,7 @@ def run_prefill(args: argparse.Namespace) -> int:
         ours=ours,
         vllm=vllm,
         reference=gdn_prefill_reference,
-        layout=pb.CacheLayout(ssm_layout=family.ssm_layout, null_slot_max=family.null_slot_max),
+        layout=layout,
         settings=settings,
     )
     report = pr.build_report(rows, env=env, vllm_family=family_facts, settings=settings, options=options)
