@@ -228,11 +228,17 @@ class FakeFla:
 
 
 class FakeVllm:
+    """``VllmPrefill`` around ``FakeFla``, which takes no chunk metadata (as FLA before vLLM 0.20)."""
+
     def __init__(self):
         self.function = FakeFla()
         self.module_name = None
 
-    def __call__(self, *args, **kwargs):
+    def chunk_metadata(self, cu_seqlens):
+        return {}
+
+    def __call__(self, *args, chunk_metadata=None, **kwargs):
+        assert chunk_metadata == {}, "the branch must get the metadata made before the timed call"
         gdn_prefill_reference(*args, **kwargs)
 
 
@@ -277,7 +283,37 @@ def test_fla_is_called_on_a_state_gathered_and_zeroed_beforehand():
     gathered = t["ssm_state"][t["state_indices"].long()]
     assert torch.equal(seen["initial_state"][0], gathered[0]) and torch.equal(seen["initial_state"][2], gathered[2])
     assert not seen["initial_state"][1].any() and not seen["initial_state"][3].any()
-    assert pb.fla_chunk_keywords(fla, "vllm.model_executor.layers.fla.ops", t["cu_seqlens"]) == {}  # takes none
+
+
+@pytest.fixture
+def fla_family(monkeypatch):
+    """A family record whose FLA ops package is a stand-in module, to give ``VllmPrefill`` either FLA signature."""
+    import types
+    from dataclasses import replace
+
+    from caovan.adapters.families import GDN_LINEAR_ATTN_V020
+
+    module = types.ModuleType("caovan_test_fake_fla_ops")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module, replace(GDN_LINEAR_ATTN_V020, fla_ops_module=module.__name__)
+
+
+def test_the_baseline_makes_chunk_metadata_only_where_fla_takes_it(fla_family):
+    from caovan.bench.vllm_prefill_path import VllmPrefill
+
+    module, family = fla_family
+    cu = torch.tensor([0, 5, 13, 78], dtype=torch.int32)
+    module.chunk_gated_delta_rule = FakeFla()
+    assert VllmPrefill(family).chunk_metadata(cu) == {}  # takes none
+
+    def with_metadata(*, q, k, v, chunk_indices=None, chunk_offsets=None, **rest):
+        return None
+
+    module.chunk_gated_delta_rule = with_metadata
+    made = VllmPrefill(family).chunk_metadata(cu)
+    assert made["chunk_indices"].tolist() == [[0, 0], [1, 0], [2, 0], [2, 1]]
+    assert made["chunk_offsets"].tolist() == [0, 1, 2, 4]
+    assert made["chunk_indices"].dtype == made["chunk_offsets"].dtype == torch.int32
 
 
 def test_a_case_row_has_times_speedups_and_errors_per_side():

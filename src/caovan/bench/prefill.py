@@ -23,8 +23,6 @@ previous call left, which is the same work. Plain torch timing (no triton.testin
 from __future__ import annotations
 
 import gc
-import importlib
-import inspect
 import itertools
 import math
 import statistics
@@ -118,9 +116,11 @@ def own_copy(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return {name: t.clone() if name in WRITTEN else t for name, t in inputs.items()}
 
 
-def prefill_call(fn: Callable[..., None], inputs: Mapping[str, Any], layout: CacheLayout) -> Callable[[], None]:
+def prefill_call(
+    fn: Callable[..., None], inputs: Mapping[str, Any], layout: CacheLayout, **extra: Any
+) -> Callable[[], None]:
     """``fn`` (``gdn_prefill``, ``VllmPrefill`` or the oracle) bound to ``inputs``: the timed call is exactly
-    ``fn(*tensors, **keywords)``."""
+    ``fn(*tensors, **keywords)``; ``extra`` keywords go to ``fn`` as they are (``VllmPrefill``'s chunk metadata)."""
     args = [inputs[name] for name in POSITIONAL]
     kwargs = {
         "state_indices": inputs["state_indices"],
@@ -128,30 +128,9 @@ def prefill_call(fn: Callable[..., None], inputs: Mapping[str, Any], layout: Cac
         "use_qk_l2norm": True,
         "ssm_layout": layout.ssm_layout,
         "null_slot_max": layout.null_slot_max,
+        **extra,
     }
     return lambda: fn(*args, **kwargs)
-
-
-def fla_chunk_keywords(function: Callable[..., Any], module_name: str | None, cu_seqlens: Any) -> dict[str, Any]:
-    """``chunk_indices``/``chunk_offsets`` as vLLM's GDN metadata builder makes them, once per step and from the
-    host's copy of the sequence table (0.20 on); {} where ``function`` takes none or the helpers are missing (FLA
-    then makes them in the call, caching them by tensor)."""
-    try:
-        params = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return {}
-    if "chunk_indices" not in params or module_name is None:
-        return {}
-    try:
-        index = importlib.import_module(f"{module_name}.index")
-        chunk = importlib.import_module(f"{module_name}.utils").FLA_CHUNK_SIZE
-    except (ImportError, AttributeError):
-        return {}
-    host = cu_seqlens.cpu()
-    out = {"chunk_indices": index.prepare_chunk_indices(host, chunk).to(cu_seqlens.device)}
-    if "chunk_offsets" in params and hasattr(index, "prepare_chunk_offsets"):
-        out["chunk_offsets"] = index.prepare_chunk_offsets(host, chunk).to(cu_seqlens.device)
-    return out
 
 
 def fla_call(
@@ -260,10 +239,12 @@ def bench_case(
     timer: Callable[..., dict[str, Any]] = time_calls,
 ) -> dict[str, Any]:
     """Errors, times and speedups of one case, as a JSON-able row. ``vllm``: a ``VllmPrefill`` (called as the
-    branch; its ``function`` is FLA's ``chunk_gated_delta_rule``, its ``module_name`` the FLA ops package), or None
+    branch; its ``function`` is FLA's ``chunk_gated_delta_rule``, its ``chunk_metadata`` vLLM's chunk indices), or None
     for caovan's side alone (``--no-vllm``: its sides, speedups and errors are then null)."""
     inputs = build_inputs(case, layout, device)
     sides = SIDES if vllm is not None else ("caovan",)
+    # Made once here, as vLLM's metadata builder makes them once per step: in no timed call.
+    chunk_keywords = vllm.chunk_metadata(inputs["cu_seqlens"]) if vllm is not None else {}
     if case.total_tokens > settings.max_reference_tokens:
         skipped = (
             f"{case.total_tokens} tokens > --max-reference-tokens {settings.max_reference_tokens}: "
@@ -274,15 +255,13 @@ def bench_case(
         results = {"caovan": own_copy(inputs), **({"vllm": own_copy(inputs)} if vllm is not None else {})}
         prefill_call(ours, results["caovan"], layout)()
         if vllm is not None:
-            prefill_call(vllm, results["vllm"], layout)()
+            prefill_call(vllm, results["vllm"], layout, chunk_metadata=chunk_keywords)()
         errors = {"vllm": None, **reference_errors(inputs, results, reference, layout), "skipped": None}
         del results
     calls = {"caovan": prefill_call(ours, own_copy(inputs), layout)}
-    chunk_keywords = {}
     if vllm is not None:
-        chunk_keywords = fla_chunk_keywords(vllm.function, getattr(vllm, "module_name", None), inputs["cu_seqlens"])
         calls["vllm_fla"] = fla_call(vllm.function, own_copy(inputs), chunk_keywords)
-        calls["vllm_branch"] = prefill_call(vllm, own_copy(inputs), layout)
+        calls["vllm_branch"] = prefill_call(vllm, own_copy(inputs), layout, chunk_metadata=chunk_keywords)
     times = timer(calls, settings, device)
     del calls, inputs
     us = {side: times[side]["us"] if side in sides else None for side in SIDES}
