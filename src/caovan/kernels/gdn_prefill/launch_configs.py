@@ -9,9 +9,10 @@ nearest lower architecture that has one.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..arch_entries import load_arch_entries, nearest_lower_entry
 
 DATA_FILE = Path(__file__).with_name("launch_configs.json")
 #: Tokens per chunk: the WY kernel builds its ``(I + A)^-1`` from two 16 x 16 blocks.
@@ -74,25 +75,11 @@ def load_entry(arch: str, entry: dict) -> PrefillLaunchConfig:
     )
 
 
-def _load(path: Path) -> dict[str, PrefillLaunchConfig]:
-    raw = json.loads(path.read_text(encoding="utf-8"))
-    configs = {}
-    for arch, entry in raw.items():
-        try:
-            configs[arch] = load_entry(arch, entry)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: entry {arch!r}: {exc}") from None
-    return configs
-
-
-LAUNCH_CONFIGS: dict[str, PrefillLaunchConfig] = _load(DATA_FILE)
+LAUNCH_CONFIGS: dict[str, PrefillLaunchConfig] = load_arch_entries(DATA_FILE, load_entry)
 ALL_LAUNCH_CONFIGS: tuple[PrefillLaunchConfig, ...] = tuple(LAUNCH_CONFIGS.values())
 
 
 def config_for(capability: tuple[int, int]) -> PrefillLaunchConfig:
     """The entry of this compute capability, else of the nearest lower architecture that has one."""
-    candidates = [c for c in ALL_LAUNCH_CONFIGS if c.capability <= tuple(capability)]
-    if not candidates:
-        known = ", ".join(sorted(LAUNCH_CONFIGS))
-        raise ValueError(f"no prefill launch configuration for capability {capability} (known: {known})")
-    return max(candidates, key=lambda c: c.capability)
+    wanted = (int(capability[0]), int(capability[1]))
+    return nearest_lower_entry(ALL_LAUNCH_CONFIGS, wanted, "prefill launch configuration")

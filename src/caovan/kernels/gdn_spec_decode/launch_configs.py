@@ -9,9 +9,10 @@ without an entry uses the nearest lower architecture that has one.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..arch_entries import load_arch_entries, nearest_lower_entry
 
 
 @dataclass(frozen=True)
@@ -230,14 +231,8 @@ def _check_row_split(config: ArchLaunchConfig) -> None:
 
 
 def _load(path: Path) -> dict[str, ArchLaunchConfig]:
-    raw = json.loads(path.read_text(encoding="utf-8"))
-    configs = {}
-    for arch, entry in raw.items():
-        try:
-            configs[arch] = load_entry(arch, entry)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: entry {arch!r}: {exc}") from None
-    return configs
+    """The entries of a launch-configuration file (``DATA_FILE``; tests hand it others)."""
+    return load_arch_entries(path, load_entry)
 
 
 LAUNCH_CONFIGS: dict[str, ArchLaunchConfig] = _load(DATA_FILE)
@@ -263,11 +258,4 @@ def config_for(capability: tuple[int, int] | int | str) -> ArchLaunchConfig:
 
     Exact entry if there is one, else the nearest lower architecture that has one.
     """
-    wanted = _as_capability(capability)
-    candidates = [c for c in LAUNCH_CONFIGS.values() if c.capability <= wanted]
-    if not candidates:
-        known = ", ".join(sorted(LAUNCH_CONFIGS))
-        raise ValueError(
-            f"no launch configuration for sm{wanted[0]}{wanted[1]}: the kernels target sm75 and newer (known: {known})"
-        )
-    return max(candidates, key=lambda c: c.capability)
+    return nearest_lower_entry(LAUNCH_CONFIGS.values(), _as_capability(capability), "launch configuration")
