@@ -199,6 +199,18 @@ def succeeded(run: EngineRun) -> dict[str, Any]:
     return run.result
 
 
+def dispatch_totals(run: EngineRun) -> tuple[dict[str, int], dict[str, int]]:
+    """caovan's counters summed over every process of the run (``CAOVAN_COUNTERS_FILE``): (dispatched, fallbacks)."""
+    dispatched: dict[str, int] = {}
+    fallbacks: dict[str, int] = {}
+    for snapshot in run.counters_files.values():
+        for kind, n in snapshot.get("dispatched", {}).items():
+            dispatched[kind] = dispatched.get(kind, 0) + n
+        for reason, n in snapshot.get("fallbacks", {}).items():
+            fallbacks[reason] = fallbacks.get(reason, 0) + n
+    return dispatched, fallbacks
+
+
 def greedy_steps(run: EngineRun) -> list[list[token_agreement.Step]]:
     result = succeeded(run)
     expected = serve_workload.workload(run.case.workload, run.case.num_speculative_tokens).max_tokens

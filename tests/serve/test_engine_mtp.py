@@ -67,7 +67,7 @@ from typing import Any
 
 import pytest
 import serve_env
-from engine_cases import PREFILL_BACKEND, Case, EngineRun, compare, start_engines, succeeded
+from engine_cases import PREFILL_BACKEND, Case, EngineRun, compare, dispatch_totals, start_engines, succeeded
 
 pytestmark = pytest.mark.serve
 
@@ -97,17 +97,6 @@ def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EngineRun
 
 
 # --- helpers on one run ---------------------------------------------------------------------------------------
-
-
-def _dispatch_totals(run: EngineRun) -> tuple[dict[str, int], dict[str, int]]:
-    dispatched: dict[str, int] = {}
-    fallbacks: dict[str, int] = {}
-    for snapshot in run.counters_files.values():
-        for kind, n in snapshot.get("dispatched", {}).items():
-            dispatched[kind] = dispatched.get(kind, 0) + n
-        for reason, n in snapshot.get("fallbacks", {}).items():
-            fallbacks[reason] = fallbacks.get(reason, 0) + n
-    return dispatched, fallbacks
 
 
 def _stock_spec_calls(result: dict[str, Any]) -> dict[str, int]:
@@ -142,7 +131,7 @@ def _assert_routed_to_caovan(run: EngineRun) -> dict[str, int]:
     assert facts["caovan_core_bound"] == facts["gdn_layers"], f"GDN layers without caovan's core: {facts}"
 
     assert run.counters_files, f"caovan wrote no counters file (CAOVAN_COUNTERS_FILE)\n{run.describe()}"
-    dispatched, fallbacks = _dispatch_totals(run)
+    dispatched, fallbacks = dispatch_totals(run)
     assert dispatched.get("spec", 0) > 0, f"no pure spec-decode batch went to caovan: {run.counters_files}"
     unexpected = set(fallbacks) - ALLOWED_FALLBACKS
     assert not unexpected, f"caovan handed spec-decode work back to vLLM: fallbacks {fallbacks}"
@@ -177,7 +166,7 @@ def test_enabled_engine_routes_every_spec_decode_core_call_to_caovan(engine_runs
 def test_enabled_engine_takes_mixed_prefill_and_spec_batches(engine_runs):
     run = engine_runs["enabled"]
     succeeded(run)
-    dispatched, _ = _dispatch_totals(run)
+    dispatched, _ = dispatch_totals(run)
     assert dispatched.get("mixed", 0) > 0, (
         f"no mixed prefill + spec batch reached caovan ({dispatched}); the workload admits prompts 4 and 5 "
         "while others decode, so the scheduler kept prefills and spec decodes apart"
@@ -190,7 +179,7 @@ def test_disabled_engine_leaves_every_call_to_vllm(engine_runs):
     assert INTERFACE_PASS in run.log, f"plugin not loaded in the disabled run\n{run.describe()}"
     assert "off (caovan=false)" in run.log, f"caovan did not report the option off\n{run.describe()}"
     assert not _activation_lines(run.log), "activation line logged with caovan off"
-    dispatched, _ = _dispatch_totals(run)
+    dispatched, _ = dispatch_totals(run)
     assert not dispatched, f"caovan dispatched with caovan off: {run.counters_files}"
     facts = _layer_facts(result)
     assert facts["caovan_core_bound"] == [], f"caovan's core bound with caovan off: {facts}"

@@ -18,7 +18,7 @@ sequence's first divergence, every divergence a near tie, at least half of all p
 from __future__ import annotations
 
 import pytest
-from engine_cases import PREFILL_BACKEND, Case, EngineRun, compare, start_engines, succeeded
+from engine_cases import PREFILL_BACKEND, Case, EngineRun, compare, dispatch_totals, start_engines, succeeded
 
 pytestmark = pytest.mark.serve
 
@@ -50,24 +50,13 @@ def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EngineRun
     return start_engines(CASES, tmp_path_factory, "serve-prefill")
 
 
-def _counters(run: EngineRun) -> tuple[dict[str, int], dict[str, int]]:
-    dispatched: dict[str, int] = {}
-    fallbacks: dict[str, int] = {}
-    for snapshot in run.counters_files.values():
-        for kind, n in snapshot.get("dispatched", {}).items():
-            dispatched[kind] = dispatched.get(kind, 0) + n
-        for reason, n in snapshot.get("fallbacks", {}).items():
-            fallbacks[reason] = fallbacks.get(reason, 0) + n
-    return dispatched, fallbacks
-
-
 def test_prefill_on_routes_every_prefill_to_caovan(engine_runs):
     run = engine_runs["prefill_on"]
     succeeded(run)
     lines = [line for line in run.log.splitlines() if PREFILL_ACTIVE_LINE in line]
     assert len(lines) == 1, f"expected one '{PREFILL_ACTIVE_LINE}' line, found {len(lines)}\n{run.describe()}"
     assert "backend=caovan_gdncore" in lines[0], lines[0]
-    dispatched, fallbacks = _counters(run)
+    dispatched, fallbacks = dispatch_totals(run)
     assert dispatched.get("prefill", 0) > 0, f"no prefill call reached caovan: {run.counters_files}"
     handed_back = {reason: n for reason, n in fallbacks.items() if reason.startswith("prefill-")}
     assert not handed_back, f"caovan handed prefill calls back to vLLM: {handed_back}"
@@ -78,7 +67,7 @@ def test_prefill_off_leaves_the_prefill_to_vllm(engine_runs):
     run = engine_runs["prefill_off"]
     succeeded(run)
     assert PREFILL_ACTIVE_LINE not in run.log, f"prefill line logged with caovan_prefill off\n{run.describe()}"
-    dispatched, _ = _counters(run)
+    dispatched, _ = dispatch_totals(run)
     assert not dispatched.get("prefill"), f"caovan's prefill ran with caovan_prefill off: {dispatched}"
 
 
