@@ -79,15 +79,13 @@ class E2EError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class E2ESettings:
+class ServedRunsSettings:
+    """What every procedure that serves a model through ``caovan serve`` twice takes (``bench e2e``, ``bench
+    ttft``): the model, where it writes, the servers' cudagraph mode, keys and arguments, and how they are started."""
+
     model: str
     out_dir: Path
     cudagraph_mode: str = "PIECEWISE"
-    concurrency: tuple[int, ...] = (1, 4, 8)
-    repeats: int = 2
-    max_tokens: int = 256
-    #: Requests per repeat = concurrency x this (every slot busy for the whole repeat but its last request).
-    requests_per_slot: int = 2
     additional_config: dict[str, Any] = field(default_factory=dict)
     serve_args: tuple[str, ...] = ()
     ready_timeout_s: float = 1800.0
@@ -107,6 +105,15 @@ class E2ESettings:
         return self.out_dir / (self.cudagraph_mode.lower() + (f"-tp{tp}" if tp > 1 else ""))
 
 
+@dataclass(frozen=True)
+class E2ESettings(ServedRunsSettings):
+    concurrency: tuple[int, ...] = (1, 4, 8)
+    repeats: int = 2
+    max_tokens: int = 256
+    #: Requests per repeat = concurrency x this (every slot busy for the whole repeat but its last request).
+    requests_per_slot: int = 2
+
+
 def trace_dir(settings: E2ESettings, label: str) -> Path:
     return (settings.mode_dir / f"{label}-trace").absolute()  # vLLM wants an absolute folder
 
@@ -121,6 +128,13 @@ def server_command(settings: E2ESettings, caovan_on: bool, port: int) -> list[st
         options = {"profiler": "torch", "torch_profiler_dir": str(trace_dir(settings, label)), "ignore_frontend": True,
                    "torch_profiler_with_stack": False}  # fmt: skip
         profiler = ["--profiler-config", json.dumps(options)]
+    return caovan_serve_command(settings, config, port, profiler)
+
+
+def caovan_serve_command(
+    settings: ServedRunsSettings, config: dict[str, Any], port: int, extra: Sequence[str] = ()
+) -> list[str]:
+    """``caovan serve MODEL ARGS --port ... --compilation-config ... --additional-config CONFIG EXTRA``."""
     return [
         sys.executable,
         "-m",
@@ -134,7 +148,7 @@ def server_command(settings: E2ESettings, caovan_on: bool, port: int) -> list[st
         json.dumps({"cudagraph_mode": settings.cudagraph_mode}),
         "--additional-config",
         json.dumps(config, sort_keys=True),
-        *profiler,
+        *extra,
     ]
 
 
@@ -347,7 +361,7 @@ def spec_decode_counters(port: int) -> dict[str, Any]:
     return {**counts, "mean_acceptance_length": round(1 + counts["accepted_tokens"] / counts["drafts"], 3)}
 
 
-def server_env(settings: E2ESettings) -> dict[str, str]:
+def server_env(settings: ServedRunsSettings) -> dict[str, str]:
     """What the procedure adds to each server's environment (the record keeps it too)."""
     return {**SERVER_ENV, **(PROFILE_ENV if settings.profile else {})}
 

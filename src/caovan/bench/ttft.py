@@ -21,12 +21,11 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from caovan import __version__
-from caovan.bench.e2e import E2EError, Server, gpu_name, server_env, shown
+from caovan.bench.e2e import E2EError, ServedRunsSettings, Server, caovan_serve_command, gpu_name, server_env, shown
 from caovan.jsonfile import write_text_atomic
 from caovan.matrix.envinfo import distribution_version
 from caovan.serving.server_process import free_port
@@ -40,33 +39,16 @@ TOKEN_ID_RANGE = (1000, 30000)
 
 
 @dataclass(frozen=True)
-class TtftSettings:
-    model: str
-    out_dir: Path
-    cudagraph_mode: str = "PIECEWISE"
+class TtftSettings(ServedRunsSettings):
     prompt_tokens: tuple[int, ...] = DEFAULT_PROMPT_TOKENS
     warmup: int = 1
     repeats: int = 5
-    additional_config: dict[str, Any] = field(default_factory=dict)
-    serve_args: tuple[str, ...] = ()
-    ready_timeout_s: float = 1800.0
-    port: int | None = None
-    #: Read by ``e2e.server_env``: this procedure profiles nothing.
-    profile: bool = False
-
-    @property
-    def mode_dir(self) -> Path:
-        return self.out_dir / self.cudagraph_mode.lower()
 
 
 def server_command(settings: TtftSettings, prefill_on: bool, port: int) -> list[str]:
     """``caovan serve`` as a user types it, caovan on, its prefill as the run says."""
     config = {**settings.additional_config, "caovan": True, "caovan_prefill": prefill_on}
-    return [
-        sys.executable, "-m", "caovan", "serve", settings.model, *settings.serve_args, "--port", str(port),
-        "--compilation-config", json.dumps({"cudagraph_mode": settings.cudagraph_mode}),
-        "--additional-config", json.dumps(config, sort_keys=True),
-    ]  # fmt: skip
+    return caovan_serve_command(settings, config, port)
 
 
 def prompt_ids(tokens: int, key: int) -> list[int]:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from caovan.bench.e2e import E2ESettings
 
 from . import cuda_visible_note
-from .served_runs import shared_server_options
+from .served_runs import distinct_counts, shared_server_options
 
 NAME = "bench"
 HELP = (
@@ -639,12 +639,9 @@ def e2e_settings(args: argparse.Namespace) -> E2ESettings | str:
     """The checked settings of ``bench e2e``, or what is wrong with the arguments."""
     from caovan.bench.e2e import E2ESettings
 
-    try:
-        concurrency = tuple(int(item) for item in args.concurrency.split(","))
-    except ValueError:
-        return f"--concurrency {args.concurrency!r}: expected numbers separated by commas"
-    if not concurrency or min(concurrency) < 1 or len(set(concurrency)) != len(concurrency):
-        return f"--concurrency {args.concurrency!r}: expected distinct numbers >= 1"
+    concurrency = distinct_counts("--concurrency", args.concurrency)
+    if isinstance(concurrency, str):
+        return concurrency
     for option, value, least in (("--repeats", args.repeats, 2), ("--max-tokens", args.max_tokens, 2)):
         if value < least:
             return f"{option} {value}: at least {least}"

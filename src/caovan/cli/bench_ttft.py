@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .served_runs import shared_server_options
+from .served_runs import distinct_counts, shared_server_options
 
 if TYPE_CHECKING:
     from caovan.bench.ttft import TtftSettings
@@ -63,12 +63,9 @@ def ttft_settings(args: argparse.Namespace) -> TtftSettings | str:
     """The checked settings of ``bench ttft``, or what is wrong with the arguments."""
     from caovan.bench.ttft import TtftSettings
 
-    try:
-        lengths = tuple(int(item) for item in args.prompt_tokens.split(","))
-    except ValueError:
-        return f"--prompt-tokens {args.prompt_tokens!r}: expected numbers separated by commas"
-    if not lengths or min(lengths) < 1 or len(set(lengths)) != len(lengths):
-        return f"--prompt-tokens {args.prompt_tokens!r}: expected distinct numbers >= 1"
+    lengths = distinct_counts("--prompt-tokens", args.prompt_tokens)
+    if isinstance(lengths, str):
+        return lengths
     for option, value, least in (("--warmup", args.warmup, 0), ("--repeats", args.repeats, 1)):
         if value < least:
             return f"{option} {value}: at least {least}"
