@@ -5,6 +5,7 @@ family keeps its layer class, except what the family record (``family.py``) says
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -253,17 +254,25 @@ def plan_for_layer(layer: Any, family: GdnFamily) -> LayerPlan | None:
     )
 
 
+@functools.cache
+def family_hook_problem(family: GdnFamily) -> str | None:
+    """``prefill_hook.hook_problem``, asked once per family and process: it reads the layer class's source, the
+    same for each of a model's GDN layers."""
+    from .prefill_hook import hook_problem
+
+    return hook_problem(family)
+
+
 def prefill_reasons(layer: Any, family: GdnFamily, is_cuda: bool, capability: tuple[int, int] | None) -> list[str]:
     """Why caovan's GDN prefill cannot take this layer's prefill; empty when it can."""
     from ..kernels.gdn_prefill.envelope import prefill_envelope_problems
-    from .prefill_hook import hook_problem
 
     reasons = []
     if not is_cuda:
         reasons.append("platform is not CUDA")
     elif (why := gpu_reason(capability)) is not None:
         reasons.append(why)
-    if (why := hook_problem(family)) is not None:
+    if (why := family_hook_problem(family)) is not None:
         reasons.append(why)
     tp = layer.tp_size
     reasons += prefill_envelope_problems(
