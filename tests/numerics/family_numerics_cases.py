@@ -142,7 +142,8 @@ def run_scenario(sc: Scenario, core) -> dict:
     return {"errors": errors, "vllm_errors": vllm_errors, "ok": not problems, "detail": "; ".join(problems)}
 
 
-def _family_facts():
+def family_facts():
+    """(family, refusal, facts) of the installed vLLM, as both numerics children report them."""
     from importlib.metadata import version
 
     from caovan.adapters.registry import recognised_family
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from caovan.bench.vllm_spec_path import VllmSpecCore
 
-    family, refusal, facts = _family_facts()
+    family, refusal, facts = family_facts()
     core = None if refusal is not None else VllmSpecCore(gather_gating=family.spec_gating_selected)
     facts["gdn_module"] = family.gdn_module if core is None else core.module_name
     from interpreter_aliases import rebind_builtin_aliases  # beside this file; imports triton

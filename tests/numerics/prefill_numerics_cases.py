@@ -44,16 +44,6 @@ SCENARIOS: list[PrefillScenario] = [
 HOOK_CONTRACT = replace(_BASE, id="hook_contract", seed=811)
 SCENARIO_IDS: list[str] = [sc.id for sc in SCENARIOS] + [HOOK_CONTRACT.id]
 
-
-def _family():
-    from importlib.metadata import version
-
-    from caovan.adapters.registry import recognised_family
-
-    family, refusal = recognised_family()
-    return family, refusal, {"family_id": family.family_id, "label": family.label, "vllm": version("vllm")}
-
-
 #: Both of the kernels' dot paths run on every scenario: fp32 operands (the sm75 entry: FMA on Turing) and 16-bit
 #: operands on tensor cores (every newer entry), each held to the same rule.
 DOT_PATHS = ("sm75", "sm80")
@@ -144,11 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("TRITON_INTERPRET") != "1":
         print("TRITON_INTERPRET=1 must be set in the environment", file=sys.stderr)
         return 2
+    from family_numerics_cases import family_facts  # beside this file, as the child runs it
     from helpers.spec_decode_inputs import interpreter_bf16_products_broken
 
     from caovan.bench.vllm_prefill_path import VllmPrefill
 
-    family, refusal, facts = _family()
+    family, refusal, facts = family_facts()
     baseline = None if refusal is not None else VllmPrefill(family)
     facts["fla_ops_module"] = family.fla_ops_module
     from interpreter_aliases import (
