@@ -427,6 +427,17 @@ def _json_safe(x: Any) -> Any:
     return x
 
 
+def record_head(schema: str, argv: Sequence[str] | None = None, timestamp: str | None = None) -> dict[str, Any]:
+    """A bench record's first keys: its schema, the command that made it (``sys.argv`` by default), when."""
+    argv = list(sys.argv if argv is None else argv)
+    return {
+        "schema": schema,
+        "command": shlex.join(argv),
+        "argv": argv,
+        "timestamp": timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
 def build_report(
     rows: Sequence[dict[str, Any]],
     *,
@@ -438,13 +449,9 @@ def build_report(
     argv: Sequence[str] | None = None,
     timestamp: str | None = None,
 ) -> dict[str, Any]:
-    argv = list(sys.argv if argv is None else argv)
     return _json_safe(
         {
-            "schema": JSON_SCHEMA,
-            "command": shlex.join(argv),
-            "argv": argv,
-            "timestamp": timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **record_head(JSON_SCHEMA, argv, timestamp),
             **env,
             "bandwidth": {
                 "bytes_per_s": bandwidth,

@@ -5,13 +5,10 @@ settings, a summary and one row per case as ``prefill.bench_case`` makes it.
 from __future__ import annotations
 
 import math
-import shlex
 import statistics
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +76,11 @@ def build_report(
     argv: Sequence[str] | None = None,
     timestamp: str | None = None,
 ) -> dict[str, Any]:
-    from caovan.bench.kernels import _json_safe
+    from caovan.bench.kernels import _json_safe, record_head
 
-    argv = list(sys.argv if argv is None else argv)
     return _json_safe(
         {
-            "schema": JSON_SCHEMA,
-            "command": shlex.join(argv),
-            "argv": argv,
-            "timestamp": timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **record_head(JSON_SCHEMA, argv, timestamp),
             **env,
             "vllm_family": None if vllm_family is None else dict(vllm_family),
             "settings": {
