@@ -15,6 +15,12 @@ import tempfile
 SM75_MAX_SHARED_MEMORY_BYTES = 65536
 
 
+def compiled_ptx(compiled) -> str:
+    """The PTX text of a compiled Triton kernel (``asm["ptx"]`` is bytes in some releases, str in others)."""
+    ptx = compiled.asm.get("ptx", "")
+    return ptx.decode() if isinstance(ptx, bytes) else ptx
+
+
 def ptx_has_bf16(ptx: str) -> bool:
     """True if the PTX uses a bf16 type (cvt.*.bf16*, *.bf16x2 ...); names and paths don't count."""
     return re.search(r"\.bf16", ptx) is not None

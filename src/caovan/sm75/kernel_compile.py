@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonfile import write_text_atomic
-from ..kernels.ptx_facts import ptx_has_bf16, ptxas_log_usage, ptxas_resource_usage
+from ..kernels.ptx_facts import compiled_ptx, ptx_has_bf16, ptxas_log_usage, ptxas_resource_usage
 from .device_view import RTX_2080_TI, DeviceFacts, sm75_device_view
 from .launch_recorder import KernelLaunch
 
@@ -134,8 +134,7 @@ def _compile(launch: KernelLaunch, facts: DeviceFacts) -> CompileOutcome:
             kernel.device_caches.clear()
     if hasattr(compiled, "result"):  # an asynchronous compile's future
         compiled = compiled.result()
-    ptx = compiled.asm.get("ptx", "")
-    ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+    ptx = compiled_ptx(compiled)
     registers, spills = ptxas_log_usage(log.getvalue())
     if registers is None:  # no log (an older Triton, or its own on-disk cache answered): ask ptxas again
         registers, spills = ptxas_resource_usage(ptx, facts.capability)

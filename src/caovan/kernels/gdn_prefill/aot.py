@@ -35,7 +35,7 @@ from triton.backends.compiler import GPUTarget
 
 from ..aot_signature import Ptr, ast_source
 from ..gdn_spec_decode.occupancy import RTX_2080_TI, resident_programs_per_sm
-from ..ptx_facts import ptx_has_bf16, ptxas_resource_usage, sm75_rule_problems
+from ..ptx_facts import compiled_ptx, ptx_has_bf16, ptxas_resource_usage, sm75_rule_problems
 from .launch_configs import ALL_LAUNCH_CONFIGS, CHUNK, LAUNCH_CONFIGS, PrefillLaunchConfig
 from .triton_kernels import _caovan_gdn_prefill_state_kernel, _caovan_gdn_prefill_wy_kernel
 
@@ -265,9 +265,7 @@ def _compile(fn, values: dict, options: dict, capability: tuple[int, int]) -> _F
         compiled = triton.compile(
             source, target=GPUTarget("cuda", capability[0] * 10 + capability[1], 32), options=options
         )
-        ptx = compiled.asm.get("ptx", "")
-        if isinstance(ptx, bytes):
-            ptx = ptx.decode()
+        ptx = compiled_ptx(compiled)
         registers, spill_bytes = ptxas_resource_usage(ptx, capability)
         seconds = round(time.perf_counter() - t0, 3)
         _compiled[key] = _Facts(int(compiled.metadata.shared), registers, spill_bytes, ptx_has_bf16(ptx), seconds)

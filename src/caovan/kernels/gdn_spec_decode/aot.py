@@ -25,7 +25,7 @@ from triton.backends.compiler import GPUTarget
 
 from ..aot_signature import Ptr as _Ptr
 from ..aot_signature import ast_source as _ast_source
-from ..ptx_facts import ptx_has_bf16, ptxas_resource_usage, sm75_rule_problems
+from ..ptx_facts import compiled_ptx, ptx_has_bf16, ptxas_resource_usage, sm75_rule_problems
 from . import row_butterfly
 from .launch_configs import ALL_LAUNCH_CONFIGS, ArchLaunchConfig
 from .occupancy import value_block_candidates
@@ -273,9 +273,7 @@ def compile_spec_decode_kernels(
         if getattr(launch, "maxnreg", None) is not None:  # the V/GDN kernel's entry may cap its registers
             options["maxnreg"] = launch.maxnreg
         compiled = triton.compile(_ast_source(fn, values), target=target, options=options)
-        ptx = compiled.asm.get("ptx", "")
-        if isinstance(ptx, bytes):
-            ptx = ptx.decode()
+        ptx = compiled_ptx(compiled)
         registers, spill_bytes = ptxas_resource_usage(ptx, capability)
         butterfly_problem = None
         if values.get("ROW_BUTTERFLY"):
