@@ -2,7 +2,8 @@
 
 Per-GPU shapes of Qwen3.6-27B (K = V = 128; TP=2: 8 key heads, 24 value heads; HV/H 1 and 2 besides), varlen
 batches of 1 to 8K tokens per sequence, with and without cached initial states, null slots, fp16 and bf16
-activations, fp32 and fp16 states, in the installed family's SSM layout and null-slot rule. Inputs, oracle and
+activations, fp32 and fp16 states, in the installed family's SSM layout and null-slot rule, on both of caovan's paths
+(fused and chunked, each forced at every length). Inputs, oracle and
 rule: ``helpers/prefill_inputs.py`` (caovan within ``ACTIVATION_ULPS`` of float64 and not above vLLM's error plus
 two ulps of the stored dtype, for the output and the live slots' states; other slots untouched).
 """
@@ -50,16 +51,22 @@ def family():
     return found
 
 
+@pytest.mark.parametrize("path", ["fused", "chunked"])
 @pytest.mark.parametrize("sc", CASES, ids=[c.id for c in CASES])
-def test_prefill_error_not_above_vllm_at_real_shapes(family, sc):
+def test_prefill_error_not_above_vllm_at_real_shapes(family, sc, path):
+    import functools
+
     from caovan.bench.vllm_prefill_path import VllmPrefill
     from caovan.kernels.gdn_prefill import gdn_prefill
+    from caovan.kernels.gdn_prefill.entry import launch_config
+    from caovan.kernels.gdn_prefill.launch_configs import path_forced
 
     sc = replace(sc, ssm_layout=family.ssm_layout, null_slot_max=family.null_slot_max)
     inputs = make_inputs(sc, device="cuda")
-    ours = call(gdn_prefill, inputs)
+    entry = path_forced(launch_config(torch.device("cuda")), path)
+    ours = call(functools.partial(gdn_prefill, config=entry), inputs)
     theirs = call(VllmPrefill(family), inputs)
     ref = run_oracle(inputs)
     result = compare(inputs, ours, ref, theirs)
-    print(f"{sc.id}: caovan {result['errors']} vLLM {result['vllm_errors']}")
+    print(f"{sc.id} ({path}): caovan {result['errors']} vLLM {result['vllm_errors']}")
     assert result["ok"], result["detail"]

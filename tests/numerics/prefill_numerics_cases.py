@@ -38,6 +38,8 @@ SCENARIOS: list[PrefillScenario] = [
     replace(_BASE, id="null_slots", null_seqs=(1, 3), initial="all", seed=808),
     replace(_BASE, id="prenormalised_qk", l2norm_in_kernel=False, seed=809),
     replace(_BASE, id="long_single", seq_lens=(320,), initial="all", seed=810),
+    # The chunked path's pairs of chunks: a lone first chunk, a second one of one token, a pair and a lone chunk.
+    replace(_BASE, id="pair_edges", seq_lens=(96, 33, 1, 160), seed=812),
 ]
 #: caovan's prefill called as vLLM's prefill branch calls FLA's (``adapters/prefill_hook.run_prefill``): gathered
 #: initial states in, ``(o, final_state)`` out, scattered by the caller as vLLM does.
@@ -45,15 +47,26 @@ HOOK_CONTRACT = replace(_BASE, id="hook_contract", seed=811)
 SCENARIO_IDS: list[str] = [sc.id for sc in SCENARIOS] + [HOOK_CONTRACT.id]
 
 #: Both of the kernels' dot paths run on every scenario: fp32 operands (the sm75 entry: FMA on Turing) and 16-bit
-#: operands on tensor cores (every newer entry), each held to the same rule.
+#: operands on tensor cores (every newer entry), each held to the same rule, on the fused path (the one short
+#: prompts take). The chunked path (long prompts) runs too, forced at these tiny lengths, with one dot path per
+#: scenario in turn: both across the scenarios, at half the interpreter's time.
 DOT_PATHS = ("sm75", "sm80")
 
 
-def run_scenario(sc: PrefillScenario, baseline) -> dict:
+def entries_to_run(index: int) -> dict[str, object]:
+    """Label -> launch entry of what scenario ``index`` runs (module docstring of ``DOT_PATHS``)."""
+    from caovan.kernels.gdn_prefill.launch_configs import LAUNCH_CONFIGS, path_forced
+
+    chunked = DOT_PATHS[index % len(DOT_PATHS)]
+    entries = {arch: path_forced(LAUNCH_CONFIGS[arch], "fused") for arch in DOT_PATHS}
+    entries[f"{chunked} chunked"] = path_forced(LAUNCH_CONFIGS[chunked], "chunked")
+    return entries
+
+
+def run_scenario(sc: PrefillScenario, baseline, index: int) -> dict:
     import functools
 
     from caovan.kernels.gdn_prefill import gdn_prefill
-    from caovan.kernels.gdn_prefill.launch_configs import LAUNCH_CONFIGS
 
     inputs = make_inputs(sc)
     ref = run_oracle(inputs)
@@ -63,15 +76,15 @@ def run_scenario(sc: PrefillScenario, baseline) -> dict:
             warnings.simplefilter("ignore", RuntimeWarning)  # masked-off lanes computed on junk under the interpreter
             theirs = call(baseline, inputs)
     result: dict = {"ok": True, "detail": "", "errors": {}}
-    for arch in DOT_PATHS:
-        ours = call(functools.partial(gdn_prefill, config=LAUNCH_CONFIGS[arch]), inputs)
+    for label, entry in entries_to_run(index).items():
+        ours = call(functools.partial(gdn_prefill, config=entry), inputs)
         one = compare(inputs, ours, ref, theirs)
-        result["errors"][arch] = one["errors"]
+        result["errors"][label] = one["errors"]
         if "vllm_errors" in one:
             result["vllm_errors"] = one["vllm_errors"]
         if not one["ok"]:
             result["ok"] = False
-            result["detail"] += f"[{arch} entry] {one['detail']} "
+            result["detail"] += f"[{label} entry] {one['detail']} "
     return result
 
 
@@ -156,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"family": facts}
     print(f"prefill numerics against vLLM {facts['vllm']} ({family.label} {family.family_id}, {family.fla_ops_module})")
     bf16_broken = interpreter_bf16_products_broken()
-    for raw in [*SCENARIOS, HOOK_CONTRACT]:
+    for index, raw in enumerate([*SCENARIOS, HOOK_CONTRACT]):
         sc = replace(raw, ssm_layout=family.ssm_layout, null_slot_max=family.null_slot_max)
         t0 = time.perf_counter()
         note, skip = _vllm_skip(refusal), _skip(sc, bf16_broken)
@@ -166,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             elif sc.id == HOOK_CONTRACT.id:
                 res = run_hook_contract(sc, family)
             else:
-                res = run_scenario(sc, None if note else baseline)
+                res = run_scenario(sc, None if note else baseline, index)
             if note:
                 res["note"] = note
         except Exception:

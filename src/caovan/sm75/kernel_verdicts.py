@@ -238,7 +238,7 @@ def caovan_kernels(ssm_layout: str) -> list[dict[str, Any]]:
     layout = aot.LayoutVariant(ssm_layout=ssm_layout)
     prefill_variant = prefill_aot.LaunchVariant(ssm_layout=ssm_layout)
     sources = [aot._caovan_sm75_prepare_qk_conv_spec_decode_kernel, aot._caovan_sm75_fused_v_gdn_spec_decode_kernel]
-    prefill_sources = [prefill_aot._caovan_gdn_prefill_wy_kernel, prefill_aot._caovan_gdn_prefill_state_kernel]
+    prefill_sources = prefill_aot.KERNEL_SOURCES
     results = []
     for shape in SHAPES:
         model_shape = aot.ModelShape(shape.num_k_heads, shape.num_v_heads, shape.head_dim, shape.head_dim)

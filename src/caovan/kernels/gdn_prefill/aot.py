@@ -36,11 +36,27 @@ from triton.backends.compiler import GPUTarget
 from ..aot_signature import Ptr, ast_source
 from ..gdn_spec_decode.occupancy import RTX_2080_TI, resident_programs_per_sm
 from ..ptx_facts import compiled_ptx, ptx_has_bf16, ptxas_resource_usage, sm75_rule_problems
+from .chunked_kernels import (
+    _caovan_gdn_prefill_chunk_state_kernel,
+    _caovan_gdn_prefill_merge_kernel,
+    _caovan_gdn_prefill_output_kernel,
+)
 from .launch_configs import ALL_LAUNCH_CONFIGS, CHUNK, LAUNCH_CONFIGS, PrefillLaunchConfig
 from .triton_kernels import _caovan_gdn_prefill_state_kernel, _caovan_gdn_prefill_wy_kernel
 
-#: As ``entry.KERNEL_NAMES``, without importing torch: the order ``compile_prefill_kernels`` returns them in.
-KERNEL_NAMES = (_caovan_gdn_prefill_wy_kernel.__name__, _caovan_gdn_prefill_state_kernel.__name__)
+#: Every prefill kernel, in the order ``compile_prefill_kernels`` returns them (the chunked path's three only for an
+#: entry that has one).
+KERNEL_SOURCES = (
+    _caovan_gdn_prefill_wy_kernel,
+    _caovan_gdn_prefill_state_kernel,
+    _caovan_gdn_prefill_merge_kernel,
+    _caovan_gdn_prefill_chunk_state_kernel,
+    _caovan_gdn_prefill_output_kernel,
+)
+#: As ``entry.KERNEL_NAMES``, without importing torch.
+KERNEL_NAMES = tuple(fn.__name__ for fn in KERNEL_SOURCES)
+#: The kernels that walk a sequence's chunks one after another: they need two programs per SM (below).
+SERIAL_KERNEL_NAMES = (_caovan_gdn_prefill_state_kernel.__name__, _caovan_gdn_prefill_chunk_state_kernel.__name__)
 _ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 #: The state kernel's programs an SM must hold at once, where the grid has that many per SM (module docstring).
 MIN_STATE_BLOCKS_PER_SM = 2
@@ -138,20 +154,28 @@ class CompiledKernelInfo:
 
 
 def _launch_values(
-    config: PrefillLaunchConfig, shape: ModelShape, dtypes: DtypeCombo, variant: LaunchVariant, BV: int
-) -> tuple[dict, dict]:
-    """Both kernels' arguments as ``gdn_prefill`` passes them: q/k/v/out/g/beta contiguous (T, heads, dim) and
-    (T, heads) as vLLM hands them to FLA (its views of mixed_qkv have other row strides, multiples of 16 here too,
-    so the same specialisation), the state a slot of vLLM's cache, pages rounded up to 4 KiB."""
+    config: PrefillLaunchConfig, shape: ModelShape, dtypes: DtypeCombo, variant: LaunchVariant
+) -> dict[str, dict]:
+    """Every kernel's arguments as ``gdn_prefill`` passes them, by kernel name: q/k/v/out/g/beta contiguous
+    (T, heads, dim) and (T, heads) as vLLM hands them to FLA (its views of mixed_qkv have other row strides,
+    multiples of 16 here too, so the same specialisation), the state a slot of vLLM's cache, pages rounded up to
+    4 KiB."""
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
     act, ssm = dtypes.activation, dtypes.ssm_state
     page = -(-HV * V * K * _ELEMENT_BYTES[ssm] // 4096) * 4096 // _ELEMENT_BYTES[ssm]
     stride_sk, stride_sv = (1, K) if variant.ssm_layout == "vk" else (V, 1)
-    group = HV // H
     ks = min(config.key_slice, triton.next_power_of_2(K))
-    nk = -(-K // ks)
     w_dtype = "float32" if config.fp32_dots else act
-    wy = dict(
+    chunked = config.chunked is not None
+    attn_width = 2 * CHUNK if chunked else CHUNK
+    common = dict(
+        GROUP=HV // H, K=K, V=V, KS=ks, NK=-(-K // ks), BT=CHUNK, L2NORM=variant.l2norm, FP32=config.fp32_dots
+    )
+    rows = dict(stride_qt=H * K, stride_qh=K, stride_kt=H * K, stride_kh=K, stride_wt=HV * K, stride_wh=K)
+    rows.update(stride_ut=HV * V, stride_uh=V, stride_gct=HV, stride_gch=1, stride_at=HV * attn_width)
+    rows.update(stride_ah=attn_width, stride_ot=HV * V, stride_oh=V, stride_hc=HV * K * V, stride_hh=K * V)
+    cache = dict(stride_slot=page, stride_sh=V * K, stride_sk=stride_sk, stride_sv=stride_sv)
+    pointers = dict(
         q_ptr=Ptr(act),
         k_ptr=Ptr(act),
         v_ptr=Ptr(act),
@@ -162,79 +186,30 @@ def _launch_values(
         u_ptr=Ptr("float32"),
         gc_ptr=Ptr("float32"),
         attn_ptr=Ptr("float32"),
-        num_seqs=EXAMPLE_NUM_SEQS,
-        stride_qt=H * K,
-        stride_qh=K,
-        stride_kt=H * K,
-        stride_kh=K,
-        stride_vt=HV * V,
-        stride_vh=V,
-        stride_gt=HV,
-        stride_gh=1,
-        stride_bt=HV,
-        stride_bh=1,
-        stride_wt=HV * K,
-        stride_wh=K,
-        stride_ut=HV * V,
-        stride_uh=V,
-        stride_gct=HV,
-        stride_gch=1,
-        stride_at=HV * CHUNK,
-        stride_ah=CHUNK,
-        GROUP=group,
-        K=K,
-        V=V,
-        KS=ks,
-        NK=nk,
-        VS=min(32, triton.next_power_of_2(V)),
-        BT=CHUNK,
-        L2NORM=variant.l2norm,
-        FP32=config.fp32_dots,
-    )
-    state = dict(
-        q_ptr=Ptr(act),
-        k_ptr=Ptr(act),
-        w_ptr=Ptr(w_dtype),
-        u_ptr=Ptr("float32"),
-        gc_ptr=Ptr("float32"),
-        attn_ptr=Ptr("float32"),
+        h_ptr=Ptr(w_dtype),
         out_ptr=Ptr(act),
         ssm_ptr=Ptr(ssm),
-        cu_seqlens_ptr=Ptr("int32"),
         state_indices_ptr=Ptr("int32") if variant.indexed else None,
         has_initial_state_ptr=Ptr("bool") if variant.indexed else None,
-        scale=K**-0.5,
-        null_slot_max=0,
-        stride_qt=H * K,
-        stride_qh=K,
-        stride_kt=H * K,
-        stride_kh=K,
-        stride_wt=HV * K,
-        stride_wh=K,
-        stride_ut=HV * V,
-        stride_uh=V,
-        stride_gct=HV,
-        stride_gch=1,
-        stride_at=HV * CHUNK,
-        stride_ah=CHUNK,
-        stride_ot=HV * V,
-        stride_oh=V,
-        stride_slot=page,
-        stride_sh=V * K,
-        stride_sk=stride_sk,
-        stride_sv=stride_sv,
-        GROUP=group,
-        K=K,
-        V=V,
-        KS=ks,
-        NK=nk,
-        BV=BV,
-        BT=CHUNK,
-        L2NORM=variant.l2norm,
-        FP32=config.fp32_dots,
-        WRITE_FINAL_STATE=True,
     )
-    return wy, state
+    scalars = dict(num_seqs=EXAMPLE_NUM_SEQS, scale=K**-0.5, null_slot_max=0, stride_gt=HV, stride_gh=1)
+    scalars.update(stride_vt=HV * V, stride_vh=V, stride_bt=HV, stride_bh=1)
+    available = {**pointers, **scalars, **rows, **cache, **common}
+    extra = {
+        _caovan_gdn_prefill_wy_kernel: dict(VS=min(32, triton.next_power_of_2(V)), PAIRED=chunked),
+        _caovan_gdn_prefill_state_kernel: dict(BV=_block_v(config.state.BV, V), WRITE_FINAL_STATE=True),
+    }
+    if chunked:
+        extra[_caovan_gdn_prefill_merge_kernel] = dict(VS=min(32, triton.next_power_of_2(V)))
+        extra[_caovan_gdn_prefill_chunk_state_kernel] = dict(
+            BV=_block_v(config.chunked.state.BV, V), WRITE_FINAL_STATE=True
+        )
+        extra[_caovan_gdn_prefill_output_kernel] = dict(BV=_block_v(config.chunked.output.BV, V))
+    return {fn.__name__: {name: {**available, **more}[name] for name in fn.arg_names} for fn, more in extra.items()}
+
+
+def _block_v(bv: int, V: int) -> int:
+    return min(bv, triton.next_power_of_2(V))
 
 
 @dataclass(frozen=True)
@@ -279,22 +254,33 @@ def compile_prefill_kernels(
     shape: ModelShape = QWEN36_27B_TP2,
     capability: tuple[int, int] | None = None,
 ) -> list[CompiledKernelInfo]:
-    """Compile both kernels (WY, then state) for ``capability`` (default: the oldest GPU that runs this entry with
-    these dtypes, ``target_for``); raises whatever Triton raises on failure."""
+    """Compile the entry's kernels (WY, state, then the chunked path's where it has one: ``KERNEL_SOURCES``' order)
+    for ``capability`` (default: the oldest GPU that runs this entry with these dtypes, ``target_for``); raises
+    whatever Triton raises on failure."""
     capability = capability or target_for(config, dtypes)
-    bv = min(config.state.BV, triton.next_power_of_2(shape.head_v_dim))
-    wy_values, state_values = _launch_values(config, shape, dtypes, variant, bv)
-    # The grids of entry.gdn_prefill: (chunk slots = chunks + sequences, HV) and (V / BV, HV, sequences).
-    wy_programs = 2 * EXAMPLE_NUM_SEQS * shape.num_v_heads
-    state_programs = -(-shape.head_v_dim // bv) * shape.num_v_heads * EXAMPLE_NUM_SEQS
-    launches = (
-        (_caovan_gdn_prefill_wy_kernel, wy_values, config.wy, None, wy_programs),
-        (_caovan_gdn_prefill_state_kernel, state_values, config.state, bv, state_programs),
-    )
+    values = _launch_values(config, shape, dtypes, variant)
+    HV, V = shape.num_v_heads, shape.head_v_dim
+    # The grids of entry.gdn_prefill at EXAMPLE_NUM_SEQS sequences of one chunk (pair) each: (chunk slots, HV) and
+    # (V / BV, HV, sequences) for the state kernels; the output kernel's (pair slots, HV, V / BV).
+    launches = [
+        (_caovan_gdn_prefill_wy_kernel, config.wy, None, 2 * EXAMPLE_NUM_SEQS * HV),
+        (_caovan_gdn_prefill_state_kernel, config.state, config.state.BV, None),
+    ]
+    if config.chunked is not None:
+        chunked = config.chunked
+        launches += [
+            (_caovan_gdn_prefill_merge_kernel, chunked.merge, None, 2 * EXAMPLE_NUM_SEQS * HV),
+            (_caovan_gdn_prefill_chunk_state_kernel, chunked.state, chunked.state.BV, None),
+            (_caovan_gdn_prefill_output_kernel, chunked.output, chunked.output.BV, None),
+        ]
     infos = []
-    for fn, values, launch, block_v, grid_programs in launches:
+    for fn, launch, block_v, grid_programs in launches:
+        if block_v is not None:
+            block_v = _block_v(block_v, V)
+            per_block = -(-V // block_v) * HV
+            grid_programs = per_block * EXAMPLE_NUM_SEQS * (1 if fn.__name__ in SERIAL_KERNEL_NAMES else 2)
         options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
-        facts = _compile(fn, values, options, capability)
+        facts = _compile(fn, values[fn.__name__], options, capability)
         per_sm = None
         if capability == (7, 5) and facts.registers is not None:
             per_sm = resident_programs_per_sm(facts.registers, launch.num_warps, facts.shared_bytes, RTX_2080_TI)
@@ -350,7 +336,7 @@ def gate_problems(infos: Iterable[CompiledKernelInfo]) -> list[str]:
         problems += sm75_rule_problems(where, info.shared_bytes, info.ptx_has_bf16, info.bf16_inputs, info.spill_bytes)
         wants_two = info.grid_programs >= MIN_STATE_BLOCKS_PER_SM * RTX_2080_TI.multiprocessors
         if (
-            info.kernel == _caovan_gdn_prefill_state_kernel.__name__
+            info.kernel in SERIAL_KERNEL_NAMES
             and info.blocks_per_sm is not None
             and wants_two
             and info.blocks_per_sm < MIN_STATE_BLOCKS_PER_SM

@@ -2,14 +2,15 @@
 
 ``wy`` launches ``_caovan_gdn_prefill_wy_kernel`` (one program per chunk and value head); ``state`` launches
 ``_caovan_gdn_prefill_state_kernel``, whose ``BV`` is the number of value channels per program (its state is
-K x BV fp32 in registers, as slabs of ``key_slice`` keys). ``fp32_dots``: the dots take fp32 operands (sm_75, where
-Triton lowers them to FMA anyway) rather than the activation dtype on tensor cores. A GPU without an entry uses the
-nearest lower architecture that has one.
+K x BV fp32 in registers, as slabs of ``key_slice`` keys). ``chunked`` (optional): from ``from_tokens`` tokens in a
+call on, the chunked path's three kernels (``chunked_kernels.py``) in place of the fused state kernel. ``fp32_dots``:
+the dots take fp32 operands (sm_75, where Triton lowers them to FMA anyway) rather than the activation dtype on
+tensor cores. A GPU without an entry uses the nearest lower architecture that has one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..arch_entries import load_arch_entries, nearest_lower_entry
@@ -33,6 +34,16 @@ class StateLaunch(KernelLaunch):
 
 
 @dataclass(frozen=True)
+class ChunkedLaunch:
+    """The chunked path (``chunked_kernels.py``), taken from ``from_tokens`` tokens in a call on."""
+
+    from_tokens: int
+    merge: KernelLaunch
+    state: StateLaunch
+    output: StateLaunch
+
+
+@dataclass(frozen=True)
 class PrefillLaunchConfig:
     arch: str
     capability: tuple[int, int]
@@ -41,6 +52,7 @@ class PrefillLaunchConfig:
     note: str
     fp32_dots: bool = False
     key_slice: int = 32
+    chunked: ChunkedLaunch | None = None
 
 
 def _positive_power_of_two(value: object, where: str) -> int:
@@ -49,16 +61,39 @@ def _positive_power_of_two(value: object, where: str) -> int:
     return value
 
 
+def _kernel_launch(launch: dict, where: str) -> KernelLaunch:
+    _positive_power_of_two(launch["num_warps"], f"{where}.num_warps")
+    if type(launch["num_stages"]) is not int or launch["num_stages"] < 1:
+        raise ValueError(f"{where}.num_stages: expected a positive integer, got {launch['num_stages']!r}")
+    return KernelLaunch(launch["num_warps"], launch["num_stages"])
+
+
+def _state_launch(launch: dict, where: str) -> StateLaunch:
+    kernel = _kernel_launch(launch, where)
+    bv = _positive_power_of_two(launch["BV"], f"{where}.BV")
+    if bv < 16:
+        raise ValueError(f"{where}.BV: the dots need at least 16 value channels, got {bv}")
+    return StateLaunch(kernel.num_warps, kernel.num_stages, bv)
+
+
+def _chunked_launch(chunked: dict | None) -> ChunkedLaunch | None:
+    if chunked is None:
+        return None
+    from_tokens = chunked["from_tokens"]
+    if type(from_tokens) is not int or from_tokens < 1:
+        raise ValueError(f"chunked.from_tokens: expected a positive integer, got {from_tokens!r}")
+    return ChunkedLaunch(
+        from_tokens,
+        _kernel_launch(chunked["merge"], "chunked.merge"),
+        _state_launch(chunked["state"], "chunked.state"),
+        _state_launch(chunked["output"], "chunked.output"),
+    )
+
+
 def load_entry(arch: str, entry: dict) -> PrefillLaunchConfig:
     major, minor = entry["capability"]
-    wy, state = entry["wy"], entry["state"]
-    for name, launch in (("wy", wy), ("state", state)):
-        _positive_power_of_two(launch["num_warps"], f"{name}.num_warps")
-        if type(launch["num_stages"]) is not int or launch["num_stages"] < 1:
-            raise ValueError(f"{name}.num_stages: expected a positive integer, got {launch['num_stages']!r}")
-    bv = _positive_power_of_two(state["BV"], "state.BV")
-    if bv < 16:
-        raise ValueError(f"state.BV: the state kernel's dots need at least 16 value channels, got {bv}")
+    wy = _kernel_launch(entry["wy"], "wy")
+    state = _state_launch(entry["state"], "state")
     key_slice = _positive_power_of_two(entry.get("key_slice", 32), "key_slice")
     if key_slice < 16:
         raise ValueError(f"key_slice: the dots need at least 16 keys per slice, got {key_slice}")
@@ -67,11 +102,12 @@ def load_entry(arch: str, entry: dict) -> PrefillLaunchConfig:
     return PrefillLaunchConfig(
         arch=arch,
         capability=(int(major), int(minor)),
-        wy=KernelLaunch(wy["num_warps"], wy["num_stages"]),
-        state=StateLaunch(state["num_warps"], state["num_stages"], bv),
+        wy=wy,
+        state=state,
         note=str(entry.get("note", "")),
         fp32_dots=entry.get("fp32_dots", False),
         key_slice=key_slice,
+        chunked=_chunked_launch(entry.get("chunked")),
     )
 
 
@@ -83,3 +119,21 @@ def config_for(capability: tuple[int, int]) -> PrefillLaunchConfig:
     """The entry of this compute capability, else of the nearest lower architecture that has one."""
     wanted = (int(capability[0]), int(capability[1]))
     return nearest_lower_entry(ALL_LAUNCH_CONFIGS, wanted, "prefill launch configuration")
+
+
+#: ``path_forced``'s choices: the entry's own rule (``auto``), or one path whatever the length.
+PATHS = ("auto", "fused", "chunked")
+
+
+def path_forced(config: PrefillLaunchConfig, path: str) -> PrefillLaunchConfig:
+    """``config`` taking ``path`` at every length (tests and ``caovan bench prefill --path``), with the entry's own
+    launch options."""
+    if path == "auto":
+        return config
+    if path == "fused":
+        return replace(config, chunked=None)
+    if path != "chunked":
+        raise ValueError(f"path: expected one of {', '.join(PATHS)}, got {path!r}")
+    if config.chunked is None:
+        raise ValueError(f"path: the {config.arch} launch entry has no chunked path")
+    return replace(config, chunked=replace(config.chunked, from_tokens=1))

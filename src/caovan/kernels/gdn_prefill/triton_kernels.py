@@ -105,6 +105,25 @@ def _inverse_norms(ptr, rows, live, stride_t, K: tl.constexpr, KS: tl.constexpr,
 
 
 @triton.jit
+def _chunk_of_slot(cu_seqlens_ptr, num_seqs, c, BT: tl.constexpr):
+    """(bos, eos, first token, sequence) of chunk slot ``c`` of a launch's numbering by chunks of ``BT``: sequence
+    i's chunks start at slot ``cu_seqlens[i] // BT + i``, which leaves gaps but never overlaps (a slot in a gap:
+    first token >= eos). The sequence is the last i whose first slot is <= c, found by binary search over
+    ``cu_seqlens``."""
+    lo = c * 0
+    hi = lo + num_seqs - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        first = tl.load(cu_seqlens_ptr + mid).to(tl.int32) // BT + mid
+        up = first <= c
+        lo = tl.where(up, mid, lo)
+        hi = tl.where(up, hi, mid - 1)
+    bos = tl.load(cu_seqlens_ptr + lo).to(tl.int32)
+    eos = tl.load(cu_seqlens_ptr + lo + 1).to(tl.int32)
+    return bos, eos, bos + (c - (bos // BT + lo)) * BT, lo
+
+
+@triton.jit
 def _caovan_gdn_prefill_wy_kernel(
     q_ptr,
     k_ptr,
@@ -144,24 +163,15 @@ def _caovan_gdn_prefill_wy_kernel(
     BT: tl.constexpr,
     L2NORM: tl.constexpr,
     FP32: tl.constexpr,
+    PAIRED: tl.constexpr,
 ):
-    """Program (c, hv): chunk slot c of the launch's chunk numbering (sequence i's chunks start at
-    ``cu_seqlens[i] // BT + i``, which leaves gaps but never overlaps; a program in a gap returns at once)."""
+    """Program (c, hv): chunk slot c of the launch's chunk numbering (``_chunk_of_slot``; a program in a gap
+    returns at once). ``PAIRED`` (the chunked path): the attention rows are 2 x BT wide, one per pair of chunks,
+    and the second chunk of a pair writes its block in their second half (``chunked_kernels.py``)."""
     tl.static_assert(BT == 32, "the UT transform is built from two 16-row blocks")
     c = tl.program_id(0)
     hv = tl.program_id(1)
-    # The sequence of chunk slot c: the last i whose first slot is <= c (binary search over cu_seqlens).
-    lo = c * 0
-    hi = lo + num_seqs - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        first = tl.load(cu_seqlens_ptr + mid).to(tl.int32) // BT + mid
-        up = first <= c
-        lo = tl.where(up, mid, lo)
-        hi = tl.where(up, hi, mid - 1)
-    bos = tl.load(cu_seqlens_ptr + lo).to(tl.int32)
-    eos = tl.load(cu_seqlens_ptr + lo + 1).to(tl.int32)
-    t0 = bos + (c - (bos // BT + lo)) * BT
+    bos, eos, t0, _ = _chunk_of_slot(cu_seqlens_ptr, num_seqs, c, BT)
     if t0 >= eos:
         return
     DT = k_ptr.dtype.element_ty
@@ -217,6 +227,8 @@ def _caovan_gdn_prefill_wy_kernel(
     p11 = _gated(p11, rq1, rk1, gc1, gc1, True, False)
     p10 = _gated(p10, rq1, rk0, gc1, gc0, False, False)
     a_head = attn_ptr + hv * stride_ah
+    if PAIRED:
+        a_head += ((t0 - bos) // BT % 2) * BT
     tl.store(a_head + rows0[:, None] * stride_at + r[None, :], p00, mask=live0[:, None])
     zero = tl.zeros([16, 16], dtype=tl.float32)
     tl.store(a_head + rows0[:, None] * stride_at + 16 + r[None, :], zero, mask=live0[:, None])
@@ -253,12 +265,38 @@ def _caovan_gdn_prefill_wy_kernel(
 
 
 @triton.jit
-def _slab_terms(q_head, w_head, rows, live, stride_qt, stride_wt, col0, s,
-                K: tl.constexpr, KS: tl.constexpr, FP32: tl.constexpr, DT: tl.constexpr):  # fmt: skip
-    """One key slab's share of a chunk: ``w S`` and ``q S`` over its ``KS`` keys."""
-    w = _load_slice(w_head, rows, live, stride_wt, col0, KS, K)
-    q = _load_slice(q_head, rows, live, stride_qt, col0, KS, K)
-    return _mm(w, s, FP32, DT), _mm(q, s, FP32, DT)
+def _slab_terms(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, col0, s,
+                K: tl.constexpr, KS: tl.constexpr, FP32: tl.constexpr, DT: tl.constexpr,
+                TWO: tl.constexpr):  # fmt: skip
+    """One key slab's share of ``x S`` and ``y S`` over its ``KS`` keys (not ``TWO``: ``x S`` twice)."""
+    xs = _mm(_load_slice(x_head, x_rows, x_live, stride_xt, col0, KS, K), s, FP32, DT)
+    if not TWO:
+        return xs, xs
+    return xs, _mm(_load_slice(y_head, y_rows, y_live, stride_yt, col0, KS, K), s, FP32, DT)
+
+
+@triton.jit
+def _rows_times_state(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, s0, s1, s2, s3,
+                      K: tl.constexpr, KS: tl.constexpr, NK: tl.constexpr, FP32: tl.constexpr, DT: tl.constexpr,
+                      TWO: tl.constexpr = True):  # fmt: skip
+    """``(x S, y S)`` for two row sets (w and q of a chunk, or two chunks' rows; not ``TWO``: x alone), the
+    state held as ``NK`` slabs of ``KS`` keys; slab by slab, both at once (sm_75: one slab's operands live at a
+    time, which keeps the state kernels free of spills)."""
+    xs, ys = _slab_terms(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, 0, s0,
+                         K, KS, FP32, DT, TWO)  # fmt: skip
+    if NK > 1:
+        a, b = _slab_terms(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, KS, s1,
+                           K, KS, FP32, DT, TWO)  # fmt: skip
+        xs, ys = xs + a, ys + b
+    if NK > 2:
+        a, b = _slab_terms(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, 2 * KS, s2,
+                           K, KS, FP32, DT, TWO)  # fmt: skip
+        xs, ys = xs + a, ys + b
+    if NK > 3:
+        a, b = _slab_terms(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, 3 * KS, s3,
+                           K, KS, FP32, DT, TWO)  # fmt: skip
+        xs, ys = xs + a, ys + b
+    return xs, ys
 
 
 @triton.jit
@@ -270,10 +308,61 @@ def _slab_update(k_head, rows, live, stride_kt, col0, s, decay, v_decay,
 
 
 @triton.jit
+def _state_update(k_head, rows, live, stride_kt, s0, s1, s2, s3, decay, v_decay,
+                  K: tl.constexpr, KS: tl.constexpr, NK: tl.constexpr,
+                  FP32: tl.constexpr, DT: tl.constexpr):  # fmt: skip
+    """Every slab of the state after the rows ``rows``: ``S decay + k^T v_decay``."""
+    s0 = _slab_update(k_head, rows, live, stride_kt, 0, s0, decay, v_decay, K, KS, FP32, DT)
+    if NK > 1:
+        s1 = _slab_update(k_head, rows, live, stride_kt, KS, s1, decay, v_decay, K, KS, FP32, DT)
+    if NK > 2:
+        s2 = _slab_update(k_head, rows, live, stride_kt, 2 * KS, s2, decay, v_decay, K, KS, FP32, DT)
+    if NK > 3:
+        s3 = _slab_update(k_head, rows, live, stride_kt, 3 * KS, s3, decay, v_decay, K, KS, FP32, DT)
+    return s0, s1, s2, s3
+
+
+@triton.jit
 def _slab_pointers(ssm_head, col0, offs_v, stride_sk, stride_sv, K: tl.constexpr, V: tl.constexpr, KS: tl.constexpr):
     keys = col0 + tl.arange(0, KS)
     ptrs = ssm_head + keys[:, None] * stride_sk + offs_v[None, :] * stride_sv
     return ptrs, (keys[:, None] < K) & (offs_v[None, :] < V)
+
+
+@triton.jit
+def _state_slot(n, state_indices_ptr, has_initial_state_ptr, null_slot_max):
+    """(slot, live, read_initial) of sequence n: ``state_indices_ptr`` None, slot n (vLLM's gathered initial
+    states); otherwise a slot ``<= null_slot_max`` is null: zeros in, nothing written back."""
+    if state_indices_ptr is None:
+        slot = n.to(tl.int64)
+        live_slot = n >= 0
+    else:
+        slot = tl.load(state_indices_ptr + n).to(tl.int64)
+        live_slot = slot > null_slot_max
+    read_initial = live_slot
+    if has_initial_state_ptr is not None:
+        read_initial = read_initial & (tl.load(has_initial_state_ptr + n) != 0)
+    return slot, live_slot, read_initial
+
+
+@triton.jit
+def _load_slab(ssm_head, j: tl.constexpr, offs_v, stride_sk, stride_sv, read,
+               K: tl.constexpr, V: tl.constexpr, KS: tl.constexpr, NK: tl.constexpr):  # fmt: skip
+    """Key slab j (``KS`` keys x the program's values) of a cached state in fp32; zeros where ``read`` is false
+    or the state has fewer than ``j + 1`` slabs."""
+    if j < NK:
+        ptrs, mask = _slab_pointers(ssm_head, j * KS, offs_v, stride_sk, stride_sv, K, V, KS)
+        return tl.load(ptrs, mask=mask & read, other=0.0).to(tl.float32)
+    return tl.zeros([KS, offs_v.shape[0]], dtype=tl.float32)
+
+
+@triton.jit
+def _store_slab(ssm_head, j: tl.constexpr, offs_v, stride_sk, stride_sv, s, live,
+                K: tl.constexpr, V: tl.constexpr, KS: tl.constexpr, NK: tl.constexpr):  # fmt: skip
+    """Key slab j of a final state back into the cache, in its dtype, where ``live``."""
+    if j < NK:
+        ptrs, mask = _slab_pointers(ssm_head, j * KS, offs_v, stride_sk, stride_sv, K, V, KS)
+        tl.store(ptrs, s.to(ssm_head.dtype.element_ty), mask=mask & live)
 
 
 @triton.jit
@@ -336,30 +425,12 @@ def _caovan_gdn_prefill_state_kernel(
     DT = q_ptr.dtype.element_ty
     offs_v = i_v * BV + tl.arange(0, BV)
     offs_t = tl.arange(0, BT)
-    if state_indices_ptr is None:
-        slot = n.to(tl.int64)
-        live_slot = True
-    else:
-        slot = tl.load(state_indices_ptr + n).to(tl.int64)
-        live_slot = slot > null_slot_max
-    read_initial = live_slot
-    if has_initial_state_ptr is not None:
-        read_initial = read_initial & (tl.load(has_initial_state_ptr + n) != 0)
+    slot, live_slot, read_initial = _state_slot(n, state_indices_ptr, has_initial_state_ptr, null_slot_max)
     ssm_head = ssm_ptr + slot * stride_slot + hv * stride_sh
-    p0, m0 = _slab_pointers(ssm_head, 0, offs_v, stride_sk, stride_sv, K, V, KS)
-    s0 = tl.load(p0, mask=m0 & read_initial, other=0.0).to(tl.float32)
-    s1 = tl.zeros([KS, BV], dtype=tl.float32)
-    s2 = tl.zeros([KS, BV], dtype=tl.float32)
-    s3 = tl.zeros([KS, BV], dtype=tl.float32)
-    if NK > 1:
-        p1, m1 = _slab_pointers(ssm_head, KS, offs_v, stride_sk, stride_sv, K, V, KS)
-        s1 = tl.load(p1, mask=m1 & read_initial, other=0.0).to(tl.float32)
-    if NK > 2:
-        p2, m2 = _slab_pointers(ssm_head, 2 * KS, offs_v, stride_sk, stride_sv, K, V, KS)
-        s2 = tl.load(p2, mask=m2 & read_initial, other=0.0).to(tl.float32)
-    if NK > 3:
-        p3, m3 = _slab_pointers(ssm_head, 3 * KS, offs_v, stride_sk, stride_sv, K, V, KS)
-        s3 = tl.load(p3, mask=m3 & read_initial, other=0.0).to(tl.float32)
+    s0 = _load_slab(ssm_head, 0, offs_v, stride_sk, stride_sv, read_initial, K, V, KS, NK)
+    s1 = _load_slab(ssm_head, 1, offs_v, stride_sk, stride_sv, read_initial, K, V, KS, NK)
+    s2 = _load_slab(ssm_head, 2, offs_v, stride_sk, stride_sv, read_initial, K, V, KS, NK)
+    s3 = _load_slab(ssm_head, 3, offs_v, stride_sk, stride_sv, read_initial, K, V, KS, NK)
 
     q_head = q_ptr + (hv // GROUP) * stride_qh
     k_head = k_ptr + (hv // GROUP) * stride_kh
@@ -381,16 +452,8 @@ def _caovan_gdn_prefill_state_kernel(
             rq = tl.full([BT], 1.0, tl.float32)
             rk = tl.full([BT], 1.0, tl.float32)
 
-        ws, qs = _slab_terms(q_head, w_head, rows, live, stride_qt, stride_wt, 0, s0, K, KS, FP32, DT)
-        if NK > 1:
-            a, b = _slab_terms(q_head, w_head, rows, live, stride_qt, stride_wt, KS, s1, K, KS, FP32, DT)
-            ws, qs = ws + a, qs + b
-        if NK > 2:
-            a, b = _slab_terms(q_head, w_head, rows, live, stride_qt, stride_wt, 2 * KS, s2, K, KS, FP32, DT)
-            ws, qs = ws + a, qs + b
-        if NK > 3:
-            a, b = _slab_terms(q_head, w_head, rows, live, stride_qt, stride_wt, 3 * KS, s3, K, KS, FP32, DT)
-            ws, qs = ws + a, qs + b
+        ws, qs = _rows_times_state(w_head, rows, live, stride_wt, q_head, rows, live, stride_qt, s0, s1, s2, s3,
+                                   K, KS, NK, FP32, DT)  # fmt: skip
 
         tv_mask = live[:, None] & vmask[None, :]
         u = tl.load(u_head + rows[:, None] * stride_ut + offs_v[None, :], mask=tv_mask, other=0.0)
@@ -402,20 +465,10 @@ def _caovan_gdn_prefill_state_kernel(
 
         # As FLA's chunk_fwd_h: v_new decayed to the chunk's end in fp32; 1 / |k| folded into it.
         v_decay = v_new * (tl.exp(b_gl - b_gc) * rk)[:, None]
-        decay = tl.exp(b_gl)
-        s0 = _slab_update(k_head, rows, live, stride_kt, 0, s0, decay, v_decay, K, KS, FP32, DT)
-        if NK > 1:
-            s1 = _slab_update(k_head, rows, live, stride_kt, KS, s1, decay, v_decay, K, KS, FP32, DT)
-        if NK > 2:
-            s2 = _slab_update(k_head, rows, live, stride_kt, 2 * KS, s2, decay, v_decay, K, KS, FP32, DT)
-        if NK > 3:
-            s3 = _slab_update(k_head, rows, live, stride_kt, 3 * KS, s3, decay, v_decay, K, KS, FP32, DT)
+        s0, s1, s2, s3 = _state_update(k_head, rows, live, stride_kt, s0, s1, s2, s3, tl.exp(b_gl), v_decay,
+                                       K, KS, NK, FP32, DT)  # fmt: skip
     if WRITE_FINAL_STATE:
-        sdt = ssm_ptr.dtype.element_ty
-        tl.store(p0, s0.to(sdt), mask=m0 & live_slot)
-        if NK > 1:
-            tl.store(p1, s1.to(sdt), mask=m1 & live_slot)
-        if NK > 2:
-            tl.store(p2, s2.to(sdt), mask=m2 & live_slot)
-        if NK > 3:
-            tl.store(p3, s3.to(sdt), mask=m3 & live_slot)
+        _store_slab(ssm_head, 0, offs_v, stride_sk, stride_sv, s0, live_slot, K, V, KS, NK)
+        _store_slab(ssm_head, 1, offs_v, stride_sk, stride_sv, s1, live_slot, K, V, KS, NK)
+        _store_slab(ssm_head, 2, offs_v, stride_sk, stride_sv, s2, live_slot, K, V, KS, NK)
+        _store_slab(ssm_head, 3, offs_v, stride_sk, stride_sv, s3, live_slot, K, V, KS, NK)
