@@ -100,6 +100,7 @@ def build_report(
 TABLE_HEADERS = (
     "case",
     "tokens",
+    "path",
     "caovan us",
     "FLA us",
     "branch us",
@@ -128,6 +129,7 @@ def table_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
             [
                 r["id"],
                 str(r["case"]["total_tokens"]),
+                r.get("caovan_path") or "-",
                 *(_fmt(t[side], ".1f") for side in SIDES),
                 _fmt(r["speedup"]["vs_vllm_fla"], ".2f"),
                 _fmt(r["speedup"]["vs_vllm_branch"], ".2f"),

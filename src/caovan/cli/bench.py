@@ -268,6 +268,13 @@ def add_prefill_arguments(parser: argparse.ArgumentParser) -> None:
         '{"num_warps": 4, "num_stages": 1}, "state": {"num_warps": 4, "num_stages": 1, "BV": 64}}\') '
         "in place of the GPU's own entry; recorded with the results (default: the GPU's entry)",
     )
+    parser.add_argument(
+        "--path",
+        choices=("auto", "fused", "chunked"),
+        default="auto",
+        help="caovan's path: the entry's own choice by tokens per call (auto), or the fused or the chunked path at "
+        "every length, to time one against the other (default: auto)",
+    )
 
 
 def _write_record(target: str, report: dict) -> bool:
@@ -542,11 +549,22 @@ def run_prefill(args: argparse.Namespace) -> int:
     print(f"{where}; {against}; {len(cases)} cases", file=sys.stderr)
     if refusal is not None:
         print(f"note: {refusal} (its prefill is timed all the same)", file=sys.stderr)
-    ours = gdn_prefill
-    if options["launch_config"] is not None:
-        from caovan.kernels.gdn_prefill.launch_configs import load_entry
+    import torch
 
-        ours = functools.partial(gdn_prefill, config=load_entry("--launch-config", json.loads(args.launch_config)))
+    from caovan.kernels.gdn_prefill.entry import launch_config
+    from caovan.kernels.gdn_prefill.launch_configs import load_entry, path_forced
+
+    given = options["launch_config"] is not None
+    if given:
+        config = load_entry("--launch-config", json.loads(args.launch_config))
+    else:
+        config = launch_config(torch.device(device))
+    try:
+        config = path_forced(config, args.path)
+    except ValueError as exc:
+        return _error(f"--path {args.path}: {exc}")
+    options.update(launch_config=dataclasses.asdict(config), launch_config_given=given, path=args.path)
+    ours = functools.partial(gdn_prefill, config=config)
     rows = pb.run_cases(
         cases,
         device=device,
@@ -556,6 +574,11 @@ def run_prefill(args: argparse.Namespace) -> int:
         layout=layout,
         settings=settings,
     )
+    chunked_from = config.chunked.from_tokens if config.chunked is not None else None
+    for row in rows:
+        if not row.get("error"):
+            tokens = row["case"]["total_tokens"]
+            row["caovan_path"] = "chunked" if chunked_from is not None and tokens >= chunked_from else "fused"
     report = pr.build_report(rows, env=env, vllm_family=family_facts, settings=settings, options=options)
     print(pr.format_table(rows))
     s = report["summary"]
