@@ -132,11 +132,12 @@ def plugin_wheel(session: nox.Session, wheelhouse: Path | None = None) -> Path:
     session.log(f"plugin wheel: building (source {fingerprint})")
     if shutil.which("uv"):
         offline = ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)] if wheelhouse else []
-        session.run("uv", "build", "--wheel", "--out-dir", str(staging), *offline, str(ROOT), external=True)
+        # run_install: the wheel is part of installing, so `nox --install-only` builds it too.
+        session.run_install("uv", "build", "--wheel", "--out-dir", str(staging), *offline, str(ROOT), external=True)
     else:
         offline = ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)] if wheelhouse else []
         session.install("pip", *offline)
-        session.run("python", "-m", "pip", "wheel", "--no-deps", *offline, "-w", str(staging), str(ROOT))
+        session.run_install("python", "-m", "pip", "wheel", "--no-deps", *offline, "-w", str(staging), str(ROOT))
     wheels = sorted(staging.glob("*.whl"))
     if len(wheels) != 1:
         session.error(f"plugin wheel: expected one wheel in {staging}, found {[w.name for w in wheels]}")
