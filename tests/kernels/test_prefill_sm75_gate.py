@@ -27,7 +27,7 @@ def _case_id(case) -> str:
 def test_compiles_for_sm75_within_limits(case):
     config, combo, shape, variant = case
     infos = aot.compile_prefill_kernels(config, combo, variant, shape)
-    assert [i.kernel for i in infos] == list(aot.KERNEL_NAMES)
+    assert [i.kernel for i in infos] == list(aot.COMPILED_NAMES if config.chunked else aot.KERNEL_NAMES[:2])
     for info in infos:
         print(
             f"{info.kernel} [{info.target}, {info.num_warps} warps, {info.num_stages} stages, BV={info.block_v}]: "

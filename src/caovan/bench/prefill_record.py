@@ -73,6 +73,7 @@ def build_report(
     vllm_family: Mapping[str, Any] | None,
     settings: PrefillSettings,
     options: Mapping[str, Any],
+    sm75: Mapping[str, Any] | None = None,
     argv: Sequence[str] | None = None,
     timestamp: str | None = None,
 ) -> dict[str, Any]:
@@ -93,6 +94,8 @@ def build_report(
             },
             "summary": summarize(rows),
             "cases": list(rows),
+            # What the sm75 entry compiles to for an RTX 2080 Ti and the waves of each case there (prefill_sm75.py).
+            "sm75": None if sm75 is None else dict(sm75),
         }
     )
 

@@ -579,8 +579,12 @@ def run_prefill(args: argparse.Namespace) -> int:
         if not row.get("error"):
             tokens = row["case"]["total_tokens"]
             row["caovan_path"] = "chunked" if chunked_from is not None and tokens >= chunked_from else "fused"
-    report = pr.build_report(rows, env=env, vllm_family=family_facts, settings=settings, options=options)
+    from caovan.bench.prefill_sm75 import format_sm75, sm75_section
+
+    sm75 = sm75_section(cases)
+    report = pr.build_report(rows, env=env, vllm_family=family_facts, settings=settings, options=options, sm75=sm75)
     print(pr.format_table(rows))
+    print(format_sm75(sm75))
     s = report["summary"]
     print(
         f"{s['cases']} cases, {s['errors']} failed to run; geomean speedup of caovan "

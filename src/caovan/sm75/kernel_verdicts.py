@@ -11,8 +11,8 @@ out-of-resources an infinite time, so a launch on the device fails only when non
   of the kernel everywhere, not a finding about Turing;
 * a step the rig could not drive leaves its kernels ``unreached``, reported with the error, never counted as fine.
 
-``--deep`` compiles every config of every call (the full table). caovan's own two kernels are compiled for the
-``sm75`` launch entry at the same shapes (``caovan.kernels.gdn_spec_decode.aot``).
+``--deep`` compiles every config of every call (the full table). caovan's own kernels (spec decode, and the prefill's
+fused and chunked paths) are compiled for their ``sm75`` launch entries at the same shapes (``caovan.kernels.*.aot``).
 
     python -m caovan.sm75.kernel_verdicts --out kernels.json [--deep]
 """

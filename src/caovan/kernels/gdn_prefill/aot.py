@@ -41,7 +41,7 @@ from .chunked_kernels import (
     _caovan_gdn_prefill_merge_kernel,
     _caovan_gdn_prefill_output_kernel,
 )
-from .launch_configs import ALL_LAUNCH_CONFIGS, CHUNK, LAUNCH_CONFIGS, PrefillLaunchConfig
+from .launch_configs import ALL_LAUNCH_CONFIGS, CHUNK, LAUNCH_CONFIGS, PrefillLaunchConfig, block_v_of
 from .triton_kernels import _caovan_gdn_prefill_state_kernel, _caovan_gdn_prefill_wy_kernel
 
 #: Every prefill kernel, in the order ``compile_prefill_kernels`` returns them (the chunked path's three only for an
@@ -55,6 +55,10 @@ KERNEL_SOURCES = (
 )
 #: As ``entry.KERNEL_NAMES``, without importing torch.
 KERNEL_NAMES = tuple(fn.__name__ for fn in KERNEL_SOURCES)
+#: The WY kernel as the chunked path launches it (``PAIRED``) is reported under its name with this suffix.
+PAIRED_SUFFIX = "[PAIRED]"
+#: What ``compile_prefill_kernels`` reports for an entry with a chunked path, in order.
+COMPILED_NAMES = (*KERNEL_NAMES[:2], KERNEL_NAMES[0] + PAIRED_SUFFIX, *KERNEL_NAMES[2:])
 #: The kernels that walk a sequence's chunks one after another: they need two programs per SM (below).
 SERIAL_KERNEL_NAMES = (_caovan_gdn_prefill_state_kernel.__name__, _caovan_gdn_prefill_chunk_state_kernel.__name__)
 _ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -196,20 +200,16 @@ def _launch_values(
     scalars.update(stride_vt=HV * V, stride_vh=V, stride_bt=HV, stride_bh=1)
     available = {**pointers, **scalars, **rows, **cache, **common}
     extra = {
-        _caovan_gdn_prefill_wy_kernel: dict(VS=min(32, triton.next_power_of_2(V)), PAIRED=chunked),
-        _caovan_gdn_prefill_state_kernel: dict(BV=_block_v(config.state.BV, V), WRITE_FINAL_STATE=True),
+        _caovan_gdn_prefill_wy_kernel: dict(VS=min(32, triton.next_power_of_2(V)), PAIRED=False),
+        _caovan_gdn_prefill_state_kernel: dict(BV=block_v_of(config.state.BV, V), WRITE_FINAL_STATE=True),
     }
     if chunked:
         extra[_caovan_gdn_prefill_merge_kernel] = dict(VS=min(32, triton.next_power_of_2(V)))
         extra[_caovan_gdn_prefill_chunk_state_kernel] = dict(
-            BV=_block_v(config.chunked.state.BV, V), WRITE_FINAL_STATE=True
+            BV=block_v_of(config.chunked.state.BV, V), WRITE_FINAL_STATE=True
         )
-        extra[_caovan_gdn_prefill_output_kernel] = dict(BV=_block_v(config.chunked.output.BV, V))
+        extra[_caovan_gdn_prefill_output_kernel] = dict(BV=block_v_of(config.chunked.output.BV, V))
     return {fn.__name__: {name: {**available, **more}[name] for name in fn.arg_names} for fn, more in extra.items()}
-
-
-def _block_v(bv: int, V: int) -> int:
-    return min(bv, triton.next_power_of_2(V))
 
 
 @dataclass(frozen=True)
@@ -263,30 +263,33 @@ def compile_prefill_kernels(
     # The grids of entry.gdn_prefill at EXAMPLE_NUM_SEQS sequences of one chunk (pair) each: (chunk slots, HV) and
     # (V / BV, HV, sequences) for the state kernels; the output kernel's (pair slots, HV, V / BV).
     launches = [
-        (_caovan_gdn_prefill_wy_kernel, config.wy, None, 2 * EXAMPLE_NUM_SEQS * HV),
-        (_caovan_gdn_prefill_state_kernel, config.state, config.state.BV, None),
+        (_caovan_gdn_prefill_wy_kernel, config.wy, None, 2 * EXAMPLE_NUM_SEQS * HV, False),
+        (_caovan_gdn_prefill_state_kernel, config.state, config.state.BV, None, False),
     ]
     if config.chunked is not None:
         chunked = config.chunked
+        # The chunked path launches the WY kernel PAIRED (its attention rows span two chunks): compiled both ways.
         launches += [
-            (_caovan_gdn_prefill_merge_kernel, chunked.merge, None, 2 * EXAMPLE_NUM_SEQS * HV),
-            (_caovan_gdn_prefill_chunk_state_kernel, chunked.state, chunked.state.BV, None),
-            (_caovan_gdn_prefill_output_kernel, chunked.output, chunked.output.BV, None),
+            (_caovan_gdn_prefill_wy_kernel, config.wy, None, 2 * EXAMPLE_NUM_SEQS * HV, True),
+            (_caovan_gdn_prefill_merge_kernel, chunked.merge, None, 2 * EXAMPLE_NUM_SEQS * HV, False),
+            (_caovan_gdn_prefill_chunk_state_kernel, chunked.state, chunked.state.BV, None, False),
+            (_caovan_gdn_prefill_output_kernel, chunked.output, chunked.output.BV, None, False),
         ]
     infos = []
-    for fn, launch, block_v, grid_programs in launches:
+    for fn, launch, block_v, grid_programs, paired in launches:
         if block_v is not None:
-            block_v = _block_v(block_v, V)
+            block_v = block_v_of(block_v, V)
             per_block = -(-V // block_v) * HV
             grid_programs = per_block * EXAMPLE_NUM_SEQS * (1 if fn.__name__ in SERIAL_KERNEL_NAMES else 2)
         options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
-        facts = _compile(fn, values[fn.__name__], options, capability)
+        arguments = {**values[fn.__name__], **({"PAIRED": True} if paired else {})}
+        facts = _compile(fn, arguments, options, capability)
         per_sm = None
         if capability == (7, 5) and facts.registers is not None:
             per_sm = resident_programs_per_sm(facts.registers, launch.num_warps, facts.shared_bytes, RTX_2080_TI)
         infos.append(
             CompiledKernelInfo(
-                kernel=fn.__name__,
+                kernel=fn.__name__ + (PAIRED_SUFFIX if paired else ""),
                 target=f"sm{capability[0]}{capability[1]}",
                 config=config.arch,
                 dtypes=dtypes.name,

@@ -19,7 +19,16 @@ from .chunked_kernels import (
     _caovan_gdn_prefill_merge_kernel,
     _caovan_gdn_prefill_output_kernel,
 )
-from .launch_configs import CHUNK, MAX_KEY_SLABS, ChunkedLaunch, PrefillLaunchConfig, config_for
+from .launch_configs import (
+    CHUNK,
+    MAX_KEY_SLABS,
+    ChunkedLaunch,
+    PrefillLaunchConfig,
+    block_v_of,
+    config_for,
+    launch_grids,
+    takes_chunked_path,
+)
 from .triton_kernels import _caovan_gdn_prefill_state_kernel, _caovan_gdn_prefill_wy_kernel
 
 #: Every kernel a call may launch: the WY kernel, then the fused state kernel or the chunked path's three.
@@ -141,7 +150,8 @@ def gdn_prefill(
     nk = triton.cdiv(K, ks)
     if nk > MAX_KEY_SLABS:
         raise ValueError(f"gdn_prefill: head_k_dim {K} needs {nk} slabs of {ks} keys; the kernels hold {MAX_KEY_SLABS}")
-    chunked = config.chunked is not None and T >= config.chunked.from_tokens
+    chunked = takes_chunked_path(config, T)
+    grids = launch_grids(config, T, num_seqs, HV, V)
     fp32_dots = config.fp32_dots
     w = torch.empty((T, HV, K), dtype=torch.float32 if fp32_dots else q.dtype, device=q.device)
     u = torch.empty((T, HV, V), dtype=torch.float32, device=q.device)
@@ -152,7 +162,7 @@ def gdn_prefill(
     scale = K**-0.5 if scale is None else scale
     common = dict(GROUP=group, K=K, V=V, KS=ks, NK=nk, BT=CHUNK, L2NORM=use_qk_l2norm, FP32=fp32_dots)
     with _device(q.device):
-        _caovan_gdn_prefill_wy_kernel[(triton.cdiv(T, CHUNK) + num_seqs, HV)](
+        _caovan_gdn_prefill_wy_kernel[grids[_caovan_gdn_prefill_wy_kernel.__name__]](
             q, k, v, g, beta, cu_seqlens, w, u, gc, attn, num_seqs,
             q.stride(-3), q.stride(-2), k.stride(-3), k.stride(-2), v.stride(-3), v.stride(-2),
             g.stride(-2), g.stride(-1), beta.stride(-2), beta.stride(-1),
@@ -162,54 +172,52 @@ def gdn_prefill(
             num_warps=config.wy.num_warps, num_stages=config.wy.num_stages,
         )  # fmt: skip
         if chunked:
-            _launch_chunked(config.chunked, q, k, out, ssm_state, cu_seqlens, state_indices, has_initial_state,
-                            w, u, gc, attn, scale, null_slot_max, ssm_layout, write_final_state, common)  # fmt: skip
+            _launch_chunked(config.chunked, grids, q, k, out, ssm_state, cu_seqlens, state_indices,
+                            has_initial_state, w, u, gc, attn, scale, null_slot_max, ssm_layout, write_final_state,
+                            common)  # fmt: skip
             return
-        bv = min(config.state.BV, triton.next_power_of_2(V))
-        _caovan_gdn_prefill_state_kernel[(triton.cdiv(V, bv), HV, num_seqs)](
+        _caovan_gdn_prefill_state_kernel[grids[_caovan_gdn_prefill_state_kernel.__name__]](
             q, k, w, u, gc, attn, out, ssm_state, cu_seqlens, state_indices, has_initial_state,
             scale, null_slot_max,
             q.stride(-3), q.stride(-2), k.stride(-3), k.stride(-2), w.stride(0), w.stride(1),
             u.stride(0), u.stride(1), gc.stride(0), gc.stride(1), attn.stride(0), attn.stride(1),
             out.stride(-3), out.stride(-2),
             ssm_state.stride(0), ssm_state.stride(1), stride_sk, stride_sv,
-            BV=bv, WRITE_FINAL_STATE=write_final_state, **common,
+            BV=block_v_of(config.state.BV, V), WRITE_FINAL_STATE=write_final_state, **common,
             num_warps=config.state.num_warps, num_stages=config.state.num_stages,
         )  # fmt: skip
 
 
 def _launch_chunked(
-    launch: ChunkedLaunch, q, k, out, ssm_state, cu_seqlens, state_indices, has_initial_state,
+    launch: ChunkedLaunch, grids, q, k, out, ssm_state, cu_seqlens, state_indices, has_initial_state,
     w, u, gc, attn, scale, null_slot_max, ssm_layout, write_final_state, common,
 ) -> None:  # fmt: skip
     """The chunked path after the WY kernel: merge pairs of chunks, walk the states, make the outputs."""
     stride_sk, stride_sv = _state_strides(ssm_state, ssm_layout)
-    T, HV, V, K = u.shape[0], u.shape[1], u.shape[2], w.shape[2]
+    HV, V, K = u.shape[1], u.shape[2], w.shape[2]
     num_seqs = cu_seqlens.shape[0] - 1
-    pairs = triton.cdiv(T, 2 * CHUNK) + num_seqs
+    pairs = grids[_caovan_gdn_prefill_merge_kernel.__name__][0]
     # The state at each pair's start, in the dtype the dots read it in (fp32 where they run on fp32 operands).
     h = torch.empty((pairs, HV, K, V), dtype=w.dtype, device=q.device)
-    _caovan_gdn_prefill_merge_kernel[(pairs, HV)](
+    _caovan_gdn_prefill_merge_kernel[grids[_caovan_gdn_prefill_merge_kernel.__name__]](
         q, k, w, u, gc, attn, cu_seqlens, num_seqs,
         q.stride(-3), q.stride(-2), k.stride(-3), k.stride(-2), w.stride(0), w.stride(1),
         u.stride(0), u.stride(1), gc.stride(0), gc.stride(1), attn.stride(0), attn.stride(1),
         VS=min(32, triton.next_power_of_2(V)), **common,
         num_warps=launch.merge.num_warps, num_stages=launch.merge.num_stages,
     )  # fmt: skip
-    bv = min(launch.state.BV, triton.next_power_of_2(V))
-    _caovan_gdn_prefill_chunk_state_kernel[(triton.cdiv(V, bv), HV, num_seqs)](
+    _caovan_gdn_prefill_chunk_state_kernel[grids[_caovan_gdn_prefill_chunk_state_kernel.__name__]](
         k, w, u, gc, h, ssm_state, cu_seqlens, state_indices, has_initial_state, null_slot_max,
         k.stride(-3), k.stride(-2), w.stride(0), w.stride(1), u.stride(0), u.stride(1), gc.stride(0), gc.stride(1),
         h.stride(0), h.stride(1), ssm_state.stride(0), ssm_state.stride(1), stride_sk, stride_sv,
-        BV=bv, WRITE_FINAL_STATE=write_final_state, **common,
+        BV=block_v_of(launch.state.BV, V), WRITE_FINAL_STATE=write_final_state, **common,
         num_warps=launch.state.num_warps, num_stages=launch.state.num_stages,
     )  # fmt: skip
-    bv = min(launch.output.BV, triton.next_power_of_2(V))
-    _caovan_gdn_prefill_output_kernel[(triton.cdiv(T, CHUNK) + num_seqs, HV, triton.cdiv(V, bv))](
+    _caovan_gdn_prefill_output_kernel[grids[_caovan_gdn_prefill_output_kernel.__name__]](
         q, u, gc, attn, h, out, cu_seqlens, num_seqs, scale,
         q.stride(-3), q.stride(-2), u.stride(0), u.stride(1), gc.stride(0), gc.stride(1),
         attn.stride(0), attn.stride(1), h.stride(0), h.stride(1), out.stride(-3), out.stride(-2),
-        BV=bv, **common,
+        BV=block_v_of(launch.output.BV, V), **common,
         num_warps=launch.output.num_warps, num_stages=launch.output.num_stages,
     )  # fmt: skip
 

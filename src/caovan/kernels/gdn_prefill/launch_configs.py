@@ -137,3 +137,31 @@ def path_forced(config: PrefillLaunchConfig, path: str) -> PrefillLaunchConfig:
     if config.chunked is None:
         raise ValueError(f"path: the {config.arch} launch entry has no chunked path")
     return replace(config, chunked=replace(config.chunked, from_tokens=1))
+
+
+def block_v_of(bv: int, V: int) -> int:
+    """The value block a kernel runs with: the entry's ``BV``, at most ``V`` rounded up to a power of two."""
+    return min(bv, 1 << max(V - 1, 0).bit_length())
+
+
+def takes_chunked_path(config: PrefillLaunchConfig, total_tokens: int) -> bool:
+    return config.chunked is not None and total_tokens >= config.chunked.from_tokens
+
+
+def launch_grids(
+    config: PrefillLaunchConfig, total_tokens: int, num_seqs: int, num_v_heads: int, head_v_dim: int
+) -> dict[str, tuple[int, ...]]:
+    """The grid of each kernel ``entry.gdn_prefill`` launches for a call, by kernel name, in launch order. Chunks
+    (pairs) are numbered per sequence from ``cu_seqlens[i] // size + i`` (``_chunk_of_slot``): ``T / size +
+    num_seqs`` slots cover every sequence's."""
+    T, HV, V = total_tokens, num_v_heads, head_v_dim
+    chunk_slots = -(-T // CHUNK) + num_seqs
+    grids = {"_caovan_gdn_prefill_wy_kernel": (chunk_slots, HV)}
+    if not takes_chunked_path(config, T):
+        grids["_caovan_gdn_prefill_state_kernel"] = (-(-V // block_v_of(config.state.BV, V)), HV, num_seqs)
+        return grids
+    chunked = config.chunked
+    grids["_caovan_gdn_prefill_merge_kernel"] = (-(-T // (2 * CHUNK)) + num_seqs, HV)
+    grids["_caovan_gdn_prefill_chunk_state_kernel"] = (-(-V // block_v_of(chunked.state.BV, V)), HV, num_seqs)
+    grids["_caovan_gdn_prefill_output_kernel"] = (chunk_slots, HV, -(-V // block_v_of(chunked.output.BV, V)))
+    return grids
