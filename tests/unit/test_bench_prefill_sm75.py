@@ -6,7 +6,7 @@ import pytest
 
 from caovan.bench.prefill_cases import PREFILL_SHAPES, PrefillCase
 from caovan.bench.prefill_sm75 import case_waves, format_sm75, kernel_figures, sm75_section
-from caovan.kernels.gdn_prefill.launch_configs import LAUNCH_CONFIGS
+from caovan.kernels.gdn_prefill.launch_configs import LAUNCH_CONFIGS, path_forced
 
 pytest.importorskip("triton", reason="triton is not installed: nothing to compile")
 
@@ -29,7 +29,6 @@ def _launches(waves):
 
 def test_a_short_case_takes_the_fused_path_with_its_grids_and_waves():
     case = PrefillCase("qwen3.6-27b-tp2", 1000, 4)  # 24 value heads of 128; 4 sequences, 4000 tokens in all
-    assert case.total_tokens < LAUNCH_CONFIGS["sm75"].chunked.from_tokens
     waves = case_waves(case, _FIGURES)
     assert waves["path"] == "fused"
     launches = _launches(waves)
@@ -41,9 +40,13 @@ def test_a_short_case_takes_the_fused_path_with_its_grids_and_waves():
     assert launches["state_kernel"]["waves"] == round(128 // bv * 24 * 4 / (68 * 2), 2)
 
 
-def test_a_long_case_takes_the_chunked_path_and_its_paired_wy_figures():
+def test_the_sm75_entry_takes_the_fused_path_at_every_length():
+    assert case_waves(PrefillCase("qwen3.6-27b-tp1", 65536, 4), _FIGURES)["path"] == "fused"
+
+
+def test_the_chunked_path_where_forced_with_its_paired_wy_figures():
     case = PrefillCase("qwen3.6-27b-tp1", 16384, 1)
-    waves = case_waves(case, _FIGURES)
+    waves = case_waves(case, _FIGURES, path_forced(LAUNCH_CONFIGS["sm75"], "chunked"))
     assert waves["path"] == "chunked"
     launches = _launches(waves)
     assert list(launches) == ["wy_kernel", "merge_kernel", "chunk_state_kernel", "output_kernel"]

@@ -16,7 +16,12 @@ from dataclasses import asdict
 from typing import Any
 
 from caovan.bench.prefill_cases import PrefillCase, PrefillShape
-from caovan.kernels.gdn_prefill.launch_configs import LAUNCH_CONFIGS, launch_grids, takes_chunked_path
+from caovan.kernels.gdn_prefill.launch_configs import (
+    LAUNCH_CONFIGS,
+    PrefillLaunchConfig,
+    launch_grids,
+    takes_chunked_path,
+)
 from caovan.kernels.gdn_spec_decode.occupancy import RTX_2080_TI
 
 DEVICE = f"NVIDIA GeForce RTX 2080 Ti ({RTX_2080_TI.multiprocessors} SMs, sm_75)"
@@ -52,11 +57,14 @@ def kernel_figures(shape: PrefillShape, act_dtype: str, state_dtype: str) -> dic
     }
 
 
-def case_waves(case: PrefillCase, figures: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The ``sm75`` entry's path for this case and each launch's grid, programs and waves on 68 SMs."""
+def case_waves(
+    case: PrefillCase, figures: Mapping[str, Mapping[str, Any]], entry: PrefillLaunchConfig | None = None
+) -> dict[str, Any]:
+    """The path ``entry`` (default: the ``sm75`` entry) takes for this case and each launch's grid, programs and
+    waves on 68 SMs."""
     from caovan.kernels.gdn_prefill.aot import PAIRED_SUFFIX
 
-    entry, head = LAUNCH_CONFIGS["sm75"], case.head
+    entry, head = entry or LAUNCH_CONFIGS["sm75"], case.head
     chunked = takes_chunked_path(entry, case.total_tokens)
     launches = []
     for name, grid in launch_grids(entry, case.total_tokens, case.batch, head.num_v_heads, head.head_v_dim).items():

@@ -574,11 +574,11 @@ def run_prefill(args: argparse.Namespace) -> int:
         layout=layout,
         settings=settings,
     )
-    chunked_from = config.chunked.from_tokens if config.chunked is not None else None
+    from caovan.kernels.gdn_prefill.launch_configs import takes_chunked_path
+
     for row in rows:
         if not row.get("error"):
-            tokens = row["case"]["total_tokens"]
-            row["caovan_path"] = "chunked" if chunked_from is not None and tokens >= chunked_from else "fused"
+            row["caovan_path"] = "chunked" if takes_chunked_path(config, row["case"]["total_tokens"]) else "fused"
     from caovan.bench.prefill_sm75 import format_sm75, sm75_section
 
     sm75 = sm75_section(cases)

@@ -2,8 +2,9 @@
 
 The fused state kernel (``triton_kernels.py``) makes each chunk's output on its way through the sequence: its serial
 loop does about three times the work FLA's ``chunk_gated_delta_rule_fwd_h`` does per token, in twice as many steps
-(32-token chunks against FLA's 64). That costs nothing at short prompts, where launches dominate, and loses at long
-ones. The chunked path (after the same WY kernel, with ``PAIRED``) runs three launches:
+(32-token chunks against FLA's 64). The chunked path was built on the guess that this serial loop bounds long
+prompts; on an H100 it was slower than the fused path at every length measured (``docs/prefill-design.md``), so the
+shipped entries take it only where forced. After the same WY kernel (with ``PAIRED``) it runs three launches:
 
 ``_caovan_gdn_prefill_merge_kernel``, one program per (pair of chunks, value head): turns the second chunk's WY
 factors into factors against the state at the pair's start, so that the pair is one 64-token chunk. With ``a`` the

@@ -4,8 +4,9 @@ What vLLM's prefill branch does with ``ssm_state[idx].contiguous()``, a masked z
 ``chunk_gated_delta_rule`` (six to eight launches) and a scatter of the final states, this does in two launches
 (fused path): the WY kernel (every chunk at once) and the state kernel (every sequence, value head and value block at
 once), the second reading each initial state from its cache slot and writing the final state back in place. From the
-entry's ``chunked.from_tokens`` tokens in a call on, the chunked path (``chunked_kernels.py``) replaces the state
-kernel by three launches whose serial part does a third of its work per token: long prompts are bound by it.
+entry's ``chunked.from_tokens`` tokens in a call on (null in the shipped entries: forced only), the chunked path
+(``chunked_kernels.py``) replaces the state kernel by three launches whose serial part does a third of its work per
+token.
 """
 
 from __future__ import annotations

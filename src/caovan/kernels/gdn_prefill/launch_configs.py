@@ -3,7 +3,8 @@
 ``wy`` launches ``_caovan_gdn_prefill_wy_kernel`` (one program per chunk and value head); ``state`` launches
 ``_caovan_gdn_prefill_state_kernel``, whose ``BV`` is the number of value channels per program (its state is
 K x BV fp32 in registers, as slabs of ``key_slice`` keys). ``chunked`` (optional): from ``from_tokens`` tokens in a
-call on, the chunked path's three kernels (``chunked_kernels.py``) in place of the fused state kernel. ``fp32_dots``:
+call on, the chunked path's three kernels (``chunked_kernels.py``) in place of the fused state kernel; a null
+``from_tokens`` keeps the path for ``path_forced`` only (measured slower, ``docs/prefill-design.md``). ``fp32_dots``:
 the dots take fp32 operands (sm_75, where Triton lowers them to FMA anyway) rather than the activation dtype on
 tensor cores. A GPU without an entry uses the nearest lower architecture that has one.
 """
@@ -35,9 +36,10 @@ class StateLaunch(KernelLaunch):
 
 @dataclass(frozen=True)
 class ChunkedLaunch:
-    """The chunked path (``chunked_kernels.py``), taken from ``from_tokens`` tokens in a call on."""
+    """The chunked path (``chunked_kernels.py``), taken from ``from_tokens`` tokens in a call on (None: only where
+    ``path_forced`` asks for it)."""
 
-    from_tokens: int
+    from_tokens: int | None
     merge: KernelLaunch
     state: StateLaunch
     output: StateLaunch
@@ -80,8 +82,8 @@ def _chunked_launch(chunked: dict | None) -> ChunkedLaunch | None:
     if chunked is None:
         return None
     from_tokens = chunked["from_tokens"]
-    if type(from_tokens) is not int or from_tokens < 1:
-        raise ValueError(f"chunked.from_tokens: expected a positive integer, got {from_tokens!r}")
+    if from_tokens is not None and (type(from_tokens) is not int or from_tokens < 1):
+        raise ValueError(f"chunked.from_tokens: expected a positive integer or null, got {from_tokens!r}")
     return ChunkedLaunch(
         from_tokens,
         _kernel_launch(chunked["merge"], "chunked.merge"),
@@ -145,7 +147,8 @@ def block_v_of(bv: int, V: int) -> int:
 
 
 def takes_chunked_path(config: PrefillLaunchConfig, total_tokens: int) -> bool:
-    return config.chunked is not None and total_tokens >= config.chunked.from_tokens
+    chunked = config.chunked
+    return chunked is not None and chunked.from_tokens is not None and total_tokens >= chunked.from_tokens
 
 
 def launch_grids(
