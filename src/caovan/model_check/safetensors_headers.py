@@ -17,6 +17,10 @@ _MTP_LAYER_RE = re.compile(r"^mtp\.layers\.(\d+)\.")
 
 
 def _safetensors_tensor_names(path: Path) -> list[str]:
+    return [name for name in _safetensors_header(path) if name != "__metadata__"]
+
+
+def _safetensors_header(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as handle:
             prefix = handle.read(8)
@@ -33,7 +37,7 @@ def _safetensors_tensor_names(path: Path) -> list[str]:
     header = parse_json_bytes(raw, f"{path} (safetensors header)")
     if not isinstance(header, dict):
         raise ModelCheckError(f"{path}: safetensors header must be a JSON object")
-    return [name for name in header if name != "__metadata__"]
+    return header
 
 
 def inspect_mtp_weights(model_dir: Path) -> dict[str, Any]:
@@ -61,3 +65,24 @@ def inspect_mtp_weights(model_dir: Path) -> dict[str, Any]:
         "mtp_tensors": len(mtp_names),
         "mtp_layers": len(layers),
     }
+
+
+def safetensors_weight_bytes(model_dir: Path) -> dict[str, Any] | None:
+    """Bytes of every tensor of the checkpoint (``*.safetensors`` in the folder), from each header's
+    ``data_offsets``; None when the folder holds no safetensors file (dummy weights)."""
+    shards = sorted(Path(model_dir).glob("*.safetensors"))
+    if not shards:
+        return None
+    total = tensors = 0
+    for shard in shards:
+        for name, entry in _safetensors_header(shard).items():
+            if name == "__metadata__":
+                continue
+            offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+            if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+                raise ModelCheckError(f"{shard}: tensor {name!r} has no [begin, end] data_offsets")
+            if not 0 <= offsets[0] <= offsets[1]:
+                raise ModelCheckError(f"{shard}: tensor {name!r} has data_offsets {offsets} (end before begin)")
+            total += offsets[1] - offsets[0]
+            tensors += 1
+    return {"bytes": total, "tensors": tensors, "files": [shard.name for shard in shards]}

@@ -129,19 +129,27 @@ def nvml_capabilities(environ: Mapping[str, str] | None = None) -> list[tuple[in
     except Exception:
         return []
     try:
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        uuids = [_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
         caps = []
-        for index in visible_indices(env.get("CUDA_VISIBLE_DEVICES"), uuids):
-            if index is None:
+        for _, handle in visible_nvml_handles(pynvml, env.get("CUDA_VISIBLE_DEVICES")):
+            if handle is None:
                 caps.append((0, 0))  # a MIG instance (see visible_indices)
             else:
-                caps.append(tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handles[index])))
+                caps.append(tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)))
         return caps
     except Exception:  # a query NVML refuses: no GPU facts rather than a broken plugin load
         return []
     finally:
         pynvml.nvmlShutdown()
+
+
+def visible_nvml_handles(pynvml, cuda_visible_devices: str | None) -> list[tuple[int | None, object | None]]:
+    """(NVML index, handle) of each GPU visible through ``cuda_visible_devices``, in its order; (None, None) for a
+    MIG instance. NVML must be initialised."""
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    uuids = [_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
+    return [
+        (index, None if index is None else handles[index]) for index in visible_indices(cuda_visible_devices, uuids)
+    ]
 
 
 def _text(value: str | bytes) -> str:

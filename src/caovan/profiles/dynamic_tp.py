@@ -1,0 +1,102 @@
+"""DynamicTP: the tensor-parallel size ``caovan serve`` adds when the user gave none.
+
+The smallest TP that vLLM accepts for the model's heads (:func:`memory.tp_problems`) whose per-GPU weights, the
+attention KV of one sequence at the full context, one sequence's GDN state and the reserve fit in the free memory
+of the tightest of the GPUs it would use (vLLM takes the first TP visible ones). The user's own
+``--tensor-parallel-size`` is kept, and only checked against the GPUs there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .gpus import GIB, Gpu
+from .memory import Reserve, gdn_state_bytes_per_sequence, kv_bytes_per_token, tp_problems, weights_per_gpu
+from .model_facts import ModelFacts
+
+PROFILE_PREFIX = "[Caovan Profile]"
+
+
+class ProfileError(Exception):
+    """What the user asked for cannot be served on these GPUs: one line, what and how much is missing."""
+
+
+@dataclass(frozen=True)
+class ProfileLine:
+    """One profile's decision: the flag and value it adds (or the user's, kept), and why, with its numbers."""
+
+    profile: str
+    flag: str
+    value: str
+    kept: bool
+    reasons: tuple[str, ...] = field(default_factory=tuple)
+
+    def render(self) -> str:
+        how = "kept (yours)" if self.kept else "added"
+        return f"{PROFILE_PREFIX} {self.profile}: {self.flag} {self.value} {how}: " + "; ".join(self.reasons)
+
+
+def gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def needed_per_gpu(facts: ModelFacts, tp: int, kv_dtype: str, reserve: Reserve) -> dict[str, int]:
+    """The bytes one GPU needs at TP = tp to serve one sequence at the model's full context, by part."""
+    return {
+        "weights": weights_per_gpu(facts, tp),
+        "kv": kv_bytes_per_token(facts, tp, kv_dtype) * facts.max_positions,
+        "gdn_state": gdn_state_bytes_per_sequence(facts, tp),
+        "reserve": reserve.total,
+    }
+
+
+def dynamic_tp(
+    facts: ModelFacts,
+    gpus: Sequence[Gpu],
+    *,
+    user_tp: int | None = None,
+    kv_dtype: str,
+    reserve: Reserve | None = None,
+) -> ProfileLine:
+    """The TP line for ``caovan serve``; ProfileError where no TP fits or the user's TP has no GPUs."""
+    flag = "--tensor-parallel-size"
+    reserve = reserve or Reserve()
+    if user_tp is not None:
+        if user_tp > len(gpus):
+            raise ProfileError(f"{flag} {user_tp}: only {len(gpus)} GPU(s) visible ({_names(gpus)})")
+        problems = tp_problems(facts, user_tp)
+        reasons = tuple(problems) if problems else ("vLLM accepts it for this model's heads",)
+        return ProfileLine("DynamicTP", flag, str(user_tp), kept=True, reasons=reasons)
+    tried = []
+    for tp in range(1, len(gpus) + 1):
+        problems = tp_problems(facts, tp)
+        if problems:
+            tried.append(f"TP={tp}: {problems[0]}")
+            continue
+        parts = needed_per_gpu(facts, tp, kv_dtype, reserve)
+        tightest = min(gpus[:tp], key=lambda g: g.free_bytes)
+        need = sum(parts.values())
+        if need <= tightest.free_bytes:
+            reasons = (
+                f"weights {gib(parts['weights'])} per GPU ({facts.weight_source})",
+                f"KV {kv_bytes_per_token(facts, tp, kv_dtype)} B per token x {facts.max_positions} tokens = "
+                f"{gib(parts['kv'])}",
+                f"GDN state {gib(parts['gdn_state'])} per sequence",
+                f"reserve {gib(parts['reserve'])}",
+                f"{gib(need)} of {gib(tightest.free_bytes)} free on GPU {tightest.index}",
+                *tried,
+            )
+            return ProfileLine("DynamicTP", flag, str(tp), kept=False, reasons=reasons)
+        tried.append(
+            f"TP={tp} needs {gib(need)} per GPU, {gib(need - tightest.free_bytes)} more than GPU {tightest.index}'s "
+            f"{gib(tightest.free_bytes)} free"
+        )
+    raise ProfileError(
+        f"{facts.folder} fits no tensor-parallel size on {len(gpus)} GPU(s) ({_names(gpus)}) at its full context of "
+        f"{facts.max_positions} tokens: " + "; ".join(tried)
+    )
+
+
+def _names(gpus: Sequence[Gpu]) -> str:
+    return ", ".join(f"GPU {g.index} {gib(g.free_bytes)} free" for g in gpus)
