@@ -153,3 +153,21 @@ def test_vllm_cli_module_caovan_serve_runs_is_there():
 
     module = importlib.import_module(VLLM_CLI_MODULE)
     assert callable(module.main)
+
+
+def test_vllm_serve_parser_reads_the_profiles_flags(tmp_path, vllm_serve_parser):
+    # DynamicTP and AutoMem on two (fake) 22 GB RTX 2080 Tis: what they add, and the user's own forms they keep.
+    from caovan.profiles import Gpu
+
+    gpus = [Gpu(i, "NVIDIA GeForce RTX 2080 Ti", (7, 5), 22 << 30, 21 << 30) for i in (0, 1)]
+    model = write_tiny_qwen3_next(tmp_path / "model")
+    cases = [([], 1, 0.9), (["-tp", "2"], 2, 0.9), (["--gpu_memory_utilization=0.8"], 1, 0.8)]
+    plans = [
+        plan_serve(str(model), args, {}, vllm_env_names=set(COLD_START_TIMEOUTS), measure_gpus=lambda: gpus)
+        for args, _, _ in cases
+    ]
+    for (args, tp, share), plan, parsed in zip(
+        cases, plans, vllm_serve_parser.parse([p.serve_args for p in plans]), strict=True
+    ):
+        assert parsed["tensor_parallel_size"] == tp, (args, plan.vllm_args)
+        assert parsed["gpu_memory_utilization"] == share, (args, plan.vllm_args)

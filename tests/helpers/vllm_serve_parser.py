@@ -40,6 +40,7 @@ def _read(args: Any) -> dict[str, Any]:
         "speculative_config": args.speculative_config,
         "port": args.port,
         "tensor_parallel_size": args.tensor_parallel_size,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
         "cudagraph_mode": getattr(mode, "name", mode),
         "profiler_dir": _field(profiler, "torch_profiler_dir") if profiler is not None else None,
     }

@@ -65,7 +65,7 @@ def test_the_awq_27b_on_two_22gb_cards_takes_tp2_with_every_number(qwen27b_awq):
     line = dynamic_tp(qwen27b_awq, TWO_22GB, kv_dtype="float16")
     assert (line.value, line.kept) == ("2", False)
     assert line.render() == (
-        "[Caovan Profile] DynamicTP: --tensor-parallel-size 2 added: weights 7.92 GiB per GPU (headers); "
+        "DynamicTP: --tensor-parallel-size 2 added: weights 7.92 GiB per GPU (headers); "
         "KV 34816 B per token x 262144 tokens = 8.50 GiB; GDN state 0.07 GiB per sequence; reserve 2.50 GiB; "
         "18.99 GiB of 21.50 GiB free on GPU 0; "
         "TP=1 needs 35.48 GiB per GPU, 13.98 GiB more than GPU 0's 21.50 GiB free"
@@ -96,7 +96,7 @@ def test_a_model_that_fits_no_tp_is_one_line_with_what_is_missing(qwen27b):
 def test_the_users_tp_is_kept_and_checked_against_the_gpus(qwen27b):
     line = dynamic_tp(qwen27b, TWO_22GB, user_tp=2, kv_dtype="bfloat16")
     assert (line.value, line.kept) == ("2", True)
-    assert line.render().startswith("[Caovan Profile] DynamicTP: --tensor-parallel-size 2 kept (yours): ")
+    assert line.render().startswith("DynamicTP: --tensor-parallel-size 2 kept (yours): ")
     with pytest.raises(ProfileError, match="--tensor-parallel-size 4: only 2 GPU"):
         dynamic_tp(qwen27b, TWO_22GB, user_tp=4, kv_dtype="bfloat16")
 
@@ -109,7 +109,7 @@ def test_auto_mem_leaves_the_margin_on_the_tightest_card():
     # (21.5 - 1) / 22 = 0.9318... rounded down
     assert (line.value, line.kept) == ("0.93", False)
     assert line.render() == (
-        "[Caovan Profile] AutoMem: --gpu-memory-utilization 0.93 added: tightest GPU 0: 21.50 GiB free of 22.00 GiB, "
+        "AutoMem: --gpu-memory-utilization 0.93 added: tightest GPU 0: 21.50 GiB free of 22.00 GiB, "
         "0.50 GiB held by others; margin 1.00 GiB kept; 0.93 x 22.00 GiB = 20.46 GiB for vLLM"
     )
     assert auto_mem([_card(0, 22, 21.5), _card(1, 22, 11)]).value == "0.45"
@@ -122,7 +122,7 @@ def test_auto_mem_refuses_a_card_others_have_nearly_filled_and_a_share_it_cannot
     assert (
         auto_mem(TWO_22GB, user_value=0.9)
         .render()
-        .startswith("[Caovan Profile] AutoMem: --gpu-memory-utilization 0.9 kept (yours): GPU 0")
+        .startswith("AutoMem: --gpu-memory-utilization 0.9 kept (yours): GPU 0")
     )
     with pytest.raises(ProfileError, match="--gpu-memory-utilization 0.99: GPU 0 has 21.50 GiB free of 22.00 GiB"):
         auto_mem(TWO_22GB, user_value=0.99)

@@ -48,6 +48,11 @@ def _add_caovan_options(parser: argparse.ArgumentParser) -> None:
         "that is not a candidate or whose config.json is not local)",
     )
     parser.add_argument(
+        "--caovan-no-profile",
+        action="store_true",
+        help="add no --tensor-parallel-size or --gpu-memory-utilization (the DynamicTP and AutoMem profiles)",
+    )
+    parser.add_argument(
         "--caovan-no-autospec",
         action="store_true",
         help="do not add a speculative config (caovan then has no spec-decode step to accelerate)",
@@ -61,8 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "switch yourself; without a --speculative-config, AutoSpec adds MTP speculative decoding when "
         "`caovan check-model` finds the model a candidate (its config.json must be local: a folder or the "
         "Hugging Face cache); VLLM_ENGINE_ITERATION_TIMEOUT_S, VLLM_RPC_TIMEOUT and "
-        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS raised unless set. AutoMem, DynamicTP and Elastic-KV are not built: "
-        "your --gpu-memory-utilization and --tensor-parallel-size pass through."
+        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS raised unless set; DynamicTP and AutoMem add --tensor-parallel-size and "
+        "--gpu-memory-utilization where you gave none, from the GPUs measured now and the model folder (yours are "
+        "kept; Elastic-KV is not built yet)."
     )
     _add_caovan_options(parser)
     # One positional takes everything: argparse cannot leave vLLM's own options (--model among them) alone, so
@@ -79,7 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def raw_namespace(tokens: list[str]) -> argparse.Namespace:
     """What the parser above would give for ``tokens`` if argparse could pass unknown options through in order."""
     return argparse.Namespace(
-        caovan_dry_run=False, caovan_mtp=None, caovan_no_autospec=False, vllm_args=list(tokens), _run=run
+        caovan_dry_run=False,
+        caovan_mtp=None,
+        caovan_no_autospec=False,
+        caovan_no_profile=False,
+        vllm_args=list(tokens),
+        _run=run,
     )
 
 
@@ -103,6 +114,7 @@ def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
         return str(exc)
     args.caovan_dry_run = args.caovan_dry_run or ours.caovan_dry_run
     args.caovan_no_autospec = args.caovan_no_autospec or ours.caovan_no_autospec
+    args.caovan_no_profile = args.caovan_no_profile or ours.caovan_no_profile
     if ours.caovan_mtp is not None:
         args.caovan_mtp = ours.caovan_mtp
     known = [opt for action in picker._actions for opt in action.option_strings]
@@ -152,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
                 mtp=args.caovan_mtp,
                 autospec=not args.caovan_no_autospec,
                 vllm_env_names=env_names,
+                profiles=not args.caovan_no_profile,
             )
     except ServeArgsError as exc:
         return _error(args, str(exc))

@@ -1,13 +1,12 @@
 """Turbo3's start-up profiles for ``caovan serve``: the GPUs and the model they size for, and the flags they add."""
 
 from .auto_mem import auto_mem
-from .dynamic_tp import PROFILE_PREFIX, ProfileError, ProfileLine, dynamic_tp, needed_per_gpu
+from .dynamic_tp import ProfileError, ProfileLine, dynamic_tp, needed_per_gpu
 from .gpus import Gpu, GpuInventoryError, read_gpus
 from .memory import Reserve, gdn_state_bytes_per_sequence, kv_bytes_per_token, tp_problems, weights_per_gpu
 from .model_facts import ModelFacts, estimated_weight_bytes, read_model_facts
 
 __all__ = [
-    "PROFILE_PREFIX",
     "Gpu",
     "GpuInventoryError",
     "ModelFacts",

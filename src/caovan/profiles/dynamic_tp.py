@@ -15,8 +15,6 @@ from .gpus import GIB, Gpu
 from .memory import Reserve, gdn_state_bytes_per_sequence, kv_bytes_per_token, tp_problems, weights_per_gpu
 from .model_facts import ModelFacts
 
-PROFILE_PREFIX = "[Caovan Profile]"
-
 
 class ProfileError(Exception):
     """What the user asked for cannot be served on these GPUs: one line, what and how much is missing."""
@@ -24,7 +22,8 @@ class ProfileError(Exception):
 
 @dataclass(frozen=True)
 class ProfileLine:
-    """One profile's decision: the flag and value it adds (or the user's, kept), and why, with its numbers."""
+    """One profile's decision: the flag and value it adds (or the user's, kept), and why, with its numbers;
+    ``caovan serve`` prints it as ``[Caovan] serve: DynamicTP: --tensor-parallel-size 2 added: ...``."""
 
     profile: str
     flag: str
@@ -34,7 +33,7 @@ class ProfileLine:
 
     def render(self) -> str:
         how = "kept (yours)" if self.kept else "added"
-        return f"{PROFILE_PREFIX} {self.profile}: {self.flag} {self.value} {how}: " + "; ".join(self.reasons)
+        return f"{self.profile}: {self.flag} {self.value} {how}: " + "; ".join(self.reasons)
 
 
 def gib(n: int) -> str:

@@ -10,8 +10,9 @@ The user's own ``vllm serve`` arguments, unchanged, plus three things Turbo3 use
 * vLLM's timeouts raised for the first compile on TP=2 (only variables the user has not set, and only those the
   installed vLLM reads).
 
-AutoMem, DynamicTP and Elastic-KV are not built: the user's ``--gpu-memory-utilization`` and
-``--tensor-parallel-size`` pass through as given.
+* the start-up profiles DynamicTP and AutoMem (:mod:`caovan.serving.serve_profiles`): ``--tensor-parallel-size``
+  and ``--gpu-memory-utilization`` where the user gave none, from the GPUs measured now and the model folder
+  (Elastic-KV is not built yet).
 
 The user's arguments are read as vLLM reads them (:mod:`caovan.serving.serve_flags`); a ``--dtype``,
 ``--kv-cache-dtype`` or attention backend the installed vLLM refuses on the visible GPU stops serve before vLLM
@@ -25,6 +26,7 @@ CUDA graphs are safe for it (:mod:`caovan.serving.cudagraph_advice`).  This modu
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import sys
@@ -45,6 +47,7 @@ from caovan.model_check import (
     mtp_speculative_config,
 )
 from caovan.plugin.options import AUTOSPEC_ENV, CaovanConfigError, parse_options, vllm_plugins_leaves_out
+from caovan.profiles import Gpu, read_gpus
 from caovan.serving.cudagraph_advice import graph_note
 from caovan.serving.device_refusals import DeviceSettings, check_serve_settings
 from caovan.serving.serve_flags import (
@@ -59,6 +62,7 @@ from caovan.serving.serve_flags import (
     served_model,
     split_double_dash,
 )
+from caovan.serving.serve_profiles import profile_flags
 
 #: What ``caovan serve`` adds to ``--additional-config`` when the user set none of caovan's switches.
 ENABLE_KEYS: dict[str, Any] = {"caovan": True, "caovan_mode": "auto"}
@@ -263,6 +267,8 @@ def plan_serve(
     check: Callable[[Path], ModelReport] = check_model_dir,
     judge_full_graphs: Callable[[int], Any] | None = None,
     judge_device_settings: Callable[[DeviceSettings], str | None] | None = None,
+    profiles: bool = True,
+    measure_gpus: Callable[[], list[Gpu]] | None = None,
 ) -> ServePlan:
     """The ``vllm serve`` command for ``model`` and the user's ``vllm_args``; :class:`ServeArgsError` if impossible.
 
@@ -277,9 +283,13 @@ def plan_serve(
     ``judge_device_settings``: the user's ``--dtype`` / ``--kv-cache-dtype`` / attention backend -> the line saying
     which one vLLM refuses on this GPU, or None; None: ask the installed vLLM for the visible GPU
     (:func:`caovan.serving.device_refusals.judge_on_visible_gpu`).
+
+    ``profiles``: False for ``--caovan-no-profile``. ``measure_gpus``: the visible GPUs; None: NVML, now.
     """
     if mtp is not None and mtp < 1:
         raise ServeArgsError(f"--caovan-mtp {mtp}: the MTP depth is a number of tokens, at least 1")
+    # AutoSpec and the profiles read the same folder: looked up once (a Hugging Face cache lookup is not free).
+    locate = functools.cache(locate)
     # What caovan serve adds goes before a "--", never after it.
     args, after_double_dash = split_double_dash(vllm_args)
     refuse_abbreviations(args)
@@ -333,6 +343,14 @@ def plan_serve(
         graphs = graph_note(args, config, options.enabled, judge_full_graphs)
         if graphs is not None:
             plan.notes.append(graphs)
+
+    if profiles:
+        measure = measure_gpus or (lambda: read_gpus(environ))
+        added, profile_notes = profile_flags(locate(model, revision), args, config, measure)
+        plan.vllm_args += added
+        plan.notes += profile_notes
+    else:
+        plan.notes.append("profiles: off (--caovan-no-profile): your sizing flags, or vLLM's defaults, as they are")
 
     raised = []
     for name, value in COLD_START_TIMEOUTS.items():

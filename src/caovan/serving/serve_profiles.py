@@ -1,0 +1,72 @@
+"""``caovan serve``'s start-up profiles (Turbo3's DynamicTP and AutoMem), applied to the command it builds.
+
+Each profile fills a sizing flag the user left out, from the GPUs measured now and the model folder
+(:mod:`caovan.profiles`); a flag the user gave, on the command line or in a ``--config`` file, is kept and only
+checked. Each decision is one note with its numbers. What cannot be served (no TP fits, a TP with too few GPUs, a
+share of memory the tightest GPU does not have) stops ``caovan serve`` before vLLM starts, in one line. Where the
+profiles cannot measure (no local model folder, no GPU, a quantized folder without weights), they say so and add
+nothing: vLLM's defaults stand. ``--caovan-no-profile`` turns them off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from caovan.model_check import ModelCheckError
+from caovan.profiles import Gpu, GpuInventoryError, ProfileError, auto_mem, dynamic_tp, read_model_facts
+from caovan.serving.serve_flags import ServeArgsError, find_flag
+
+NOT_APPLIED = "profiles: not applied, vLLM's defaults stand"
+
+
+def _user_value(args: Sequence[str], config: Mapping[str, Any], long: str, short: str | None = None) -> str | None:
+    """The user's value of a flag where vLLM reads it: the command line over a ``--config`` file's dashed key."""
+    uses = find_flag(args, long, short)
+    if uses:
+        return uses[-1].value
+    value = config.get(long.removeprefix("--"))
+    return None if value in (None, "") else str(value)
+
+
+def _number(text: str | None, flag: str, kind: type) -> Any:
+    if text is None:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        raise ServeArgsError(f"{flag} {text!r}: not a number") from None
+
+
+def profile_flags(
+    model_folder: Path | None,
+    args: Sequence[str],
+    config: Mapping[str, Any],
+    measure_gpus: Callable[[], list[Gpu]],
+) -> tuple[list[str], list[str]]:
+    """(arguments to add, notes) for the profiles; ServeArgsError where what was asked cannot be served."""
+    if model_folder is None:
+        return [], [f"{NOT_APPLIED}: the model is not a local folder (its config.json and weights are needed)"]
+    try:
+        facts = read_model_facts(model_folder)
+    except ModelCheckError as exc:
+        return [], [f"{NOT_APPLIED}: {exc}"]
+    try:
+        gpus = measure_gpus()
+    except GpuInventoryError as exc:
+        return [], [f"{NOT_APPLIED}: no GPU measured ({exc})"]
+    user_tp = _number(_user_value(args, config, "--tensor-parallel-size", "-tp"), "--tensor-parallel-size", int)
+    user_share = _number(_user_value(args, config, "--gpu-memory-utilization"), "--gpu-memory-utilization", float)
+    kv_dtype = _user_value(args, config, "--kv-cache-dtype") or "auto"
+    kv_dtype = facts.dtype if kv_dtype == "auto" else kv_dtype
+    try:
+        tp_line = dynamic_tp(facts, gpus, user_tp=user_tp, kv_dtype=kv_dtype)
+        # vLLM's workers take the first TP visible GPUs: those are the ones whose memory counts.
+        mem_line = auto_mem(gpus[: int(tp_line.value)], user_value=user_share)
+    except (ProfileError, KeyError) as exc:
+        raise ServeArgsError(
+            str(exc) if isinstance(exc, ProfileError) else f"--kv-cache-dtype {exc}: unknown"
+        ) from None
+    added = [token for line in (tp_line, mem_line) if not line.kept for token in (line.flag, line.value)]
+    return added, [tp_line.render(), mem_line.render()]
