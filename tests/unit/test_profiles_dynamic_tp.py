@@ -89,7 +89,7 @@ def test_a_model_that_fits_no_tp_is_one_line_with_what_is_missing(qwen27b):
     message = str(error.value)
     assert "\n" not in message
     assert "fits no tensor-parallel size on 2 GPU(s) (GPU 0 21.50 GiB free, GPU 1 21.50 GiB free)" in message
-    assert "at its full context of 262144 tokens" in message
+    assert "at a context of 262144 tokens" in message
     assert "TP=2 needs 36.52 GiB per GPU, 15.02 GiB more than GPU 0's 21.50 GiB free" in message
 
 

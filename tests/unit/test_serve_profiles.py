@@ -76,8 +76,13 @@ def test_what_cannot_be_served_stops_before_vllm(tiny, qwen27b):
         plan(tiny, ["--gpu-memory-utilization", "0.99"])
     with pytest.raises(ServeArgsError, match="--tensor-parallel-size 4: only 2 GPU"):
         plan(tiny, ["--tensor-parallel-size", "4"])
-    with pytest.raises(ServeArgsError, match="q27 fits no tensor-parallel size on 2 GPU.* 262144 tokens: TP=1 needs"):
+    with pytest.raises(
+        ServeArgsError, match="q27 fits no tensor-parallel size on 2 GPU.* context of 262144 tokens: TP=1 needs"
+    ):
         plan(qwen27b, [])
+    # The context the user asks for is the one sized: the bf16 27B does not fit two 22 GB cards even at 4096.
+    with pytest.raises(ServeArgsError, match="at a context of 4096 tokens"):
+        plan(qwen27b, ["--max-model-len", "4096"])
 
 
 def test_nothing_is_added_where_nothing_can_be_measured(tiny):

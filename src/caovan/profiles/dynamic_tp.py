@@ -92,7 +92,7 @@ def dynamic_tp(
             f"{gib(tightest.free_bytes)} free"
         )
     raise ProfileError(
-        f"{facts.folder} fits no tensor-parallel size on {len(gpus)} GPU(s) ({_names(gpus)}) at its full context of "
+        f"{facts.folder} fits no tensor-parallel size on {len(gpus)} GPU(s) ({_names(gpus)}) at a context of "
         f"{facts.max_positions} tokens: " + "; ".join(tried)
     )
 

@@ -10,6 +10,7 @@ nothing: vLLM's defaults stand. ``--caovan-no-profile`` turns them off.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,11 @@ def profile_flags(
     user_share = _number(_user_value(args, config, "--gpu-memory-utilization"), "--gpu-memory-utilization", float)
     kv_dtype = _user_value(args, config, "--kv-cache-dtype") or "auto"
     kv_dtype = facts.dtype if kv_dtype == "auto" else kv_dtype
+    # The context the server will hold: the user's --max-model-len where it is a plain number (vLLM also takes
+    # forms like 32k, and -1 for the model's own), else the model's.
+    max_len = _user_value(args, config, "--max-model-len")
+    if max_len is not None and max_len.isdigit() and int(max_len) > 0:
+        facts = dataclasses.replace(facts, max_positions=int(max_len))
     try:
         tp_line = dynamic_tp(facts, gpus, user_tp=user_tp, kv_dtype=kv_dtype)
         # vLLM's workers take the first TP visible GPUs: those are the ones whose memory counts.
