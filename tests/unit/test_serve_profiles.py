@@ -100,3 +100,17 @@ def test_no_profile_turns_them_off(tiny, capsys):
     status = cli.main(["serve", str(tiny), "--caovan-no-profile", "--caovan-dry-run"])
     assert status == 0
     assert "[Caovan] serve: profiles: off (--caovan-no-profile)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("mode", "share"), [("safe", "0.88"), ("normal", "0.93"), ("fast", "0.95")])
+def test_the_profile_mode_sets_how_much_is_kept_back(tiny, mode, share):
+    result = plan(tiny, [], profile_mode=mode)
+    assert _value(result, "--gpu-memory-utilization") == share
+    assert f"profiles: {mode} mode" in result.notes
+
+
+def test_an_unknown_profile_mode_is_one_error(tiny, capsys):
+    with pytest.raises(ServeArgsError, match="--caovan-profile 'turbo': expected one of safe, normal, fast"):
+        plan(tiny, [], profile_mode="turbo")
+    assert cli.main(["serve", str(tiny), "--caovan-profile", "turbo", "--caovan-dry-run"]) == 2
+    assert "invalid choice: 'turbo'" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import sys
 
 from caovan.plugin import guards
 from caovan.plugin.options import FAIL, check_environment
+from caovan.profiles.modes import DEFAULT_MODE, MODES
 
 from . import prog
 from ._streams import stdout_to_stderr
@@ -46,6 +47,12 @@ def _add_caovan_options(parser: argparse.ArgumentParser) -> None:
         help="AutoSpec's number of speculative tokens per step (default 3, Turbo3's choice on 2x22 GB); "
         "an error where AutoSpec cannot add it (your own --speculative-config, --caovan-no-autospec, a model "
         "that is not a candidate or whose config.json is not local)",
+    )
+    parser.add_argument(
+        "--caovan-profile",
+        choices=tuple(MODES),
+        default=DEFAULT_MODE,
+        help="how much the DynamicTP and AutoMem profiles keep back: safe (more), normal (default) or fast (less)",
     )
     parser.add_argument(
         "--caovan-no-profile",
@@ -89,6 +96,7 @@ def raw_namespace(tokens: list[str]) -> argparse.Namespace:
         caovan_mtp=None,
         caovan_no_autospec=False,
         caovan_no_profile=False,
+        caovan_profile=DEFAULT_MODE,
         vllm_args=list(tokens),
         _run=run,
     )
@@ -115,6 +123,8 @@ def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
     args.caovan_dry_run = args.caovan_dry_run or ours.caovan_dry_run
     args.caovan_no_autospec = args.caovan_no_autospec or ours.caovan_no_autospec
     args.caovan_no_profile = args.caovan_no_profile or ours.caovan_no_profile
+    if ours.caovan_profile != DEFAULT_MODE:
+        args.caovan_profile = ours.caovan_profile
     if ours.caovan_mtp is not None:
         args.caovan_mtp = ours.caovan_mtp
     known = [opt for action in picker._actions for opt in action.option_strings]
@@ -165,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
                 autospec=not args.caovan_no_autospec,
                 vllm_env_names=env_names,
                 profiles=not args.caovan_no_profile,
+                profile_mode=args.caovan_profile,
             )
     except ServeArgsError as exc:
         return _error(args, str(exc))

@@ -22,7 +22,13 @@ MAX_UTILIZATION = 0.95
 MIN_UTILIZATION = 0.30
 
 
-def auto_mem(gpus: Sequence[Gpu], *, user_value: float | None = None, margin_bytes: int = MARGIN_BYTES) -> ProfileLine:
+def auto_mem(
+    gpus: Sequence[Gpu],
+    *,
+    user_value: float | None = None,
+    margin_bytes: int = MARGIN_BYTES,
+    max_share: float = MAX_UTILIZATION,
+) -> ProfileLine:
     """The utilisation line for the GPUs the server uses (the first TP visible ones)."""
     flag = "--gpu-memory-utilization"
     tightest = min(gpus, key=lambda g: g.free_bytes)
@@ -36,7 +42,7 @@ def auto_mem(gpus: Sequence[Gpu], *, user_value: float | None = None, margin_byt
             )
         return ProfileLine("AutoMem", flag, f"{user_value:g}", kept=True, reasons=(tightest.describe(),))
     share = math.floor((tightest.free_bytes - margin_bytes) / tightest.total_bytes * 100) / 100
-    share = min(share, MAX_UTILIZATION)
+    share = min(share, max_share)
     if share < MIN_UTILIZATION:
         raise ProfileError(
             f"GPU {tightest.index} has {gib(tightest.free_bytes)} free of {gib(tightest.total_bytes)} "

@@ -48,6 +48,7 @@ from caovan.model_check import (
 )
 from caovan.plugin.options import AUTOSPEC_ENV, CaovanConfigError, parse_options, vllm_plugins_leaves_out
 from caovan.profiles import Gpu, read_gpus
+from caovan.profiles.modes import DEFAULT_MODE
 from caovan.serving.cudagraph_advice import graph_note
 from caovan.serving.device_refusals import DeviceSettings, check_serve_settings
 from caovan.serving.serve_flags import (
@@ -269,6 +270,7 @@ def plan_serve(
     judge_device_settings: Callable[[DeviceSettings], str | None] | None = None,
     profiles: bool = True,
     measure_gpus: Callable[[], list[Gpu]] | None = None,
+    profile_mode: str = DEFAULT_MODE,
 ) -> ServePlan:
     """The ``vllm serve`` command for ``model`` and the user's ``vllm_args``; :class:`ServeArgsError` if impossible.
 
@@ -285,6 +287,7 @@ def plan_serve(
     (:func:`caovan.serving.device_refusals.judge_on_visible_gpu`).
 
     ``profiles``: False for ``--caovan-no-profile``. ``measure_gpus``: the visible GPUs; None: NVML, now.
+    ``profile_mode``: ``--caovan-profile`` (:data:`caovan.profiles.modes.MODES`).
     """
     if mtp is not None and mtp < 1:
         raise ServeArgsError(f"--caovan-mtp {mtp}: the MTP depth is a number of tokens, at least 1")
@@ -346,7 +349,7 @@ def plan_serve(
 
     if profiles:
         measure = measure_gpus or (lambda: read_gpus(environ))
-        added, profile_notes = profile_flags(locate(model, revision), args, config, measure)
+        added, profile_notes = profile_flags(locate(model, revision), args, config, measure, profile_mode)
         plan.vllm_args += added
         plan.notes += profile_notes
     else:

@@ -17,6 +17,7 @@ from typing import Any
 
 from caovan.model_check import ModelCheckError
 from caovan.profiles import Gpu, GpuInventoryError, ProfileError, auto_mem, dynamic_tp, read_model_facts
+from caovan.profiles.modes import DEFAULT_MODE, MODES
 from caovan.serving.serve_flags import ServeArgsError, find_flag
 
 NOT_APPLIED = "profiles: not applied, vLLM's defaults stand"
@@ -45,8 +46,13 @@ def profile_flags(
     args: Sequence[str],
     config: Mapping[str, Any],
     measure_gpus: Callable[[], list[Gpu]],
+    mode: str = DEFAULT_MODE,
 ) -> tuple[list[str], list[str]]:
-    """(arguments to add, notes) for the profiles; ServeArgsError where what was asked cannot be served."""
+    """(arguments to add, notes) for the profiles in ``mode`` (:data:`caovan.profiles.modes.MODES`);
+    ServeArgsError where what was asked cannot be served."""
+    if mode not in MODES:
+        raise ServeArgsError(f"--caovan-profile {mode!r}: expected one of {', '.join(MODES)}")
+    chosen = MODES[mode]
     if model_folder is None:
         return [], [f"{NOT_APPLIED}: the model is not a local folder (its config.json and weights are needed)"]
     try:
@@ -67,12 +73,17 @@ def profile_flags(
     if max_len is not None and max_len.isdigit() and int(max_len) > 0:
         facts = dataclasses.replace(facts, max_positions=int(max_len))
     try:
-        tp_line = dynamic_tp(facts, gpus, user_tp=user_tp, kv_dtype=kv_dtype)
+        tp_line = dynamic_tp(facts, gpus, user_tp=user_tp, kv_dtype=kv_dtype, reserve=chosen.reserve)
         # vLLM's workers take the first TP visible GPUs: those are the ones whose memory counts.
-        mem_line = auto_mem(gpus[: int(tp_line.value)], user_value=user_share)
+        mem_line = auto_mem(
+            gpus[: int(tp_line.value)],
+            user_value=user_share,
+            margin_bytes=chosen.margin_bytes,
+            max_share=chosen.max_share,
+        )
     except (ProfileError, KeyError) as exc:
         raise ServeArgsError(
             str(exc) if isinstance(exc, ProfileError) else f"--kv-cache-dtype {exc}: unknown"
         ) from None
     added = [token for line in (tp_line, mem_line) if not line.kept for token in (line.flag, line.value)]
-    return added, [tp_line.render(), mem_line.render()]
+    return added, [f"profiles: {mode} mode", tp_line.render(), mem_line.render()]
