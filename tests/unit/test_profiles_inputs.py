@@ -116,10 +116,24 @@ def test_a_tensor_without_data_offsets_names_file_and_tensor(tmp_path):
         read_model_facts(folder)
 
 
-def test_a_quantized_folder_without_weights_is_not_guessed(tmp_path):
-    folder = write_tiny_qwen3_5(tmp_path / "awq")
+def _quantized(tmp_path, quantization_config):
+    folder = write_tiny_qwen3_5(tmp_path / "q27-quantized", **ARCHITECTURES["qwen3.6-27b"])
     config = json.loads((folder / "config.json").read_text())
-    config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128}
+    config["quantization_config"] = quantization_config
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelCheckError, match="no safetensors file to measure the awq weights from"):
+    return folder
+
+
+def test_an_awq_folder_without_weights_is_estimated_from_bits_and_group_size(tmp_path):
+    facts = read_model_facts(_quantized(tmp_path, {"quant_method": "awq", "bits": 4, "group_size": 128}))
+    assert facts.quantization == "awq"
+    assert facts.weight_source.startswith("estimated from config.json (awq 4-bit, ")
+    # Qwen3.6-27B in AWQ int4: the 2.5 G embedding and head parameters stay bf16 (5.1 GB), the rest about 0.52
+    # bytes a weight (half a byte, plus an fp16 scale and a 4-bit zero point per 128).
+    assert 17.5e9 < facts.weight_bytes < 18.5e9
+
+
+def test_a_quantized_folder_whose_size_config_json_does_not_tell_is_not_guessed(tmp_path):
+    folder = _quantized(tmp_path, {"quant_method": "fp8", "weight_block_size": [128, 128]})
+    with pytest.raises(ModelCheckError, match="no safetensors file to measure the fp8 weights from"):
         read_model_facts(folder)

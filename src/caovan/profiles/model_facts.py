@@ -95,24 +95,42 @@ def read_model_facts(model_dir: str | Path) -> ModelFacts:
     if weights is not None:
         source = f"safetensors headers ({weights['tensors']} tensors in {len(weights['files'])} files)"
         return ModelFacts(**facts_without_weights, weight_bytes=weights["bytes"], weight_source=source)
-    if facts_without_weights["quantization"] is not None:
-        raise ModelCheckError(
-            f"{folder}: no safetensors file to measure the {facts_without_weights['quantization']} weights from "
-            "(a quantized checkpoint's size is not estimated from config.json)"
-        )
-    estimate = estimated_weight_bytes(text, facts_without_weights)
+    quant = top.get_obj("quantization_config") or text.get_obj("quantization_config")
+    per_weight = linear_weight_bytes(facts_without_weights["quantization"], quant, dtype, folder)
+    estimate = estimated_weight_bytes(text, facts_without_weights, per_weight)
+    method = facts_without_weights["quantization"]
+    how = f"{method} {quant['bits']}-bit, " if method is not None else ""
     return ModelFacts(
         **facts_without_weights,
         weight_bytes=estimate,
-        weight_source="estimated from config.json (no safetensors in the folder: dummy weights)",
+        weight_source=f"estimated from config.json ({how}no safetensors in the folder: dummy weights)",
     )
 
 
-def estimated_weight_bytes(text: Fields, facts: dict[str, Any]) -> int:
-    """Parameters of a Qwen3.5/3.6 or Qwen3-Next text model (language model and MTP layers) times the dtype's bytes:
-    embeddings and head, per full-attention layer its gated q/k/v/o projections, per GDN layer its input, gate and
-    output projections and convolution, per layer its MLP (dense, or the experts with the shared one). Norms and
-    biases are left out (well under 0.1 %)."""
+#: Weight-only integer methods whose checkpoints hold ``bits``-bit weights with an fp16 scale and a ``bits``-bit zero
+#: point per ``group_size`` weights of a linear layer (embeddings and head unquantized).
+_GROUPED_INT_METHODS = ("awq", "awq_marlin", "gptq", "gptq_marlin")
+
+
+def linear_weight_bytes(method: str | None, quant: dict[str, Any] | None, dtype: str, folder: Path) -> float:
+    """Bytes per weight of a linear layer: the dtype's, or a grouped integer method's from its bits and group size;
+    ModelCheckError for a method whose size cannot be told from config.json."""
+    if method is None:
+        return float(DTYPE_BYTES.get(dtype, 2))
+    bits, group = (quant or {}).get("bits"), (quant or {}).get("group_size")
+    if method in _GROUPED_INT_METHODS and type(bits) is int and type(group) is int and bits > 0 and group > 0:
+        return bits / 8 + (2 + bits / 8) / group
+    raise ModelCheckError(
+        f"{folder}: no safetensors file to measure the {method} weights from, and their size is not told by "
+        "config.json (estimated for awq and gptq with bits and group_size only)"
+    )
+
+
+def estimated_weight_bytes(text: Fields, facts: dict[str, Any], linear_bytes: float | None = None) -> int:
+    """Bytes of a Qwen3.5/3.6 or Qwen3-Next text model (language model and MTP layers): embeddings and head in the
+    dtype; per full-attention layer its gated q/k/v/o projections, per GDN layer its input, gate and output
+    projections and convolution, per layer its MLP (dense, or the experts with the shared one), at ``linear_bytes``
+    per weight (default: the dtype's). Norms and biases are left out (well under 0.1 %)."""
     config_path = text.config_path
     hidden = text.get_int("hidden_size", minimum=1)
     vocab = text.get_int("vocab_size", minimum=1)
@@ -142,4 +160,6 @@ def estimated_weight_bytes(text: Fields, facts: dict[str, Any]) -> int:
     layers = facts["full_attention_layers"] * (attention + mlp) + facts["gdn_layers"] * (gdn + mlp)
     # An MTP layer is a full-attention decoder layer plus the projection of [embedding; hidden] back to hidden.
     mtp = facts["mtp_layers"] * (attention + mlp + 2 * hidden * hidden)
-    return (embeddings + layers + mtp) * DTYPE_BYTES.get(facts["dtype"], 2)
+    dtype_bytes = DTYPE_BYTES.get(facts["dtype"], 2)
+    per_weight = dtype_bytes if linear_bytes is None else linear_bytes
+    return int(embeddings * dtype_bytes + (layers + mtp) * per_weight)
