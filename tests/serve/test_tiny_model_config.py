@@ -190,9 +190,30 @@ def test_the_27b_architecture_is_the_public_config_s(tmp_path):
     assert [text[name] for name in linear] == [16, 48, 128, 128] and text["linear_conv_kernel_dim"] == 4
     assert (text["vocab_size"], text["mtp_num_hidden_layers"], text["mamba_ssm_dtype"]) == (248320, 1, "float32")
     assert text["rope_parameters"]["mrope_section"] == [11, 11, 10]
+    assert text["max_position_embeddings"] == 262144
     assert (folder / "tokenizer.json").is_file()
-    with pytest.raises(ValueError, match="unknown architecture 'qwen9' \\(known: qwen3.6-27b\\)"):
+    with pytest.raises(ValueError, match="unknown architecture 'qwen9' \\(known: qwen3.6-27b, qwen3.6-27b-awq, qwen3-"):
         write_architecture("qwen9", tmp_path / "x")
+
+
+def test_the_awq_27b_and_qwen3_next_80b_architectures(tmp_path):
+    from caovan.bench.model_tokenizer import write_architecture
+    from caovan.model_check import check_model_dir
+
+    awq = json.loads((write_architecture("qwen3.6-27b-awq", tmp_path / "awq") / "config.json").read_text())
+    assert awq["quantization_config"] == {
+        "quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm",
+    }  # fmt: skip
+    assert awq["text_config"]["dtype"] == "float16" and awq["text_config"]["num_hidden_layers"] == 64
+    folder = write_architecture("qwen3-next-80b", tmp_path / "next80b")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3NextForCausalLM"]
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_experts"]) == (2048, 48, 512)
+    assert (config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]) == (16, 2, 256)
+    assert (config["linear_num_key_heads"], config["linear_num_value_heads"]) == (16, 32)
+    assert (config["moe_intermediate_size"], config["num_experts_per_tok"]) == (512, 10)
+    for model in (tmp_path / "awq", folder):
+        assert check_model_dir(model).is_candidate, model
 
 
 def test_the_model_folder_command_writes_once_and_never_over_a_folder(tmp_path, capsys):

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from caovan.bench.model_folders import ARCHITECTURES, write_tiny_qwen3_5
+from caovan.bench.model_folders import write_architecture_config
 from caovan.profiles import (
     Gpu,
     ProfileError,
@@ -31,8 +31,10 @@ TWO_22GB = [_card(0, 22, 21.5), _card(1, 22, 21.5)]
 @pytest.fixture(scope="module")
 def qwen27b(tmp_path_factory):
     """Qwen3.6-27B's architecture at its released context (262144), bf16 weights estimated from the config."""
-    folder = write_tiny_qwen3_5(tmp_path_factory.mktemp("q27"), **ARCHITECTURES["qwen3.6-27b"])
-    return dataclasses.replace(read_model_facts(folder), max_positions=262144)
+    folder = write_architecture_config("qwen3.6-27b", tmp_path_factory.mktemp("q27"))
+    facts = read_model_facts(folder)
+    assert facts.max_positions == 262144
+    return facts
 
 
 @pytest.fixture(scope="module")

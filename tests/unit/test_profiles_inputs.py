@@ -10,7 +10,7 @@ from collections import namedtuple
 
 import pytest
 
-from caovan.bench.model_folders import ARCHITECTURES, write_tiny_qwen3_5
+from caovan.bench.model_folders import write_architecture_config, write_tiny_qwen3_5
 from caovan.model_check import ModelCheckError
 from caovan.profiles import Gpu, GpuInventoryError, read_gpus, read_model_facts
 
@@ -77,7 +77,7 @@ def test_a_gpu_with_more_free_than_total_memory_is_refused():
 
 
 def test_the_27b_architecture_without_weights_is_read_and_estimated(tmp_path):
-    folder = write_tiny_qwen3_5(tmp_path / "q27", **ARCHITECTURES["qwen3.6-27b"])
+    folder = write_architecture_config("qwen3.6-27b", tmp_path / "q27")
     facts = read_model_facts(folder)
     assert (facts.layers, facts.gdn_layers, facts.full_attention_layers, facts.mtp_layers) == (64, 48, 16, 1)
     assert (facts.num_attention_heads, facts.num_kv_heads, facts.head_dim) == (24, 4, 256)
@@ -117,7 +117,7 @@ def test_a_tensor_without_data_offsets_names_file_and_tensor(tmp_path):
 
 
 def _quantized(tmp_path, quantization_config):
-    folder = write_tiny_qwen3_5(tmp_path / "q27-quantized", **ARCHITECTURES["qwen3.6-27b"])
+    folder = write_architecture_config("qwen3.6-27b", tmp_path / "q27-quantized")
     config = json.loads((folder / "config.json").read_text())
     config["quantization_config"] = quantization_config
     (folder / "config.json").write_text(json.dumps(config))

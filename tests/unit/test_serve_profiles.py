@@ -3,12 +3,10 @@ refused before vLLM starts, and nothing added where nothing can be measured."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from caovan import cli
-from caovan.bench.model_folders import ARCHITECTURES, write_tiny_qwen3_5, write_tiny_qwen3_next
+from caovan.bench.model_folders import write_architecture_config, write_tiny_qwen3_next
 from caovan.plugin.uniform_decode_guard import FullGraphSafety
 from caovan.profiles import Gpu, GpuInventoryError
 from caovan.serving.serve_command import COLD_START_TIMEOUTS, plan_serve
@@ -25,11 +23,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def qwen27b(tmp_path_factory):
-    folder = write_tiny_qwen3_5(tmp_path_factory.mktemp("models") / "q27", **ARCHITECTURES["qwen3.6-27b"])
-    config = json.loads((folder / "config.json").read_text())
-    config["text_config"]["max_position_embeddings"] = 262144
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
+    return write_architecture_config("qwen3.6-27b", tmp_path_factory.mktemp("models") / "q27")
 
 
 def plan(model, args, gpus=TWO_22GB, **kwargs):

@@ -101,6 +101,7 @@ def _hybrid_text_fields(
     linear_num_value_heads: int,
     linear_key_head_dim: int,
     linear_value_head_dim: int,
+    max_position_embeddings: int = 4096,
 ) -> dict[str, Any]:
     """The text fields Qwen3-Next and Qwen3.5 configs share: layer pattern, attention and GDN shapes, norms."""
     return {
@@ -118,7 +119,7 @@ def _hybrid_text_fields(
         "linear_num_key_heads": linear_num_key_heads,
         "linear_num_value_heads": linear_num_value_heads,
         "linear_value_head_dim": linear_value_head_dim,
-        "max_position_embeddings": 4096,
+        "max_position_embeddings": max_position_embeddings,
         "mlp_only_layers": [],
         "num_attention_heads": num_attention_heads,
         "num_hidden_layers": num_hidden_layers,
@@ -142,8 +143,19 @@ def tiny_qwen3_next_config(
     linear_value_head_dim: int = 128,
     num_nextn_predict_layers: int = 1,
     torch_dtype: str = "bfloat16",
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    head_dim: int = 128,
+    intermediate_size: int | None = None,
+    num_experts: int = 4,
+    num_experts_per_tok: int = 2,
+    moe_intermediate_size: int = 128,
+    shared_expert_intermediate_size: int = 128,
+    max_position_embeddings: int = 4096,
 ) -> dict[str, Any]:
-    """``config.json`` content of a tiny Qwen3-Next (GDN + gated attention + MoE + MTP)."""
+    """``config.json`` content of a Qwen3-Next (GDN + gated attention + MoE + MTP), tiny by default: 4 query heads
+    (the gate doubles q_proj), 2 KV heads, head_dim 128 (FlashAttention and Triton attention both take it), 4
+    small experts."""
     _check_gdn_shape(
         num_hidden_layers,
         linear_num_key_heads,
@@ -156,37 +168,42 @@ def tiny_qwen3_next_config(
         ("hidden_size", hidden_size),
         ("vocab_size", vocab_size),
         ("num_nextn_predict_layers", num_nextn_predict_layers),
+        ("num_attention_heads", num_attention_heads),
+        ("num_key_value_heads", num_key_value_heads),
+        ("num_experts", num_experts),
+        ("num_experts_per_tok", num_experts_per_tok),
+        ("moe_intermediate_size", moe_intermediate_size),
+        ("max_position_embeddings", max_position_embeddings),
     ):
         _check_positive(name, value)
     return {
         "architectures": ["Qwen3NextForCausalLM"],
         "model_type": "qwen3_next",
-        # Full attention: 4 query heads (the gate doubles q_proj), 2 KV heads, head_dim 128 (FlashAttention and
-        # Triton attention both take it).
         **_hybrid_text_fields(
             num_hidden_layers=num_hidden_layers,
             hidden_size=hidden_size,
-            intermediate_size=2 * hidden_size,
+            intermediate_size=2 * hidden_size if intermediate_size is None else intermediate_size,
             vocab_size=vocab_size,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=128,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            head_dim=head_dim,
             linear_num_key_heads=linear_num_key_heads,
             linear_num_value_heads=linear_num_value_heads,
             linear_key_head_dim=linear_key_head_dim,
             linear_value_head_dim=linear_value_head_dim,
+            max_position_embeddings=max_position_embeddings,
         ),
         "decoder_sparse_step": 1,
-        "moe_intermediate_size": 128,
+        "moe_intermediate_size": moe_intermediate_size,
         "norm_topk_prob": True,
-        "num_experts": 4,
-        "num_experts_per_tok": 2,
+        "num_experts": num_experts,
+        "num_experts_per_tok": num_experts_per_tok,
         "num_nextn_predict_layers": num_nextn_predict_layers,
         "output_router_logits": False,
         "rope_scaling": None,
         "rope_theta": 10000000,
         "router_aux_loss_coef": 0.001,
-        "shared_expert_intermediate_size": 128,
+        "shared_expert_intermediate_size": shared_expert_intermediate_size,
         "torch_dtype": torch_dtype,
         "use_sliding_window": False,
     }
@@ -212,12 +229,16 @@ def tiny_qwen3_5_config(
     mtp_num_hidden_layers: int = 1,
     torch_dtype: str = "bfloat16",
     mamba_ssm_dtype: str | None = "float32",
+    max_position_embeddings: int = 4096,
+    quantization_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``config.json`` content of a dense Qwen3.5 / Qwen3.6 (``Qwen3_5ForConditionalGeneration``), tiny by default.
 
     HV/H defaults to 3 (the 27B ratio: 48/16); ``intermediate_size`` defaults to twice the hidden size. The vision
     tower is shrunk but present; its special token ids are placed at the top of the vocabulary.
     ``mamba_ssm_dtype`` float32 is what the released configs ask for (fp32 SSM state); ``None`` leaves it out.
+    ``mtp_num_hidden_layers`` 0: a model without MTP. ``quantization_config`` goes to the top level, as a quantized
+    checkpoint's does.
     """
     intermediate_size = 2 * hidden_size if intermediate_size is None else intermediate_size
     for name, value in (
@@ -244,9 +265,15 @@ def tiny_qwen3_5_config(
     for name, value in (
         ("hidden_size", hidden_size),
         ("vocab_size", vocab_size),
-        ("mtp_num_hidden_layers", mtp_num_hidden_layers),
+        ("max_position_embeddings", max_position_embeddings),
     ):
         _check_positive(name, value)
+    if (
+        isinstance(mtp_num_hidden_layers, bool)
+        or not isinstance(mtp_num_hidden_layers, int)
+        or mtp_num_hidden_layers < 0
+    ):
+        raise ValueError(f"model folder: mtp_num_hidden_layers must be an int >= 0, got {mtp_num_hidden_layers!r}")
     if vocab_size < 16:
         raise ValueError(f"model folder: vocab_size={vocab_size} leaves no room for the vision special tokens")
     if mamba_ssm_dtype is not None and mamba_ssm_dtype not in DTYPES:
@@ -267,6 +294,7 @@ def tiny_qwen3_5_config(
             linear_num_value_heads=linear_num_value_heads,
             linear_key_head_dim=linear_key_head_dim,
             linear_value_head_dim=linear_value_head_dim,
+            max_position_embeddings=max_position_embeddings,
         ),
         "attn_output_gate": True,
         "dtype": torch_dtype,
@@ -282,7 +310,9 @@ def tiny_qwen3_5_config(
     }
     if mamba_ssm_dtype is not None:
         text_config["mamba_ssm_dtype"] = mamba_ssm_dtype
+    quantization = {} if quantization_config is None else {"quantization_config": dict(quantization_config)}
     return {
+        **quantization,
         "architectures": ["Qwen3_5ForConditionalGeneration"],
         "model_type": "qwen3_5",
         "image_token_id": image_token_id,
@@ -430,22 +460,73 @@ def write_tiny_qwen3_dense(directory: str | Path, **overrides: Any) -> Path:
 
 #: Released text architectures the end-to-end records serve, as keyword arguments of :func:`tiny_qwen3_5_config`,
 #: from the public ``config.json`` (its ``text_config``) of each model.
-ARCHITECTURES: dict[str, dict[str, Any]] = {
+_QWEN36_27B = dict(
+    num_hidden_layers=64,
+    hidden_size=5120,
+    intermediate_size=17408,
+    vocab_size=248320,
+    num_attention_heads=24,
+    num_key_value_heads=4,
+    head_dim=256,
+    linear_num_key_heads=16,
+    linear_num_value_heads=48,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    mtp_num_hidden_layers=1,
+    torch_dtype="bfloat16",
+    mamba_ssm_dtype="float32",
+    max_position_embeddings=262144,
+)
+
+#: Released architectures, from their public config.json files: name -> (family, keyword arguments of that family's
+#: config function). ``write_architecture_config`` writes one.
+ARCHITECTURES: dict[str, tuple[str, dict[str, Any]]] = {
     # Qwen/Qwen3.6-27B: 64 layers, full attention every 4th (48 GDN layers), GDN H=16 / HV=48 / K=V=128.
-    "qwen3.6-27b": dict(
-        num_hidden_layers=64,
-        hidden_size=5120,
-        intermediate_size=17408,
-        vocab_size=248320,
-        num_attention_heads=24,
-        num_key_value_heads=4,
-        head_dim=256,
-        linear_num_key_heads=16,
-        linear_num_value_heads=48,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
-        mtp_num_hidden_layers=1,
-        torch_dtype="bfloat16",
-        mamba_ssm_dtype="float32",
+    "qwen3.6-27b": ("qwen3_5", _QWEN36_27B),
+    # Its AWQ int4 checkpoints (4-bit weights, group 128, fp16 activations, as 2080 Ti users serve it).
+    "qwen3.6-27b-awq": (
+        "qwen3_5",
+        {
+            **_QWEN36_27B,
+            "torch_dtype": "float16",
+            "quantization_config": {
+                "quant_method": "awq",
+                "bits": 4,
+                "group_size": 128,
+                "zero_point": True,
+                "version": "gemm",
+            },
+        },
+    ),
+    # Qwen/Qwen3-Next-80B-A3B: 48 layers (36 GDN), GDN H=16 / HV=32 / K=V=128, 512 experts of 512, 10 per token.
+    "qwen3-next-80b": (
+        "qwen3_next",
+        dict(
+            num_hidden_layers=48,
+            hidden_size=2048,
+            intermediate_size=5120,
+            vocab_size=151936,
+            num_attention_heads=16,
+            num_key_value_heads=2,
+            head_dim=256,
+            linear_num_key_heads=16,
+            linear_num_value_heads=32,
+            linear_key_head_dim=128,
+            linear_value_head_dim=128,
+            num_experts=512,
+            num_experts_per_tok=10,
+            moe_intermediate_size=512,
+            shared_expert_intermediate_size=512,
+            max_position_embeddings=262144,
+        ),
     ),
 }
+
+
+def write_architecture_config(name: str, directory: str | Path) -> Path:
+    """Write ``config.json`` of a released architecture (:data:`ARCHITECTURES`) into ``directory``; returns it."""
+    if name not in ARCHITECTURES:
+        raise ValueError(f"model folder: unknown architecture {name!r} (known: {', '.join(ARCHITECTURES)})")
+    family, fields = ARCHITECTURES[name]
+    writer = write_tiny_qwen3_5 if family == "qwen3_5" else write_tiny_qwen3_next
+    return writer(directory, **fields)

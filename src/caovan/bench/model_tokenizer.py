@@ -18,7 +18,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from caovan.bench.model_folders import ARCHITECTURES, CONFIG_FILE_NAME, vision_special_tokens, write_tiny_qwen3_5
+from caovan.bench.model_folders import (
+    CONFIG_FILE_NAME,
+    vision_special_tokens,
+    write_architecture_config,
+)
 
 #: Qwen2's pre-tokenizer split (its ``tokenization_qwen2.PRETOKENIZE_REGEX``): words with their leading space,
 #: single digits, punctuation runs, newlines.
@@ -103,7 +107,4 @@ def write_tokenizer(directory: str | Path) -> Path:
 def write_architecture(name: str, directory: str | Path) -> Path:
     """Write ``config.json`` of a released architecture (:data:`ARCHITECTURES`) and a tokenizer into
     ``directory``, for serving with ``--load-format dummy``; returns the folder."""
-    if name not in ARCHITECTURES:
-        raise ValueError(f"model folder: unknown architecture {name!r} (known: {', '.join(ARCHITECTURES)})")
-    folder = write_tiny_qwen3_5(directory, **ARCHITECTURES[name])
-    return write_tokenizer(folder)
+    return write_tokenizer(write_architecture_config(name, directory))
