@@ -68,20 +68,22 @@ def test_the_awq_27b_on_two_22gb_cards_takes_tp2_with_every_number(qwen27b_awq):
     assert (line.value, line.kept) == ("2", False)
     assert line.render() == (
         "DynamicTP: --tensor-parallel-size 2 added: weights 7.92 GiB per GPU (headers); "
-        "KV 34816 B per token x 262144 tokens = 8.50 GiB; GDN state 0.07 GiB per sequence; reserve 2.50 GiB; "
-        "18.99 GiB of 21.50 GiB free on GPU 0; "
-        "TP=1 needs 35.48 GiB per GPU, 13.98 GiB more than GPU 0's 21.50 GiB free"
+        "KV 34816 B per token x 262144 tokens = 8.50 GiB; GDN state 0.07 GiB per sequence; reserve 2.00 GiB; "
+        "18.49 GiB of the 21.50 GiB vLLM gets on GPU 0; "
+        "TP=1 needs 34.98 GiB per GPU, 13.48 GiB more than the 21.50 GiB vLLM gets on GPU 0"
     )
 
 
 def test_one_80gb_card_serves_the_bf16_27b_alone(qwen27b):
     line = dynamic_tp(qwen27b, [_card(0, 80, 79, "NVIDIA H100 80GB HBM3", (9, 0))], kv_dtype="bfloat16")
-    assert line.value == "1" and "70.53 GiB of 79.00 GiB free on GPU 0" in line.render()
+    assert line.value == "1" and "70.03 GiB of the 79.00 GiB vLLM gets on GPU 0" in line.render()
 
 
 def test_the_tightest_gpu_decides(qwen27b_awq):
     half_used = [_card(0, 22, 21.5), _card(1, 22, 11)]  # another process holds half of GPU 1
-    with pytest.raises(ProfileError, match="TP=2 needs 18.99 GiB per GPU, 7.99 GiB more than GPU 1's 11.00 GiB free"):
+    with pytest.raises(
+        ProfileError, match="TP=2 needs 18.49 GiB per GPU, 7.49 GiB more than the 11.00 GiB vLLM gets on GPU 1"
+    ):
         dynamic_tp(qwen27b_awq, half_used, kv_dtype="float16")
 
 
@@ -92,7 +94,7 @@ def test_a_model_that_fits_no_tp_is_one_line_with_what_is_missing(qwen27b):
     assert "\n" not in message
     assert "fits no tensor-parallel size on 2 GPU(s) (GPU 0 21.50 GiB free, GPU 1 21.50 GiB free)" in message
     assert "at a context of 262144 tokens" in message
-    assert "TP=2 needs 36.52 GiB per GPU, 15.02 GiB more than GPU 0's 21.50 GiB free" in message
+    assert "TP=2 needs 36.02 GiB per GPU, 14.52 GiB more than the 21.50 GiB vLLM gets on GPU 0" in message
 
 
 def test_the_users_tp_is_kept_and_checked_against_the_gpus(qwen27b):

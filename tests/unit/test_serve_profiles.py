@@ -53,7 +53,7 @@ def test_missing_sizing_flags_are_added_with_their_reasons(tiny):
     assert _value(result, "--tensor-parallel-size") == "1"
     assert _value(result, "--gpu-memory-utilization") == "0.93"
     (tp,) = _notes(result, "DynamicTP: --tensor-parallel-size 1 added: weights ")
-    assert "estimated from config.json" in tp and "free on GPU 0" in tp
+    assert "estimated from config.json" in tp and "vLLM gets on GPU 0" in tp
     assert _notes(result, "AutoMem: --gpu-memory-utilization 0.93 added: tightest GPU 0: 21.50 GiB free")
 
 

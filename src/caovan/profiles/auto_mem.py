@@ -22,6 +22,12 @@ MAX_UTILIZATION = 0.95
 MIN_UTILIZATION = 0.30
 
 
+def auto_share(gpu: Gpu, margin_bytes: int = MARGIN_BYTES, max_share: float = MAX_UTILIZATION) -> float:
+    """The share of ``gpu``'s total memory that leaves ``margin_bytes`` of its free memory unused, in hundredths
+    rounded down, at most ``max_share``."""
+    return min(math.floor((gpu.free_bytes - margin_bytes) / gpu.total_bytes * 100) / 100, max_share)
+
+
 def auto_mem(
     gpus: Sequence[Gpu],
     *,
@@ -41,8 +47,7 @@ def auto_mem(
                 f"{gib(int(wanted))} asked for (vLLM would refuse to start)"
             )
         return ProfileLine("AutoMem", flag, f"{user_value:g}", kept=True, reasons=(tightest.describe(),))
-    share = math.floor((tightest.free_bytes - margin_bytes) / tightest.total_bytes * 100) / 100
-    share = min(share, max_share)
+    share = auto_share(tightest, margin_bytes, max_share)
     if share < MIN_UTILIZATION:
         raise ProfileError(
             f"GPU {tightest.index} has {gib(tightest.free_bytes)} free of {gib(tightest.total_bytes)} "

@@ -8,7 +8,7 @@ of the tightest of the GPUs it would use (vLLM takes the first TP visible ones).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .gpus import GIB, Gpu
@@ -57,10 +57,14 @@ def dynamic_tp(
     user_tp: int | None = None,
     kv_dtype: str,
     reserve: Reserve | None = None,
+    usable: Callable[[Gpu], int] | None = None,
 ) -> ProfileLine:
-    """The TP line for ``caovan serve``; ProfileError where no TP fits or the user's TP has no GPUs."""
+    """The TP line for ``caovan serve``; ProfileError where no TP fits or the user's TP has no GPUs. ``usable``: the
+    bytes vLLM will have on a GPU (its share of the total, as AutoMem or the user sets it); default: its free
+    memory."""
     flag = "--tensor-parallel-size"
     reserve = reserve or Reserve()
+    usable = usable or (lambda gpu: gpu.free_bytes)
     if user_tp is not None:
         if user_tp > len(gpus):
             raise ProfileError(f"{flag} {user_tp}: only {len(gpus)} GPU(s) visible ({_names(gpus)})")
@@ -74,22 +78,22 @@ def dynamic_tp(
             tried.append(f"TP={tp}: {problems[0]}")
             continue
         parts = needed_per_gpu(facts, tp, kv_dtype, reserve)
-        tightest = min(gpus[:tp], key=lambda g: g.free_bytes)
-        need = sum(parts.values())
-        if need <= tightest.free_bytes:
+        tightest = min(gpus[:tp], key=usable)
+        need, have = sum(parts.values()), usable(tightest)
+        if need <= have:
             reasons = (
                 f"weights {gib(parts['weights'])} per GPU ({facts.weight_source})",
                 f"KV {kv_bytes_per_token(facts, tp, kv_dtype)} B per token x {facts.max_positions} tokens = "
                 f"{gib(parts['kv'])}",
                 f"GDN state {gib(parts['gdn_state'])} per sequence",
                 f"reserve {gib(parts['reserve'])}",
-                f"{gib(need)} of {gib(tightest.free_bytes)} free on GPU {tightest.index}",
+                f"{gib(need)} of the {gib(have)} vLLM gets on GPU {tightest.index}",
                 *tried,
             )
             return ProfileLine("DynamicTP", flag, str(tp), kept=False, reasons=reasons)
         tried.append(
-            f"TP={tp} needs {gib(need)} per GPU, {gib(need - tightest.free_bytes)} more than GPU {tightest.index}'s "
-            f"{gib(tightest.free_bytes)} free"
+            f"TP={tp} needs {gib(need)} per GPU, {gib(need - have)} more than the {gib(have)} vLLM gets on GPU "
+            f"{tightest.index}"
         )
     raise ProfileError(
         f"{facts.folder} fits no tensor-parallel size on {len(gpus)} GPU(s) ({_names(gpus)}) at a context of "

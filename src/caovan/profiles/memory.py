@@ -9,6 +9,8 @@ Per GPU at TP = t (vLLM's sharding of Qwen3.5/3.6 and Qwen3-Next):
 * GDN state per sequence: each GDN layer's recurrent state (HV / t heads of K x V in the SSM dtype) and its
   convolution state (conv dim / t channels x (width - 1) steps in the model dtype);
 * a reserve for what vLLM takes besides (CUDA context, activations of the largest batch, CUDA graphs).
+
+All of it must fit in what vLLM is given: its share (``--gpu-memory-utilization``) of the GPU's total memory.
 """
 
 from __future__ import annotations
@@ -22,16 +24,15 @@ GIB = 1 << 30
 
 @dataclass(frozen=True)
 class Reserve:
-    """Bytes per GPU outside weights and caches; ``margin`` is kept free on top (22 GB cards need it)."""
+    """Bytes per GPU that vLLM takes outside weights and caches (the margin left unused is AutoMem's)."""
 
     cuda_context: int = GIB // 2
     activations: int = GIB
     cuda_graphs: int = GIB // 2
-    margin: int = GIB // 2
 
     @property
     def total(self) -> int:
-        return self.cuda_context + self.activations + self.cuda_graphs + self.margin
+        return self.cuda_context + self.activations + self.cuda_graphs
 
 
 def tp_problems(facts: ModelFacts, tp: int) -> list[str]:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from caovan.model_check import ModelCheckError
-from caovan.profiles import Gpu, GpuInventoryError, ProfileError, auto_mem, dynamic_tp, read_model_facts
+from caovan.profiles import Gpu, GpuInventoryError, ProfileError, read_model_facts, size_server
+from caovan.profiles.model_facts import DTYPE_BYTES
 from caovan.profiles.modes import DEFAULT_MODE, MODES
 from caovan.serving.serve_flags import ServeArgsError, find_flag
 
@@ -52,7 +53,6 @@ def profile_flags(
     ServeArgsError where what was asked cannot be served."""
     if mode not in MODES:
         raise ServeArgsError(f"--caovan-profile {mode!r}: expected one of {', '.join(MODES)}")
-    chosen = MODES[mode]
     if model_folder is None:
         return [], [f"{NOT_APPLIED}: the model is not a local folder (its config.json and weights are needed)"]
     try:
@@ -67,23 +67,18 @@ def profile_flags(
     user_share = _number(_user_value(args, config, "--gpu-memory-utilization"), "--gpu-memory-utilization", float)
     kv_dtype = _user_value(args, config, "--kv-cache-dtype") or "auto"
     kv_dtype = facts.dtype if kv_dtype == "auto" else kv_dtype
+    if kv_dtype not in DTYPE_BYTES:  # vLLM judges the value itself; the profiles just cannot size it
+        return [], [f"{NOT_APPLIED}: --kv-cache-dtype {kv_dtype}: its bytes per value are unknown to them"]
     # The context the server will hold: the user's --max-model-len where it is a plain number (vLLM also takes
     # forms like 32k, and -1 for the model's own), else the model's.
     max_len = _user_value(args, config, "--max-model-len")
     if max_len is not None and max_len.isdigit() and int(max_len) > 0:
         facts = dataclasses.replace(facts, max_positions=int(max_len))
     try:
-        tp_line = dynamic_tp(facts, gpus, user_tp=user_tp, kv_dtype=kv_dtype, reserve=chosen.reserve)
-        # vLLM's workers take the first TP visible GPUs: those are the ones whose memory counts.
-        mem_line = auto_mem(
-            gpus[: int(tp_line.value)],
-            user_value=user_share,
-            margin_bytes=chosen.margin_bytes,
-            max_share=chosen.max_share,
+        tp_line, mem_line = size_server(
+            facts, gpus, kv_dtype=kv_dtype, user_tp=user_tp, user_share=user_share, mode=MODES[mode]
         )
-    except (ProfileError, KeyError) as exc:
-        raise ServeArgsError(
-            str(exc) if isinstance(exc, ProfileError) else f"--kv-cache-dtype {exc}: unknown"
-        ) from None
+    except ProfileError as exc:
+        raise ServeArgsError(str(exc)) from None
     added = [token for line in (tp_line, mem_line) if not line.kept for token in (line.flag, line.value)]
     return added, [f"profiles: {mode} mode", tp_line.render(), mem_line.render()]
