@@ -72,6 +72,7 @@ KNOWN_ENV: dict[str, str] = {
     "CAOVAN_SERVE_JOBS": "serve tests",
     "CAOVAN_SERVE_TIMEOUT_S": "serve tests",
     "CAOVAN_SERVE_ARTIFACTS": "serve tests",
+    "CAOVAN_WRITE_GOLDEN": "unit tests: 1 rewrites the profiles' golden output (tests/unit/test_profiles_golden.py)",
 }
 
 #: Switches Turbo3 users may still set, with what they do here (nothing).
