@@ -146,13 +146,14 @@ def visible_nvml_handles(pynvml, cuda_visible_devices: str | None) -> list[tuple
     """(NVML index, handle) of each GPU visible through ``cuda_visible_devices``, in its order; (None, None) for a
     MIG instance. NVML must be initialised."""
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-    uuids = [_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
+    uuids = [nvml_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
     return [
         (index, None if index is None else handles[index]) for index in visible_indices(cuda_visible_devices, uuids)
     ]
 
 
-def _text(value: str | bytes) -> str:
+def nvml_text(value: str | bytes) -> str:
+    """An NVML string: bytes in older pynvml releases, str in newer ones."""
     return value.decode() if isinstance(value, bytes) else value
 
 
@@ -192,7 +193,7 @@ def cuda_gpu_missing(
         return f"no CUDA GPU here (NVML, which vLLM asks for GPUs, cannot start: {exc})"
     try:
         uuids = [
-            _text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))
+            nvml_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))
             for i in range(pynvml.nvmlDeviceGetCount())
         ]
     except Exception:  # a query NVML refuses: vLLM's own start says more than a guess here would

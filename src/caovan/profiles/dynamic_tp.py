@@ -1,8 +1,9 @@
 """DynamicTP: the tensor-parallel size ``caovan serve`` adds when the user gave none.
 
 The smallest TP that vLLM accepts for the model's heads (:func:`memory.tp_problems`) whose per-GPU weights, the
-attention KV of one sequence at the full context, one sequence's GDN state and the reserve fit in the free memory
-of the tightest of the GPUs it would use (vLLM takes the first TP visible ones). The user's own
+attention KV of one sequence at the context served, one sequence's GDN state and the reserve fit in what vLLM
+gets on the tightest of the GPUs it would use (vLLM takes the first TP visible ones; :mod:`sizing` says what it
+gets). The user's own
 ``--tensor-parallel-size`` is kept, and only checked against the GPUs there are.
 """
 
@@ -41,7 +42,7 @@ def gib(n: int) -> str:
 
 
 def needed_per_gpu(facts: ModelFacts, tp: int, kv_dtype: str, reserve: Reserve) -> dict[str, int]:
-    """The bytes one GPU needs at TP = tp to serve one sequence at the model's full context, by part."""
+    """The bytes one GPU needs at TP = tp to serve one sequence of ``facts.max_positions`` tokens, by part."""
     return {
         "weights": weights_per_gpu(facts, tp),
         "kv": kv_bytes_per_token(facts, tp, kv_dtype) * facts.max_positions,

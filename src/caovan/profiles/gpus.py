@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from caovan.plugin.guards import visible_nvml_handles
+from caovan.plugin.guards import nvml_text, visible_nvml_handles
 
 GIB = 1 << 30
 
@@ -70,7 +70,7 @@ def read_gpus(environ: Mapping[str, str] | None = None) -> list[Gpu]:
             gpus.append(
                 Gpu(
                     index=index,
-                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    name=nvml_text(pynvml.nvmlDeviceGetName(handle)),
                     capability=tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
                     total_bytes=int(memory.total),
                     free_bytes=int(memory.free),
@@ -85,7 +85,3 @@ def read_gpus(environ: Mapping[str, str] | None = None) -> list[Gpu]:
     if not gpus:
         raise GpuInventoryError(f"no GPU visible (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r})")
     return gpus
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value

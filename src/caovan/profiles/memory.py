@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .gpus import GIB
 from .model_facts import DTYPE_BYTES, ModelFacts
-
-GIB = 1 << 30
 
 
 @dataclass(frozen=True)

@@ -210,10 +210,21 @@ def file_json_flag(config: Mapping[str, Any], key: str, path: str) -> dict[str, 
     return value
 
 
+def user_value(args: Sequence[str], config: Mapping[str, Any], long: str, short: str | None = None) -> Any:
+    """The user's value of a flag where vLLM reads it: the command line's last use over a ``--config`` file's
+    dashed key (``read_config_file``), as written there; None where neither gives one (or the file's is empty)."""
+    uses = find_flag(args, long, short)
+    if uses:
+        return uses[-1].value
+    value = config.get(long.removeprefix("--"))
+    return None if value in (None, "") else value
+
+
 def parallel_size(args: Sequence[str], config: Mapping[str, Any], long: str, short: str) -> int:
     """``--pipeline-parallel-size`` / ``--tensor-parallel-size`` as the user gave it (flag, or --config key)."""
-    uses = find_flag(args, long, short)
-    raw = uses[-1].value if uses else config.get(long.removeprefix("--"), 1)  # read_config_file's dashed keys
+    raw = user_value(args, config, long, short)
+    if raw is None:
+        return 1
     try:
         return int(raw)
     except (TypeError, ValueError):

@@ -19,18 +19,14 @@ from caovan.model_check import ModelCheckError
 from caovan.profiles import Gpu, GpuInventoryError, ProfileError, read_model_facts, size_server
 from caovan.profiles.model_facts import DTYPE_BYTES
 from caovan.profiles.modes import DEFAULT_MODE, MODES
-from caovan.serving.serve_flags import ServeArgsError, find_flag
+from caovan.serving.serve_flags import ServeArgsError, user_value
 
 NOT_APPLIED = "profiles: not applied, vLLM's defaults stand"
 
 
 def _user_value(args: Sequence[str], config: Mapping[str, Any], long: str, short: str | None = None) -> str | None:
-    """The user's value of a flag where vLLM reads it: the command line over a ``--config`` file's dashed key."""
-    uses = find_flag(args, long, short)
-    if uses:
-        return uses[-1].value
-    value = config.get(long.removeprefix("--"))
-    return None if value in (None, "") else str(value)
+    value = user_value(args, config, long, short)
+    return None if value is None else str(value)
 
 
 def _number(text: str | None, flag: str, kind: type) -> Any:
