@@ -25,11 +25,16 @@ def read_json(path: Path, error: Callable[[str], Exception], *, shown: str | Non
         raise error(f"{shown}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise error(f"{shown}: not UTF-8 text (bad byte at offset {exc.start})") from None
+    if not text.strip():
+        raise error(f"{shown}: empty file, no JSON in it (cut short?)")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         # Some of json's messages end in "at" and leave the place to str(exc) ("Invalid control character at").
         problem = f"{exc.msg} line {exc.lineno} column {exc.colno}" if exc.msg.endswith(" at") else exc.msg
+        # json reports an unclosed string where it starts; its closing quote could only be missing at the end.
+        if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string"):
+            problem += " (the file ends before its JSON does: cut short?)"
         raise error(f"{shown}:{exc.lineno}:{exc.colno}: malformed JSON: {problem}") from None
     except ValueError as exc:  # not JSONDecodeError (a subclass, caught above): an integer of over 4300 digits
         # its advice (sys.set_int_max_str_digits) is for a programmer, not for whoever passed the file
@@ -104,6 +109,21 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Put the folder's entry for a renamed file on disk: until then a crash can bring back the old file."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a folder; the file's own data was synced before the rename
+    finally:
+        os.close(fd)
 
 
 def write_record(target: str, text: str) -> str | None:
