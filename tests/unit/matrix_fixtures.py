@@ -27,3 +27,15 @@ ROW = MatrixRow(
     runner_labels=("self-hosted", "linux", "sm75"),
 )
 PROVENANCE = Provenance(ROW.fingerprint(), "0.1.0", "aaaaaaaaaaaaaaaa")
+#: Environment facts as envinfo records them, the fields a result must have (results.validate_result).
+ENV = {
+    "python": "3.11.7",
+    "gpu": "cpu",
+    "vllm": "0.21.0",
+    "torch": "2.11.0",
+    "triton": None,
+    "torch_cuda": None,
+    "gpu_arch": None,
+    "family": None,
+    "family_reason": "not probed",
+}

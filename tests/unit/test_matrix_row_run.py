@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
+import signal
+import time
 from pathlib import Path
 
 import pytest
-from matrix_fixtures import PROVENANCE, ROW
+from matrix_fixtures import ENV, PROVENANCE, ROW
 
 from caovan.matrix import MatrixError, row_run
 from caovan.matrix.results import Provenance
+from caovan.matrix.row_guard import RunStopped
 from caovan.matrix.row_run import Prepared, run_row
-
-ENV = {"python": "3.11.7", "gpu": "cpu", "vllm": "0.21.0", "torch": "2.11.0", "family": None}
 
 
 class Runs:
@@ -228,3 +230,104 @@ def test_an_interrupted_run_in_the_same_checkout_still_resumes(runs):
         runs(kernel="interrupt")
     runs()
     assert runs.ran == ["kernel", "serve"]
+
+
+# --- what a killed run leaves behind ---------------------------------------------------------------
+
+
+def result_file(runs: Runs) -> Path:
+    return runs.root / "matrix" / "results" / "qa" / f"{ROW.id}.json"
+
+
+def test_a_hand_broken_result_file_is_an_error_naming_it_and_is_not_run_over(runs):
+    runs()
+    document = runs.on_disk()
+    document["tiers"]["kernel"]["outcome"] = "green"
+    result_file(runs).write_text(json.dumps(document))
+    before = result_file(runs).read_bytes()
+    with pytest.raises(MatrixError) as caught:
+        runs(redo=True)
+    assert caught.value.messages == [
+        "matrix/results/qa/vllm-0.21.0.json: field 'tiers.kernel.outcome': 'green' is not one of pass, fail, "
+        "skipped, error, not-run; a broken result file is not run over: restore it (git checkout -- "
+        "matrix/results/qa/vllm-0.21.0.json) or delete it, then run again; nothing was run"
+    ]
+    assert runs.ran == [] and runs.prepared == 1, "refused before the install"
+    assert result_file(runs).read_bytes() == before
+
+
+def test_an_unreadable_state_file_is_said_and_its_tiers_run_again(runs):
+    with pytest.raises(KeyboardInterrupt):
+        runs(kernel="interrupt")
+    state = runs.root / "build" / "matrix" / "state" / "qa" / f"{ROW.id}.json"
+    state.write_text(state.read_text()[:40])
+    runs()
+    assert runs.ran == ["discovery", "kernel", "serve"]
+    assert runs.lines[0].startswith("build/matrix/state/qa/vllm-0.21.0.json:4:5: malformed JSON: ")
+    assert runs.lines[0].endswith("(the file ends before its JSON does: cut short?): not resumed, its tiers run again")
+
+
+def test_temp_files_left_by_a_write_that_was_killed_are_removed(runs):
+    runs()
+    leftovers = [
+        result_file(runs).parent / f".{ROW.id}.json.abc123.tmp",
+        runs.root / "build" / "matrix" / "state" / "qa" / f".{ROW.id}.json.def456.tmp",
+    ]
+    for leftover in leftovers:
+        leftover.parent.mkdir(parents=True, exist_ok=True)
+        leftover.write_text('{"schema_vers')
+    unrelated = result_file(runs).parent / ".vllm-0.20.2.json.abc123.tmp"
+    unrelated.write_text("another row's")
+    runs()
+    assert [p.exists() for p in leftovers] == [False, False]
+    assert unrelated.exists(), "another row's files are that row's run's business"
+
+
+def test_a_run_of_the_row_is_refused_while_another_holds_its_lock(runs):
+    import fcntl
+
+    from caovan.matrix.row_state import running_mark, write_state
+
+    state_dir = runs.root / "build" / "matrix" / "state" / "qa"
+    state_dir.mkdir(parents=True)
+    write_state(state_dir / f"{ROW.id}.json", {"complete": False}, running=running_mark("kernel", 0))
+    with open(state_dir / f"{ROW.id}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(MatrixError) as caught:
+            runs()
+    assert caught.value.messages == [
+        f"build/matrix/state/qa/vllm-0.21.0.lock: another run of row vllm-0.21.0 on runner qa is going (pid "
+        f"{os.getpid()}, in tier kernel): wait for it to end or stop it, then run again; nothing was run"
+    ]
+    assert runs.ran == [] and runs.prepared == 0
+    runs()
+    assert runs.ran == ["discovery", "kernel", "serve"]
+
+
+def test_sigterm_in_a_tier_stops_the_run_says_so_and_the_handler_before_comes_back(runs, monkeypatch):
+    # Were run_row's handler missing, this one would take the signal (not Python's default, which ends pytest).
+    caught_outside = []
+    outside = signal.signal(signal.SIGTERM, lambda *_: caught_outside.append(True))
+    try:
+        before = signal.getsignal(signal.SIGTERM)
+
+        def tier_stopped_by_sigterm(python, tier, **_):
+            runs.ran.append(tier)
+            if tier == "kernel":
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler raises well before this ends
+            return {"outcome": "pass", "reason": None}
+
+        monkeypatch.setattr(row_run, "run_tier", tier_stopped_by_sigterm)
+        with pytest.raises(RunStopped):
+            runs()
+        assert caught_outside == [] and signal.getsignal(signal.SIGTERM) == before
+    finally:
+        signal.signal(signal.SIGTERM, outside)
+    assert runs.ran == ["discovery", "kernel"]
+    assert runs.lines[-1] == (
+        "stopped by SIGTERM in tier kernel: no matrix/results/qa/vllm-0.21.0.json written; tiers discovery "
+        "finished and are kept in build/matrix/state/qa/vllm-0.21.0.json: the same command resumes after them"
+    )
+    state = json.loads((runs.root / "build" / "matrix" / "state" / "qa" / f"{ROW.id}.json").read_text())
+    assert state["stopped"]["signal"] == "SIGTERM" and list(state["tiers"]) == ["discovery"]

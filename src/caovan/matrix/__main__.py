@@ -72,6 +72,7 @@ def run_here(positional: list[str], option_args: argparse.Namespace, matrix_dir:
     from .fingerprint import package_difference, plugin_version, source_fingerprint
     from .options import matrix_options
     from .results import Provenance
+    from .row_guard import exit_status
     from .row_run import Prepared, run_row
 
     root = Path.cwd()
@@ -145,8 +146,8 @@ def run_here(positional: list[str], option_args: argparse.Namespace, matrix_dir:
         for message in exc.messages:
             print(f"matrix: error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130  # run_row has said what is kept
+    except KeyboardInterrupt as exc:
+        return exit_status(exc)  # run_row has said what is kept
     return 1 if options.strict and outcome.bad_tiers else 0
 
 

@@ -429,10 +429,27 @@ def build_result(
     }
 
 
-def read_json_or_none(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, or None if absent or unreadable (such state is redone)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+def read_stored_result(path: Path, shown: str) -> dict[str, Any] | None:
+    """The stored result a run plans from and then replaces; None when there is none.
+
+    A file that is not a result (cut short, a bad hand edit, a merge conflict) is :class:`MatrixError`, its
+    problems naming the file: it is not run over, as whoever broke it may want what it held. A result of an older
+    layout is no problem here: the plan finds it stale and runs the row again.
+    """
+    if not Path(path).exists():
         return None
-    return data if isinstance(data, dict) else None
+    advice = (
+        f"a broken result file is not run over: restore it (git checkout -- {shown}) or delete it, "
+        "then run again; nothing was run"
+    )
+    try:
+        data = read_json(path, MatrixError, shown=shown)
+    except MatrixError as exc:
+        raise MatrixError([*exc.messages[:-1], f"{exc.messages[-1]}; {advice}"]) from None
+    version = data.get("schema_version") if isinstance(data, Mapping) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version < RESULT_SCHEMA_VERSION:
+        return dict(data)
+    errors = validate_result(data, shown)
+    if errors:
+        raise MatrixError([*errors[:-1], f"{errors[-1]}; {advice}"])
+    return data

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -211,14 +211,17 @@ def run_tier(
     env: Mapping[str, str] | None = None,
     test_paths: Sequence[str] = ("tests",),
     findings_dir: Path | None = None,
+    on_start: Callable[[int], None] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Run pytest for one tier, output streamed to the console and ``log_path``; its record.
 
     ``findings_dir``: where the tier's tests write what they found out (``caovan.sm75.findings``); emptied first,
-    and whatever parts it holds afterwards become the record's ``findings``.
+    and whatever parts it holds afterwards become the record's ``findings``. ``on_start`` is called with pytest's
+    process id once it started; ``pass_fds`` are descriptors pytest inherits (the row's lock).
 
-    A KeyboardInterrupt stops pytest and propagates: the tier is not recorded, so a rerun redoes
-    it.
+    A KeyboardInterrupt (SIGTERM's too, caovan.matrix.row_guard) stops pytest and propagates: the tier is not
+    recorded, so a rerun redoes it.
     """
     junit_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -239,8 +242,11 @@ def run_tier(
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
+            pass_fds=tuple(pass_fds),
         )
         try:
+            if on_start is not None:
+                on_start(process.pid)
             assert process.stdout is not None
             for line in process.stdout:
                 sys.stdout.write(line)
