@@ -12,8 +12,7 @@ from caovan.profiles import (
     ProfileError,
     auto_mem,
     dynamic_tp,
-    gdn_state_bytes_per_sequence,
-    kv_bytes_per_token,
+    hybrid_layout,
     read_model_facts,
     tp_problems,
 )
@@ -44,13 +43,17 @@ def qwen27b_awq(qwen27b):
 
 
 def test_kv_and_gdn_state_per_gpu_follow_the_tp_split(qwen27b):
-    # 16 attention layers + 1 MTP layer, 4 KV heads of 256, K and V, 2 bytes.
-    assert kv_bytes_per_token(qwen27b, 1, "bfloat16") == 2 * 17 * 4 * 256 * 2
-    assert kv_bytes_per_token(qwen27b, 2, "bfloat16") == 2 * 17 * 2 * 256 * 2
-    assert kv_bytes_per_token(qwen27b, 8, "fp8") == 2 * 17 * 1 * 256 * 1  # KV heads replicated past 4 GPUs
-    # 48 GDN layers: 48 heads of 128 x 128 fp32 state, 10240 conv channels x 3 steps in bf16.
-    assert gdn_state_bytes_per_sequence(qwen27b, 1) == 48 * (48 * 128 * 128 * 4 + 10240 * 3 * 2)
-    assert gdn_state_bytes_per_sequence(qwen27b, 2) == gdn_state_bytes_per_sequence(qwen27b, 1) // 2
+    # One attention layer's token: 4 KV heads of 256, K and V, 2 bytes; heads split over TP, replicated past 4.
+    assert hybrid_layout(qwen27b, 1, "bfloat16").attention_token_bytes == 2 * 4 * 256 * 2
+    assert hybrid_layout(qwen27b, 2, "bfloat16").attention_token_bytes == 2 * 2 * 256 * 2
+    assert hybrid_layout(qwen27b, 8, "fp8").attention_token_bytes == 2 * 1 * 256 * 1
+    # One GDN layer: 48 heads of 128 x 128 fp32 state, 10240 conv channels x 3 steps in bf16, split over TP.
+    assert hybrid_layout(qwen27b, 1, "bfloat16").gdn_state_bytes == 48 * 128 * 128 * 4 + 10240 * 3 * 2
+    assert hybrid_layout(qwen27b, 2, "bfloat16").gdn_state_bytes == (48 * 128 * 128 * 4 + 10240 * 3 * 2) // 2
+    # Without a drafter: 16 attention and 48 GDN layers, 4 groups of 16; a block holds one GDN state.
+    layout = hybrid_layout(qwen27b, 2, "bfloat16")
+    assert (layout.attention_layers, layout.group_size, layout.attention_groups, layout.gdn_groups) == (16, 16, 1, 3)
+    assert layout.block_size == 784 and layout.page_bytes == 784 * 2048 >= layout.gdn_state_bytes
 
 
 def test_tp_problems_name_the_heads_that_do_not_split(qwen27b):
@@ -68,21 +71,22 @@ def test_the_awq_27b_on_two_22gb_cards_takes_tp2_with_every_number(qwen27b_awq):
     assert (line.value, line.kept) == ("2", False)
     assert line.render() == (
         "DynamicTP: --tensor-parallel-size 2 added: weights 7.92 GiB per GPU (headers); "
-        "KV 34816 B per token x 262144 tokens = 8.50 GiB; GDN state 0.07 GiB per sequence; reserve 2.00 GiB; "
-        "18.49 GiB of the 21.50 GiB vLLM gets on GPU 0; "
-        "TP=1 needs 34.98 GiB per GPU, 13.48 GiB more than the 21.50 GiB vLLM gets on GPU 0"
+        "KV 32768 B per token x 262144 tokens (in 335 blocks of 784) = 8.02 GiB; "
+        "GDN state 0.07 GiB per sequence (3 state slots in vLLM's layout); reserve 2.00 GiB; "
+        "18.00 GiB of the 21.50 GiB vLLM gets on GPU 0; "
+        "TP=1 needs 34.01 GiB per GPU, 12.51 GiB more than the 21.50 GiB vLLM gets on GPU 0"
     )
 
 
 def test_one_80gb_card_serves_the_bf16_27b_alone(qwen27b):
     line = dynamic_tp(qwen27b, [_card(0, 80, 79, "NVIDIA H100 80GB HBM3", (9, 0))], kv_dtype="bfloat16")
-    assert line.value == "1" and "70.03 GiB of the 79.00 GiB vLLM gets on GPU 0" in line.render()
+    assert line.value == "1" and "69.06 GiB of the 79.00 GiB vLLM gets on GPU 0" in line.render()
 
 
 def test_the_tightest_gpu_decides(qwen27b_awq):
     half_used = [_card(0, 22, 21.5), _card(1, 22, 11)]  # another process holds half of GPU 1
     with pytest.raises(
-        ProfileError, match="TP=2 needs 18.49 GiB per GPU, 7.49 GiB more than the 11.00 GiB vLLM gets on GPU 1"
+        ProfileError, match="TP=2 needs 18.00 GiB per GPU, 7.00 GiB more than the 11.00 GiB vLLM gets on GPU 1"
     ):
         dynamic_tp(qwen27b_awq, half_used, kv_dtype="float16")
 
@@ -94,7 +98,7 @@ def test_a_model_that_fits_no_tp_is_one_line_with_what_is_missing(qwen27b):
     assert "\n" not in message
     assert "fits no tensor-parallel size on 2 GPU(s) (GPU 0 21.50 GiB free, GPU 1 21.50 GiB free)" in message
     assert "at a context of 262144 tokens" in message
-    assert "TP=2 needs 36.02 GiB per GPU, 14.52 GiB more than the 21.50 GiB vLLM gets on GPU 0" in message
+    assert "TP=2 needs 35.53 GiB per GPU, 14.03 GiB more than the 21.50 GiB vLLM gets on GPU 0" in message
 
 
 def test_the_users_tp_is_kept_and_checked_against_the_gpus(qwen27b):

@@ -14,7 +14,7 @@ import sys
 
 from caovan.plugin import guards
 from caovan.plugin.options import FAIL, check_environment
-from caovan.profiles.modes import DEFAULT_MODE, MODES
+from caovan.profiles.modes import MODES
 
 from . import prog
 from ._streams import stdout_to_stderr
@@ -51,13 +51,14 @@ def _add_caovan_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--caovan-profile",
         choices=tuple(MODES),
-        default=DEFAULT_MODE,
-        help="how much the DynamicTP and AutoMem profiles keep back: safe (more), normal (default) or fast (less)",
+        default=None,
+        help="how much the start-up profiles keep back: safe (more), normal or fast (less); default: "
+        "CAOVAN_PROFILE, else normal",
     )
     parser.add_argument(
         "--caovan-no-profile",
         action="store_true",
-        help="add no --tensor-parallel-size or --gpu-memory-utilization (the DynamicTP and AutoMem profiles)",
+        help="add none of the start-up profiles' sizing flags (DynamicTP, AutoMem, Elastic-KV)",
     )
     parser.add_argument(
         "--caovan-no-autospec",
@@ -74,8 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "`caovan check-model` finds the model a candidate (its config.json must be local: a folder or the "
         "Hugging Face cache); VLLM_ENGINE_ITERATION_TIMEOUT_S, VLLM_RPC_TIMEOUT and "
         "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS raised unless set; DynamicTP and AutoMem add --tensor-parallel-size and "
-        "--gpu-memory-utilization where you gave none, from the GPUs measured now and the model folder (yours are "
-        "kept; Elastic-KV is not built yet)."
+        "--gpu-memory-utilization, Elastic-KV --kv-cache-dtype, --max-model-len, --max-num-seqs and "
+        "--max-num-batched-tokens where you gave none, from the GPUs measured now, the model folder and the "
+        "installed vLLM (yours are kept), and predict the KV cache vLLM will report."
     )
     _add_caovan_options(parser)
     # One positional takes everything: argparse cannot leave vLLM's own options (--model among them) alone, so
@@ -96,7 +98,7 @@ def raw_namespace(tokens: list[str]) -> argparse.Namespace:
         caovan_mtp=None,
         caovan_no_autospec=False,
         caovan_no_profile=False,
-        caovan_profile=DEFAULT_MODE,
+        caovan_profile=None,
         vllm_args=list(tokens),
         _run=run,
     )
@@ -123,7 +125,7 @@ def _split_caovan_options(args: argparse.Namespace) -> list[str] | str:
     args.caovan_dry_run = args.caovan_dry_run or ours.caovan_dry_run
     args.caovan_no_autospec = args.caovan_no_autospec or ours.caovan_no_autospec
     args.caovan_no_profile = args.caovan_no_profile or ours.caovan_no_profile
-    if ours.caovan_profile != DEFAULT_MODE:
+    if ours.caovan_profile is not None:
         args.caovan_profile = ours.caovan_profile
     if ours.caovan_mtp is not None:
         args.caovan_mtp = ours.caovan_mtp

@@ -56,6 +56,7 @@ KNOWN_ENV: dict[str, str] = {
     "CAOVAN_LOG_COUNTERS": "plugin: dispatch counters logged at exit",
     "CAOVAN_GUARDS_APPLIED": "plugin: set by its own environment guard for the processes vLLM starts",
     AUTOSPEC_ENV: "plugin: set by caovan serve when its AutoSpec chose the MTP depth",
+    "CAOVAN_PROFILE": "caovan serve: the start-up profiles' mode when --caovan-profile is not given",
     "CAOVAN_RUNNER": "matrix (nox)",
     "CAOVAN_TIERS": "matrix (nox)",
     "CAOVAN_REDO": "matrix (nox)",

@@ -10,9 +10,10 @@ The user's own ``vllm serve`` arguments, unchanged, plus three things Turbo3 use
 * vLLM's timeouts raised for the first compile on TP=2 (only variables the user has not set, and only those the
   installed vLLM reads).
 
-* the start-up profiles DynamicTP and AutoMem (:mod:`caovan.serving.serve_profiles`): ``--tensor-parallel-size``
-  and ``--gpu-memory-utilization`` where the user gave none, from the GPUs measured now and the model folder
-  (Elastic-KV is not built yet).
+* the start-up profiles DynamicTP, AutoMem and Elastic-KV (:mod:`caovan.serving.serve_profiles`):
+  ``--tensor-parallel-size``, ``--gpu-memory-utilization``, ``--kv-cache-dtype``, ``--max-model-len``,
+  ``--max-num-seqs`` and ``--max-num-batched-tokens`` where the user gave none, from the GPUs measured now, the model
+  folder and the installed vLLM, with the KV cache vLLM will report predicted.
 
 The user's arguments are read as vLLM reads them (:mod:`caovan.serving.serve_flags`); a ``--dtype``,
 ``--kv-cache-dtype`` or attention backend the installed vLLM refuses on the visible GPU stops serve before vLLM
@@ -48,7 +49,6 @@ from caovan.model_check import (
 )
 from caovan.plugin.options import AUTOSPEC_ENV, CaovanConfigError, parse_options, vllm_plugins_leaves_out
 from caovan.profiles import Gpu, read_gpus
-from caovan.profiles.modes import DEFAULT_MODE
 from caovan.serving.cudagraph_advice import graph_note
 from caovan.serving.device_refusals import DeviceSettings, check_serve_settings
 from caovan.serving.serve_flags import (
@@ -63,7 +63,7 @@ from caovan.serving.serve_flags import (
     served_model,
     split_double_dash,
 )
-from caovan.serving.serve_profiles import profile_flags
+from caovan.serving.serve_profiles import ProfileProbes, profile_flags
 
 #: What ``caovan serve`` adds to ``--additional-config`` when the user set none of caovan's switches.
 ENABLE_KEYS: dict[str, Any] = {"caovan": True, "caovan_mode": "auto"}
@@ -270,7 +270,8 @@ def plan_serve(
     judge_device_settings: Callable[[DeviceSettings], str | None] | None = None,
     profiles: bool = True,
     measure_gpus: Callable[[], list[Gpu]] | None = None,
-    profile_mode: str = DEFAULT_MODE,
+    profile_mode: str | None = None,
+    profile_probes: ProfileProbes | None = None,
 ) -> ServePlan:
     """The ``vllm serve`` command for ``model`` and the user's ``vllm_args``; :class:`ServeArgsError` if impossible.
 
@@ -287,7 +288,8 @@ def plan_serve(
     (:func:`caovan.serving.device_refusals.judge_on_visible_gpu`).
 
     ``profiles``: False for ``--caovan-no-profile``. ``measure_gpus``: the visible GPUs; None: NVML, now.
-    ``profile_mode``: ``--caovan-profile`` (:data:`caovan.profiles.modes.MODES`).
+    ``profile_mode``: ``--caovan-profile`` (:data:`caovan.profiles.modes.MODES`; None: ``CAOVAN_PROFILE`` or the
+    default). ``profile_probes``: what the profiles ask the installed vLLM (None: vLLM itself).
     """
     if mtp is not None and mtp < 1:
         raise ServeArgsError(f"--caovan-mtp {mtp}: the MTP depth is a number of tokens, at least 1")
@@ -349,7 +351,10 @@ def plan_serve(
 
     if profiles:
         measure = measure_gpus or (lambda: read_gpus(environ))
-        added, profile_notes = profile_flags(locate(model, revision), args, config, measure, profile_mode)
+        # plan.vllm_args: the speculative config vLLM will read (AutoSpec's too) decides the GDN state slots.
+        added, profile_notes = profile_flags(
+            locate(model, revision), plan.vllm_args, config, measure, profile_mode, environ, profile_probes
+        )
         plan.vllm_args += added
         plan.notes += profile_notes
     else:
