@@ -156,18 +156,42 @@ def test_vllm_cli_module_caovan_serve_runs_is_there():
 
 
 def test_vllm_serve_parser_reads_the_profiles_flags(tmp_path, vllm_serve_parser):
-    # DynamicTP and AutoMem on two (fake) 22 GB RTX 2080 Tis: what they add, and the user's own forms they keep.
+    """DynamicTP, AutoMem and Elastic-KV on two (fake) 22 GB RTX 2080 Tis, asking this row's vLLM which KV-cache
+    dtypes it takes and how it plans the KV cache: vLLM's parser reads every flag they add, and the user's own forms
+    they keep, as the profiles meant them."""
     from caovan.profiles import Gpu
+    from caovan.serving.serve_flags import find_flag
 
     gpus = [Gpu(i, "NVIDIA GeForce RTX 2080 Ti", (7, 5), 22 << 30, 21 << 30) for i in (0, 1)]
     model = write_tiny_qwen3_next(tmp_path / "model")
-    cases = [([], 1, 0.9), (["-tp", "2"], 2, 0.9), (["--gpu_memory_utilization=0.8"], 1, 0.8)]
+    cases = [
+        [],
+        ["-tp", "2"],
+        ["--gpu_memory_utilization=0.8"],
+        ["--max-model-len", "32k", "--kv-cache-dtype", "auto", "--max-num-seqs", "4"],
+        ["--max-model-len", "auto", "--max-num-batched-tokens", "4096"],
+    ]
     plans = [
         plan_serve(str(model), args, {}, vllm_env_names=set(COLD_START_TIMEOUTS), measure_gpus=lambda: gpus)
-        for args, _, _ in cases
+        for args in cases
     ]
-    for (args, tp, share), plan, parsed in zip(
-        cases, plans, vllm_serve_parser.parse([p.serve_args for p in plans]), strict=True
-    ):
-        assert parsed["tensor_parallel_size"] == tp, (args, plan.vllm_args)
-        assert parsed["gpu_memory_utilization"] == share, (args, plan.vllm_args)
+    # What the profiles meant by each flag (the last use is the one vLLM keeps), as vLLM's parser types it.
+    meant = {
+        "tensor_parallel_size": ("--tensor-parallel-size", "-tp", int),
+        "gpu_memory_utilization": ("--gpu-memory-utilization", None, float),
+        "kv_cache_dtype": ("--kv-cache-dtype", None, str),
+        "max_num_seqs": ("--max-num-seqs", None, int),
+        "max_num_batched_tokens": ("--max-num-batched-tokens", None, int),
+    }
+    for args, plan, parsed in zip(cases, plans, vllm_serve_parser.parse([p.serve_args for p in plans]), strict=True):
+        assert "exit" not in parsed, (args, plan.vllm_args)
+        for field, (flag, short, kind) in meant.items():
+            uses = find_flag(plan.vllm_args, flag, short)
+            assert uses, f"{flag} neither added nor kept: {plan.vllm_args}"
+            assert parsed[field] == kind(uses[-1].value), (field, args, plan.vllm_args)
+    added = [parsed for parsed in vllm_serve_parser.parse([plans[0].serve_args])][0]
+    assert (added["tensor_parallel_size"], added["gpu_memory_utilization"]) == (1, 0.9)
+    assert added["max_model_len"] == 4096  # the tiny model's own context, written out
+    parsed_kept, parsed_auto = vllm_serve_parser.parse([plans[3].serve_args, plans[4].serve_args])
+    assert parsed_kept["max_model_len"] == 32000 and parsed_kept["kv_cache_dtype"] == "auto"
+    assert parsed_auto["max_model_len"] == -1

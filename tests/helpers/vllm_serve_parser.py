@@ -41,6 +41,10 @@ def _read(args: Any) -> dict[str, Any]:
         "port": args.port,
         "tensor_parallel_size": args.tensor_parallel_size,
         "gpu_memory_utilization": args.gpu_memory_utilization,
+        "kv_cache_dtype": getattr(args, "kv_cache_dtype", None),
+        "max_model_len": getattr(args, "max_model_len", None),
+        "max_num_seqs": getattr(args, "max_num_seqs", None),
+        "max_num_batched_tokens": getattr(args, "max_num_batched_tokens", None),
         "cudagraph_mode": getattr(mode, "name", mode),
         "profiler_dir": _field(profiler, "torch_profiler_dir") if profiler is not None else None,
     }
