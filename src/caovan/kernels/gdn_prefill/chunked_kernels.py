@@ -32,23 +32,16 @@ import triton.language as tl
 from .triton_kernels import (
     _chunk_of_slot,
     _ieee,
-    _inverse_norms,
     _load_slab,
     _load_slice,
     _mm,
+    _mm_split_ab,
+    _row_inverse_norm,
     _rows_times_state,
     _state_slot,
     _state_update,
     _store_slab,
 )
-
-
-@triton.jit
-def _norms_or_ones(x_head, rows, live, stride_t, K: tl.constexpr, KS: tl.constexpr, NK: tl.constexpr,
-                   L2NORM: tl.constexpr):  # fmt: skip
-    if L2NORM:
-        return _inverse_norms(x_head, rows, live, stride_t, K, KS, NK)
-    return tl.full([rows.shape[0]], 1.0, tl.float32)
 
 
 @triton.jit
@@ -102,8 +95,8 @@ def _caovan_gdn_prefill_merge_kernel(
     gamma = tl.load(gc_head + (t0 + BT - 1) * stride_gct)
     gc_a = tl.load(gc_head + rows_a * stride_gct, mask=live_a, other=0.0)
     gc_b = tl.load(gc_head + rows_b * stride_gct, mask=live_b, other=0.0)
-    rk_a = _norms_or_ones(k_head, rows_a, live_a, stride_kt, K, KS, NK, L2NORM)
-    rq_b = _norms_or_ones(q_head, rows_b, live_b, stride_qt, K, KS, NK, L2NORM)
+    rk_a = _row_inverse_norm(gc_head, rows_a, live_a, stride_gct, 2, L2NORM)
+    rq_b = _row_inverse_norm(gc_head, rows_b, live_b, stride_gct, 1, L2NORM)
     m = tl.zeros([BT, BT], dtype=tl.float32)
     p = tl.zeros([BT, BT], dtype=tl.float32)
     for j in tl.static_range(NK):
@@ -117,11 +110,11 @@ def _caovan_gdn_prefill_merge_kernel(
     # All of b's rows of w are read (for M, above) before any is rewritten.
     tl.debug_barrier()
     for i in range(0, V, VS):
-        cols = i + tl.arange(0, VS)
+        vcols = i + tl.arange(0, VS)
         u_a = _load_slice(u_head, rows_a, live_a, stride_ut, i, VS, V)
         u_b = _load_slice(u_head, rows_b, live_b, stride_ut, i, VS, V)
-        tl.store(u_head + rows_b[:, None] * stride_ut + cols[None, :], u_b - _ieee(m, u_a),
-                 mask=live_b[:, None] & (cols[None, :] < V))  # fmt: skip
+        tl.store(u_head + rows_b[:, None] * stride_ut + vcols[None, :], u_b - _ieee(m, u_a),
+                 mask=live_b[:, None] & (vcols[None, :] < V))  # fmt: skip
     for j in tl.static_range(NK):
         cols = j * KS + tl.arange(0, KS)
         w_a = _load_slice(w_head, rows_a, live_a, stride_wt, j * KS, KS, K).to(tl.float32)
@@ -203,10 +196,10 @@ def _caovan_gdn_prefill_chunk_state_kernel(
         gl = tl.load(gc_head + (tl.minimum(eos, t0 + 2 * BT) - 1) * stride_gct)
         gc_a = tl.load(gc_head + rows_a * stride_gct, mask=live_a, other=0.0)
         gc_b = tl.load(gc_head + rows_b * stride_gct, mask=live_b, other=0.0)
-        rk_a = _norms_or_ones(k_head, rows_a, live_a, stride_kt, K, KS, NK, L2NORM)
-        rk_b = _norms_or_ones(k_head, rows_b, live_b, stride_kt, K, KS, NK, L2NORM)
+        rk_a = _row_inverse_norm(gc_head, rows_a, live_a, stride_gct, 2, L2NORM)
+        rk_b = _row_inverse_norm(gc_head, rows_b, live_b, stride_gct, 2, L2NORM)
         ws_a, ws_b = _rows_times_state(w_head, rows_a, live_a, stride_wt, w_head, rows_b, live_b, stride_wt,
-                                       s0, s1, s2, s3, K, KS, NK, FP32, DT)  # fmt: skip
+                                       s0, s1, s2, s3, K, KS, NK, FP32, DT, True, False, False)  # fmt: skip
         ptr_a = u_head + rows_a[:, None] * stride_ut + offs_v[None, :]
         ptr_b = u_head + rows_b[:, None] * stride_ut + offs_v[None, :]
         mask_a = live_a[:, None] & vmask[None, :]
@@ -284,18 +277,19 @@ def _caovan_gdn_prefill_output_kernel(
     u_head = u_ptr + hv * stride_uh
     a_head = attn_ptr + hv * stride_ah
     qs, _ = _rows_times_state(q_head, rows, live, stride_qt, q_head, rows, live, stride_qt, s0, s1, s2, s3,
-                              K, KS, NK, FP32, DT, False)  # fmt: skip
-    gc = tl.load(gc_ptr + hv * stride_gch + rows * stride_gct, mask=live, other=0.0)
-    rq = _norms_or_ones(q_head, rows, live, stride_qt, K, KS, NK, L2NORM)
+                              K, KS, NK, FP32, DT, False, True, True)  # fmt: skip
+    gc_head = gc_ptr + hv * stride_gch
+    gc = tl.load(gc_head + rows * stride_gct, mask=live, other=0.0)
+    rq = _row_inverse_norm(gc_head, rows, live, stride_gct, 1, L2NORM)
     tv_mask = live[:, None] & vmask[None, :]
     v_new = tl.load(u_head + rows[:, None] * stride_ut + offs_v[None, :], mask=tv_mask, other=0.0)
     attn = tl.load(a_head + rows[:, None] * stride_at + second * BT + r[None, :], mask=live[:, None], other=0.0)
-    # As FLA's chunk_fwd_o: gates and scale in fp32 after the dots.
-    b_o = qs * (rq * tl.exp(gc))[:, None] + _mm(attn, v_new, FP32, DT)
+    # As the fused state kernel: gates and scale in fp32 after the dots, nothing rounded to 16 bits.
+    b_o = qs * (rq * tl.exp(gc))[:, None] + _mm_split_ab(attn, v_new, FP32, DT)
     if second == 1:
         first_rows = rows - BT  # the pair's first chunk: full, since this one follows it
         v_first = tl.load(u_head + first_rows[:, None] * stride_ut + offs_v[None, :], mask=vmask[None, :], other=0.0)
         cross = tl.load(a_head + rows[:, None] * stride_at + r[None, :], mask=live[:, None], other=0.0)
-        b_o += _mm(cross, v_first, FP32, DT)
+        b_o += _mm_split_ab(cross, v_first, FP32, DT)
     tl.store(out_ptr + hv * stride_oh + rows[:, None] * stride_ot + offs_v[None, :],
              (b_o * scale).to(out_ptr.dtype.element_ty), mask=tv_mask)  # fmt: skip

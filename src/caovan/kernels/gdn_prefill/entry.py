@@ -148,6 +148,7 @@ def gdn_prefill(
         return
     config = config or launch_config(q.device)
     ks = min(config.key_slice, triton.next_power_of_2(K))
+    vs = min(config.value_slice, triton.next_power_of_2(V))
     nk = triton.cdiv(K, ks)
     if nk > MAX_KEY_SLABS:
         raise ValueError(f"gdn_prefill: head_k_dim {K} needs {nk} slabs of {ks} keys; the kernels hold {MAX_KEY_SLABS}")
@@ -156,7 +157,8 @@ def gdn_prefill(
     fp32_dots = config.fp32_dots
     w = torch.empty((T, HV, K), dtype=torch.float32 if fp32_dots else q.dtype, device=q.device)
     u = torch.empty((T, HV, V), dtype=torch.float32, device=q.device)
-    gc = torch.empty((T, HV), dtype=torch.float32, device=q.device)
+    # Per token and value head: the gate cumsum, then 1 / |q| and 1 / |k| where the kernels normalise q and k.
+    gc = torch.empty((T, HV, 3 if use_qk_l2norm else 1), dtype=torch.float32, device=q.device)
     # The chunked path's attention rows span a pair of chunks (chunked_kernels.py).
     attn = torch.empty((T, HV, 2 * CHUNK if chunked else CHUNK), dtype=torch.float32, device=q.device)
     group = HV // H
@@ -169,13 +171,13 @@ def gdn_prefill(
             g.stride(-2), g.stride(-1), beta.stride(-2), beta.stride(-1),
             w.stride(0), w.stride(1), u.stride(0), u.stride(1), gc.stride(0), gc.stride(1),
             attn.stride(0), attn.stride(1),
-            VS=min(32, triton.next_power_of_2(V)), PAIRED=chunked, **common,
+            VS=vs, PAIRED=chunked, **common,
             num_warps=config.wy.num_warps, num_stages=config.wy.num_stages,
         )  # fmt: skip
         if chunked:
             _launch_chunked(config.chunked, grids, q, k, out, ssm_state, cu_seqlens, state_indices,
                             has_initial_state, w, u, gc, attn, scale, null_slot_max, ssm_layout, write_final_state,
-                            common)  # fmt: skip
+                            vs, common)  # fmt: skip
             return
         _caovan_gdn_prefill_state_kernel[grids[_caovan_gdn_prefill_state_kernel.__name__]](
             q, k, w, u, gc, attn, out, ssm_state, cu_seqlens, state_indices, has_initial_state,
@@ -191,20 +193,20 @@ def gdn_prefill(
 
 def _launch_chunked(
     launch: ChunkedLaunch, grids, q, k, out, ssm_state, cu_seqlens, state_indices, has_initial_state,
-    w, u, gc, attn, scale, null_slot_max, ssm_layout, write_final_state, common,
+    w, u, gc, attn, scale, null_slot_max, ssm_layout, write_final_state, vs, common,
 ) -> None:  # fmt: skip
     """The chunked path after the WY kernel: merge pairs of chunks, walk the states, make the outputs."""
     stride_sk, stride_sv = _state_strides(ssm_state, ssm_layout)
     HV, V, K = u.shape[1], u.shape[2], w.shape[2]
     num_seqs = cu_seqlens.shape[0] - 1
     pairs = grids[_caovan_gdn_prefill_merge_kernel.__name__][0]
-    # The state at each pair's start, in the dtype the dots read it in (fp32 where they run on fp32 operands).
-    h = torch.empty((pairs, HV, K, V), dtype=w.dtype, device=q.device)
+    # The state at each pair's start in fp32: the output kernel's q S takes it as a high and a low 16-bit part.
+    h = torch.empty((pairs, HV, K, V), dtype=torch.float32, device=q.device)
     _caovan_gdn_prefill_merge_kernel[grids[_caovan_gdn_prefill_merge_kernel.__name__]](
         q, k, w, u, gc, attn, cu_seqlens, num_seqs,
         q.stride(-3), q.stride(-2), k.stride(-3), k.stride(-2), w.stride(0), w.stride(1),
         u.stride(0), u.stride(1), gc.stride(0), gc.stride(1), attn.stride(0), attn.stride(1),
-        VS=min(32, triton.next_power_of_2(V)), **common,
+        VS=vs, **common,
         num_warps=launch.merge.num_warps, num_stages=launch.merge.num_stages,
     )  # fmt: skip
     _caovan_gdn_prefill_chunk_state_kernel[grids[_caovan_gdn_prefill_chunk_state_kernel.__name__]](

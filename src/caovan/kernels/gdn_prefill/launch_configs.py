@@ -6,7 +6,9 @@ K x BV fp32 in registers, as slabs of ``key_slice`` keys). ``chunked`` (optional
 call on, the chunked path's three kernels (``chunked_kernels.py``) in place of the fused state kernel; a null
 ``from_tokens`` keeps the path for ``path_forced`` only (measured slower, ``docs/prefill-design.md``). ``fp32_dots``:
 the dots take fp32 operands (sm_75, where Triton lowers them to FMA anyway) rather than the activation dtype on
-tensor cores. A GPU without an entry uses the nearest lower architecture that has one.
+tensor cores. ``key_slice``/``value_slice``: the widest run of keys / value channels one dot reduces over or
+produces (32 on sm_75, where wider ones spill). A GPU without an entry uses the nearest lower architecture that has
+one.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class PrefillLaunchConfig:
     note: str
     fp32_dots: bool = False
     key_slice: int = 32
+    value_slice: int = 32
     chunked: ChunkedLaunch | None = None
 
 
@@ -92,13 +95,19 @@ def _chunked_launch(chunked: dict | None) -> ChunkedLaunch | None:
     )
 
 
+def _slice_width(entry: dict, name: str, what: str) -> int:
+    width = _positive_power_of_two(entry.get(name, 32), name)
+    if width < 16:
+        raise ValueError(f"{name}: the dots need at least 16 {what} per slice, got {width}")
+    return width
+
+
 def load_entry(arch: str, entry: dict) -> PrefillLaunchConfig:
     major, minor = entry["capability"]
     wy = _kernel_launch(entry["wy"], "wy")
     state = _state_launch(entry["state"], "state")
-    key_slice = _positive_power_of_two(entry.get("key_slice", 32), "key_slice")
-    if key_slice < 16:
-        raise ValueError(f"key_slice: the dots need at least 16 keys per slice, got {key_slice}")
+    key_slice = _slice_width(entry, "key_slice", "keys")
+    value_slice = _slice_width(entry, "value_slice", "value channels")
     if type(entry.get("fp32_dots", False)) is not bool:
         raise ValueError(f"fp32_dots: expected true or false, got {entry['fp32_dots']!r}")
     return PrefillLaunchConfig(
@@ -109,6 +118,7 @@ def load_entry(arch: str, entry: dict) -> PrefillLaunchConfig:
         note=str(entry.get("note", "")),
         fp32_dots=entry.get("fp32_dots", False),
         key_slice=key_slice,
+        value_slice=value_slice,
         chunked=_chunked_launch(entry.get("chunked")),
     )
 

@@ -51,6 +51,17 @@ def _mm_split_b(a, b, FP32: tl.constexpr, DT: tl.constexpr):
 
 
 @triton.jit
+def _mm_split_ab(a, b, FP32: tl.constexpr, DT: tl.constexpr):
+    """``a @ b`` of two fp32 factors kept to about fp32 accuracy on the 16-bit path (``hi hi + lo hi + hi lo``)."""
+    if FP32:
+        return tl.dot(a, b, input_precision="ieee")
+    a_hi = a.to(DT)
+    b_hi = b.to(DT)
+    a_lo = (a - a_hi.to(tl.float32)).to(DT)
+    return tl.dot(a_hi, b_hi) + tl.dot(a_lo, b_hi) + tl.dot(a_hi, (b - b_hi.to(tl.float32)).to(DT))
+
+
+@triton.jit
 def _unit_lower_inverse_16(a):
     """``(I + a)^-1`` of a strictly lower 16 x 16 block: ``(I - a)(I + a^2)(I + a^4)(I + a^8)`` (``a^16 = 0``),
     in fp32 without TF32 (six small products instead of sixteen dependent row steps)."""
@@ -102,6 +113,15 @@ def _inverse_norms(ptr, rows, live, stride_t, K: tl.constexpr, KS: tl.constexpr,
         x = _load_slice(ptr, rows, live, stride_t, j * KS, KS, K).to(tl.float32)
         acc += tl.sum(x * x, axis=1)
     return 1.0 / tl.sqrt(acc + 1e-6)
+
+
+@triton.jit
+def _row_inverse_norm(gc_head, rows, live, stride_gct, WHICH: tl.constexpr, L2NORM: tl.constexpr):
+    """1 / |q| (``WHICH`` 1) or 1 / |k| (2) of ``rows``, as the WY kernel stored them beside each row's gate cumsum
+    (``L2NORM``; ones otherwise): the later kernels never reread q and k for their norms."""
+    if L2NORM:
+        return tl.load(gc_head + rows * stride_gct + WHICH, mask=live, other=1.0)
+    return tl.full([rows.shape[0]], 1.0, tl.float32)
 
 
 @triton.jit
@@ -197,6 +217,11 @@ def _caovan_gdn_prefill_wy_kernel(
         rk1 = _inverse_norms(k_head, rows1, live1, stride_kt, K, KS, NK)
         rq0 = _inverse_norms(q_head, rows0, live0, stride_qt, K, KS, NK)
         rq1 = _inverse_norms(q_head, rows1, live1, stride_qt, K, KS, NK)
+        gc_head = gc_ptr + hv * stride_gch
+        tl.store(gc_head + rows0 * stride_gct + 1, rq0, mask=live0)
+        tl.store(gc_head + rows1 * stride_gct + 1, rq1, mask=live1)
+        tl.store(gc_head + rows0 * stride_gct + 2, rk0, mask=live0)
+        tl.store(gc_head + rows1 * stride_gct + 2, rk1, mask=live1)
     else:
         rk0 = tl.full([16], 1.0, tl.float32)
         rk1 = tl.full([16], 1.0, tl.float32)
@@ -241,60 +266,75 @@ def _caovan_gdn_prefill_wy_kernel(
     x11 = _unit_lower_inverse_16(a11)
     x10 = -_ieee(x11, _ieee(a10, x00))
 
-    # w = X (beta exp(gc) k / |k|), per slice of KS keys; u = X (beta v), per slice of VS values.
-    c0 = beta0 * tl.exp(gc0) * rk0
-    c1 = beta1 * tl.exp(gc1) * rk1
+    # w = X diag(beta exp(gc) / |k|) k and u = X diag(beta) v, the scales folded into X's columns (fp32, split on
+    # the 16-bit path) so that k and v enter the dots exactly as stored: rounding beta v to 16 bits first was the
+    # largest error in the final states.
+    ck0 = beta0 * tl.exp(gc0) * rk0
+    ck1 = beta1 * tl.exp(gc1) * rk1
+    xk00, xk10, xk11 = x00 * ck0[None, :], x10 * ck0[None, :], x11 * ck1[None, :]
     for j in tl.static_range(NK):
-        kg0 = _load_slice(k_head, rows0, live0, stride_kt, j * KS, KS, K).to(tl.float32) * c0[:, None]
-        kg1 = _load_slice(k_head, rows1, live1, stride_kt, j * KS, KS, K).to(tl.float32) * c1[:, None]
-        w0 = _mm_split_a(x00, kg0, FP32, DT)
-        w1 = _mm_split_a(x10, kg0, FP32, DT) + _mm_split_a(x11, kg1, FP32, DT)
+        k0 = _load_slice(k_head, rows0, live0, stride_kt, j * KS, KS, K)
+        k1 = _load_slice(k_head, rows1, live1, stride_kt, j * KS, KS, K)
+        w0 = _mm_split_a(xk00, k0, FP32, DT)
+        w1 = _mm_split_a(xk10, k0, FP32, DT) + _mm_split_a(xk11, k1, FP32, DT)
         cols = j * KS + tl.arange(0, KS)
         tl.store(w_head + rows0[:, None] * stride_wt + cols[None, :], w0.to(w_ptr.dtype.element_ty),
                  mask=live0[:, None] & (cols[None, :] < K))  # fmt: skip
         tl.store(w_head + rows1[:, None] * stride_wt + cols[None, :], w1.to(w_ptr.dtype.element_ty),
                  mask=live1[:, None] & (cols[None, :] < K))  # fmt: skip
+    xv00, xv10, xv11 = x00 * beta0[None, :], x10 * beta0[None, :], x11 * beta1[None, :]
     for i in range(0, V, VS):
-        bv0 = _load_slice(v_head, rows0, live0, stride_vt, i, VS, V).to(tl.float32) * beta0[:, None]
-        bv1 = _load_slice(v_head, rows1, live1, stride_vt, i, VS, V).to(tl.float32) * beta1[:, None]
-        u0 = _mm_split_a(x00, bv0, FP32, DT)
-        u1 = _mm_split_a(x10, bv0, FP32, DT) + _mm_split_a(x11, bv1, FP32, DT)
-        cols = i + tl.arange(0, VS)
-        tl.store(u_head + rows0[:, None] * stride_ut + cols[None, :], u0, mask=live0[:, None] & (cols[None, :] < V))
-        tl.store(u_head + rows1[:, None] * stride_ut + cols[None, :], u1, mask=live1[:, None] & (cols[None, :] < V))
+        v0 = _load_slice(v_head, rows0, live0, stride_vt, i, VS, V)
+        v1 = _load_slice(v_head, rows1, live1, stride_vt, i, VS, V)
+        u0 = _mm_split_a(xv00, v0, FP32, DT)
+        u1 = _mm_split_a(xv10, v0, FP32, DT) + _mm_split_a(xv11, v1, FP32, DT)
+        vcols = i + tl.arange(0, VS)
+        tl.store(u_head + rows0[:, None] * stride_ut + vcols[None, :], u0,
+                 mask=live0[:, None] & (vcols[None, :] < V))  # fmt: skip
+        tl.store(u_head + rows1[:, None] * stride_ut + vcols[None, :], u1,
+                 mask=live1[:, None] & (vcols[None, :] < V))  # fmt: skip
+
+
+@triton.jit
+def _state_product(x, s, SPLIT: tl.constexpr, FP32: tl.constexpr, DT: tl.constexpr):
+    """``x S`` over one slab; ``SPLIT``: S as a high and a low 16-bit part on the 16-bit path (the outputs' ``q S``:
+    rounding S to 16 bits there was the output's largest error), else S rounded, as FLA's ``w S``."""
+    if SPLIT:
+        return _mm_split_b(x, s, FP32, DT)
+    return _mm(x, s, FP32, DT)
 
 
 @triton.jit
 def _slab_terms(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, col0, s,
                 K: tl.constexpr, KS: tl.constexpr, FP32: tl.constexpr, DT: tl.constexpr,
-                TWO: tl.constexpr):  # fmt: skip
+                TWO: tl.constexpr, SPLIT_X: tl.constexpr, SPLIT_Y: tl.constexpr):  # fmt: skip
     """One key slab's share of ``x S`` and ``y S`` over its ``KS`` keys (not ``TWO``: ``x S`` twice)."""
-    xs = _mm(_load_slice(x_head, x_rows, x_live, stride_xt, col0, KS, K), s, FP32, DT)
+    xs = _state_product(_load_slice(x_head, x_rows, x_live, stride_xt, col0, KS, K), s, SPLIT_X, FP32, DT)
     if not TWO:
         return xs, xs
-    return xs, _mm(_load_slice(y_head, y_rows, y_live, stride_yt, col0, KS, K), s, FP32, DT)
+    return xs, _state_product(_load_slice(y_head, y_rows, y_live, stride_yt, col0, KS, K), s, SPLIT_Y, FP32, DT)
 
 
 @triton.jit
 def _rows_times_state(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, s0, s1, s2, s3,
                       K: tl.constexpr, KS: tl.constexpr, NK: tl.constexpr, FP32: tl.constexpr, DT: tl.constexpr,
-                      TWO: tl.constexpr = True):  # fmt: skip
+                      TWO: tl.constexpr, SPLIT_X: tl.constexpr, SPLIT_Y: tl.constexpr):  # fmt: skip
     """``(x S, y S)`` for two row sets (w and q of a chunk, or two chunks' rows; not ``TWO``: x alone), the
     state held as ``NK`` slabs of ``KS`` keys; slab by slab, both at once (sm_75: one slab's operands live at a
-    time, which keeps the state kernels free of spills)."""
+    time, which keeps the state kernels free of spills). ``SPLIT_X``/``SPLIT_Y``: ``_state_product``."""
     xs, ys = _slab_terms(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, 0, s0,
-                         K, KS, FP32, DT, TWO)  # fmt: skip
+                         K, KS, FP32, DT, TWO, SPLIT_X, SPLIT_Y)  # fmt: skip
     if NK > 1:
         a, b = _slab_terms(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, KS, s1,
-                           K, KS, FP32, DT, TWO)  # fmt: skip
+                           K, KS, FP32, DT, TWO, SPLIT_X, SPLIT_Y)  # fmt: skip
         xs, ys = xs + a, ys + b
     if NK > 2:
         a, b = _slab_terms(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, 2 * KS, s2,
-                           K, KS, FP32, DT, TWO)  # fmt: skip
+                           K, KS, FP32, DT, TWO, SPLIT_X, SPLIT_Y)  # fmt: skip
         xs, ys = xs + a, ys + b
     if NK > 3:
         a, b = _slab_terms(x_head, x_rows, x_live, stride_xt, y_head, y_rows, y_live, stride_yt, 3 * KS, s3,
-                           K, KS, FP32, DT, TWO)  # fmt: skip
+                           K, KS, FP32, DT, TWO, SPLIT_X, SPLIT_Y)  # fmt: skip
         xs, ys = xs + a, ys + b
     return xs, ys
 
@@ -445,22 +485,19 @@ def _caovan_gdn_prefill_state_kernel(
         live = rows < eos
         b_gc = tl.load(gc_head + rows * stride_gct, mask=live, other=0.0)
         b_gl = tl.load(gc_head + (tl.minimum(eos, t0 + BT) - 1) * stride_gct)
-        if L2NORM:
-            rq = _inverse_norms(q_head, rows, live, stride_qt, K, KS, NK)
-            rk = _inverse_norms(k_head, rows, live, stride_kt, K, KS, NK)
-        else:
-            rq = tl.full([BT], 1.0, tl.float32)
-            rk = tl.full([BT], 1.0, tl.float32)
+        rq = _row_inverse_norm(gc_head, rows, live, stride_gct, 1, L2NORM)
+        rk = _row_inverse_norm(gc_head, rows, live, stride_gct, 2, L2NORM)
 
         ws, qs = _rows_times_state(w_head, rows, live, stride_wt, q_head, rows, live, stride_qt, s0, s1, s2, s3,
-                                   K, KS, NK, FP32, DT)  # fmt: skip
+                                   K, KS, NK, FP32, DT, True, False, True)  # fmt: skip
 
         tv_mask = live[:, None] & vmask[None, :]
         u = tl.load(u_head + rows[:, None] * stride_ut + offs_v[None, :], mask=tv_mask, other=0.0)
         v_new = u - ws
         attn = tl.load(attn_head + rows[:, None] * stride_at + offs_t[None, :], mask=live[:, None], other=0.0)
-        # As FLA's chunk_fwd_o: gates and scale in fp32 after the dots.
-        b_o = (qs * (rq * tl.exp(b_gc))[:, None] + _mm(attn, v_new, FP32, DT)) * scale
+        # As FLA's chunk_fwd_o: gates and scale in fp32 after the dots; unlike FLA, neither the attention nor
+        # v_new rounded to 16 bits (the output's second largest error).
+        b_o = (qs * (rq * tl.exp(b_gc))[:, None] + _mm_split_ab(attn, v_new, FP32, DT)) * scale
         tl.store(o_head + rows[:, None] * stride_ot + offs_v[None, :], b_o.to(out_ptr.dtype.element_ty), mask=tv_mask)
 
         # As FLA's chunk_fwd_h: v_new decayed to the chunk's end in fp32; 1 / |k| folded into it.
