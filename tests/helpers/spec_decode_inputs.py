@@ -329,6 +329,17 @@ def run_caovan(inp: dict, sc: Scenario) -> dict:
     return ours
 
 
+def run_vllm(core, inp: dict) -> dict:
+    """vLLM's replay (``caovan.bench.vllm_spec_path.VllmSpecCore``) on a copy of ``inp``."""
+    theirs = clone_inputs(inp)
+    with warnings.catch_warnings():
+        # vLLM's conv computes on lanes past conv_dim that it loads without `other=` (junk values under the
+        # interpreter, never stored): numpy overflow warnings there are noise.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        call_kernel(core, theirs)
+    return theirs
+
+
 def run_oracle(inp: dict) -> dict:
     """The float64 oracle on a copy of ``inp``."""
     from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference

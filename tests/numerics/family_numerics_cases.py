@@ -20,27 +20,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 import traceback
-import warnings
 from dataclasses import asdict, replace
 
-import torch
 from helpers.spec_decode_inputs import (
-    FLOOR_ULPS,
     Scenario,
-    call_kernel,
-    clone_inputs,
     interpreter_bf16_products_broken,
     make_inputs,
-    max_abs,
     run_caovan,
     run_oracle,
-    tolerance,
+    run_vllm,
 )
+from helpers.spec_decode_rule import judge
 
 #: Scenario ids the tier reports on, fixed so that pytest collects them without importing vLLM. A scenario the
 #: installed family cannot express is skipped with the reason (``needs``).
@@ -107,39 +101,9 @@ def _skip_reason(sc: Scenario, needs: str, family, refusal: str | None = None) -
     return None
 
 
-def _run_vllm(core, inp: dict) -> dict:
-    theirs = clone_inputs(inp)
-    with warnings.catch_warnings():
-        # vLLM's conv computes on lanes past conv_dim that it loads without `other=` (junk values under the
-        # interpreter, never stored): numpy overflow warnings there are noise.
-        warnings.simplefilter("ignore", RuntimeWarning)
-        call_kernel(core, theirs)
-    return theirs
-
-
 def run_scenario(sc: Scenario, core) -> dict:
     inp = make_inputs(sc)
-    ours, theirs, ref = run_caovan(inp, sc), _run_vllm(core, inp), run_oracle(inp)
-    problems: list[str] = []
-    errors, vllm_errors = {}, {}
-    for key, part, name in (("out", "tensors", "out"), ("ssm_state", "buffers", "ssm")):
-        ref_t = ref[part][name]
-        errors[key] = max_abs(ours[part][name], ref_t)
-        vllm_errors[key] = max_abs(theirs[part][name], ref_t)
-        tol = tolerance(inp[part][name].dtype, ref_t)
-        floor = FLOOR_ULPS * torch.finfo(ref_t.dtype).eps * ref_t.double().abs().max().item()
-        # `not x <= y` so that a NaN fails.
-        if not errors[key] <= tol:
-            problems.append(f"caovan's {key} error {errors[key]:.3g} > tolerance {tol:.3g}")
-        if not math.isfinite(vllm_errors[key]):
-            problems.append(f"vLLM's {key} is not finite: the baseline is broken")
-        elif not errors[key] <= vllm_errors[key] + floor:
-            problems.append(f"caovan's {key} error {errors[key]:.3g} > vLLM's {vllm_errors[key]:.3g} + {floor:.3g}")
-    # The conv window is a copy in all three: each cache must equal the oracle's bit for bit, page padding included.
-    for who, side in (("caovan", ours), ("vLLM", theirs)):
-        if not torch.equal(side["buffers"]["conv"], ref["buffers"]["conv"]):
-            problems.append(f"{who}'s conv_state differs from the oracle's")
-    return {"errors": errors, "vllm_errors": vllm_errors, "ok": not problems, "detail": "; ".join(problems)}
+    return judge(inp, run_caovan(inp, sc), run_vllm(core, inp), run_oracle(inp))
 
 
 def family_facts():

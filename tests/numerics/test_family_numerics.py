@@ -1,9 +1,11 @@
 """The numerics tier: caovan's kernels against the installed vLLM's own spec-decode kernels, both against the float64
 oracle, on inputs laid out as the installed release's GDN family lays them out (Triton interpreter, CPU).
 
-Rule, per scenario: caovan's max |error| vs float64 is within the oracle tolerance and at most vLLM's plus
-FLOOR_ULPS ulps of the stored dtype, for the output and the SSM state; both conv caches equal the oracle's bit for
-bit. All scenarios run in one child process (``family_numerics_cases.py``); each is one test here.
+Rule, per scenario (``helpers/spec_decode_rule.py``, which the fuzzed batches of ``test_spec_fuzz.py`` share):
+caovan's max |error| vs float64 is within the oracle tolerance and at most vLLM's plus FLOOR_ULPS ulps of the stored
+dtype, for the spec tokens' output rows and the SSM state; both conv caches equal the oracle's bit for bit; caovan
+leaves every other output row untouched. All scenarios run in one child process (``family_numerics_cases.py``);
+each is one test here.
 """
 
 from __future__ import annotations
