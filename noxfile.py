@@ -15,6 +15,7 @@ Runs with nothing installed: ``uv run noxfile.py -l`` (uv reads the script heade
     nox -s compat                        # docs/compat.md from matrix/results/
     nox -s performance                   # docs/performance.md + plot from docs/performance/*/e2e.json
     nox -s "wheelhouse(vllm-0.21.0)"     # the row's wheels, for an offline GPU host
+    nox -s "fuzz(vllm-0.21.0)" -- --cases 10000 --seed 7   # fuzzed spec batches vs the row's vLLM (CPU)
 
 Matrix options, as posargs after ``--`` or as environment variables (a posarg wins):
 
@@ -85,6 +86,8 @@ WHEELHOUSE_TOOLS_DIR = "_tools"
 LINT_TOOLS = ("ruff==0.17.6", "check-jsonschema==0.39.0")
 #: What draws docs/performance.md's plot; the tests session installs it too, so the plot's test runs in CI.
 PLOT_REQUIREMENTS = ("matplotlib==3.10.7",)
+#: Where ``nox -s "fuzz(<row>)"`` writes its record when not given ``--out`` (``build/`` is git-ignored).
+FUZZ_DIR = ROOT / "build" / "fuzz"
 #: What ``--without-host-provided`` leaves out of a wheelhouse: GPU hosts often have them.
 HOST_PROVIDED = ("torch", "triton", "nvidia-*")
 
@@ -277,6 +280,27 @@ def tests(session: nox.Session) -> None:
         if exc.return_code == 5:
             session.error("pytest collected no tests (exit 5): an empty suite is a failure")
         raise
+
+
+@nox.session(
+    tags=["fuzz"],
+    default=False,
+    venv_params=["--system-site-packages"] if SYSTEM_SITE_PACKAGES else [],
+)
+@nox.parametrize(("row_id", "python"), _row_params(tagged=False))
+def fuzz(session: nox.Session, row_id: str) -> None:
+    """Fuzzed spec-decode batches, laid out as the row's vLLM lays them out: caovan vs that vLLM vs float64 (CPU).
+
+    Posargs go to tests/numerics/spec_fuzz_cases.py: ``--cases N`` (default 1000), ``--seed S`` (default: a random
+    one, printed), ``--start I`` (first case index), ``--replay SEED:INDEX`` (that case alone, repeatable),
+    ``--add-regressions`` (keep shrunk failures in tests/numerics/data/spec_fuzz_regressions.json), ``--out FILE``
+    (default build/fuzz/<row>.json). The session fails when a case fails; each failure prints its replay.
+    """
+    row = ROWS[row_id]
+    install_row(session, row, plugin_wheel(session), None)
+    env = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT / "tests")}
+    script = ROOT / "tests" / "numerics" / "spec_fuzz_cases.py"
+    session.run("python", str(script), "--out", str(FUZZ_DIR / f"{row.id}.json"), *session.posargs, env=env)
 
 
 @nox.session(tags=["lint"])
