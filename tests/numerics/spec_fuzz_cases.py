@@ -84,7 +84,8 @@ def main(argv_given: list[str] | None = None) -> int:
     # What ran (the script and its arguments) beside the nox command that runs the same cases.
     here = Path(__file__).resolve()
     argv = [here.relative_to(here.parents[2]).as_posix(), *(sys.argv[1:] if argv_given is None else argv_given)]
-    record: dict = {"schema": SCHEMA, "family": facts, "argv": argv, "complete": False}
+    # Time per case depends on the machine: the record says how many CPUs it had.
+    record: dict = {"schema": SCHEMA, "family": facts, "argv": argv, "cpus": os.cpu_count(), "complete": False}
     if refusal is not None:
         record.update(complete=True, skip=f"nothing of caovan's runs on this release: {refusal}")
         _write(args.out, record)
