@@ -172,11 +172,14 @@ def _launch_values(
     w_dtype = "float32" if config.fp32_dots else act
     chunked = config.chunked is not None
     attn_width = 2 * CHUNK if chunked else CHUNK
+    vs = min(config.value_slice, triton.next_power_of_2(V))
     common = dict(
         GROUP=HV // H, K=K, V=V, KS=ks, NK=-(-K // ks), BT=CHUNK, L2NORM=variant.l2norm, FP32=config.fp32_dots
     )
+    per_row = 3 if variant.l2norm else 1  # the gate cumsum, then 1 / |q| and 1 / |k| (entry.gdn_prefill)
     rows = dict(stride_qt=H * K, stride_qh=K, stride_kt=H * K, stride_kh=K, stride_wt=HV * K, stride_wh=K)
-    rows.update(stride_ut=HV * V, stride_uh=V, stride_gct=HV, stride_gch=1, stride_at=HV * attn_width)
+    rows.update(stride_ut=HV * V, stride_uh=V, stride_gct=HV * per_row, stride_gch=per_row)
+    rows.update(stride_at=HV * attn_width)
     rows.update(stride_ah=attn_width, stride_ot=HV * V, stride_oh=V, stride_hc=HV * K * V, stride_hh=K * V)
     cache = dict(stride_slot=page, stride_sh=V * K, stride_sk=stride_sk, stride_sv=stride_sv)
     pointers = dict(
@@ -190,7 +193,7 @@ def _launch_values(
         u_ptr=Ptr("float32"),
         gc_ptr=Ptr("float32"),
         attn_ptr=Ptr("float32"),
-        h_ptr=Ptr(w_dtype),
+        h_ptr=Ptr("float32"),
         out_ptr=Ptr(act),
         ssm_ptr=Ptr(ssm),
         state_indices_ptr=Ptr("int32") if variant.indexed else None,
@@ -200,11 +203,11 @@ def _launch_values(
     scalars.update(stride_vt=HV * V, stride_vh=V, stride_bt=HV, stride_bh=1)
     available = {**pointers, **scalars, **rows, **cache, **common}
     extra = {
-        _caovan_gdn_prefill_wy_kernel: dict(VS=min(32, triton.next_power_of_2(V)), PAIRED=False),
+        _caovan_gdn_prefill_wy_kernel: dict(VS=vs, PAIRED=False),
         _caovan_gdn_prefill_state_kernel: dict(BV=block_v_of(config.state.BV, V), WRITE_FINAL_STATE=True),
     }
     if chunked:
-        extra[_caovan_gdn_prefill_merge_kernel] = dict(VS=min(32, triton.next_power_of_2(V)))
+        extra[_caovan_gdn_prefill_merge_kernel] = dict(VS=vs)
         extra[_caovan_gdn_prefill_chunk_state_kernel] = dict(
             BV=block_v_of(config.chunked.state.BV, V), WRITE_FINAL_STATE=True
         )
