@@ -146,6 +146,19 @@ def make_inputs(sc: Scenario) -> dict:
         else:
             token_index = torch.randperm(num_rows, generator=gen)[:num_spec].sort().values.to(torch.int64)
 
+    batch = dict(
+        mixed_qkv=mixed_qkv, a=a, b=b, out=out, token_index=token_index, query_start_loc=query_start_loc,
+        state_indices=state_indices, num_accepted_tokens=num_accepted_tokens,
+    )  # fmt: skip
+    return assemble_inputs(sc, gen, batch, act=act, dims=(H, HV, K, V), conv=(conv_dim, W, T), num_blocks=num_blocks)
+
+
+def assemble_inputs(sc, gen: torch.Generator, batch: dict, *, act, dims, conv, num_blocks: int) -> dict:
+    """The rest of a spec step's inputs around ``batch`` (the rows, slots and counts the caller laid out): the
+    layer's weights and its paged conv and SSM caches, drawn from ``gen`` as a model initialises them, in the
+    dtypes and layouts ``sc`` names (a ``Scenario`` here or a fuzzed case: the fields they share)."""
+    H, HV, K, V = dims
+    conv_dim, W, T = conv
     A_log = torch.log(torch.empty(HV).uniform_(1.0, 16.0, generator=gen))
     if sc.a_log_in_act_dtype:
         A_log = A_log.to(act)
@@ -167,20 +180,20 @@ def make_inputs(sc: Scenario) -> dict:
 
     return dict(
         tensors=dict(
-            mixed_qkv=mixed_qkv,
-            a=a,
-            b=b,
+            mixed_qkv=batch["mixed_qkv"],
+            a=batch["a"],
+            b=batch["b"],
             A_log=A_log,
             dt_bias=dt_bias,
             conv_weight=conv_weight,
             conv_bias=conv_bias,
             conv_state=conv_state,
             ssm_state=ssm_state,
-            query_start_loc=query_start_loc,
-            state_indices=state_indices,
-            num_accepted_tokens=num_accepted_tokens,
-            out=out,
-            token_index=token_index,
+            query_start_loc=batch["query_start_loc"],
+            state_indices=batch["state_indices"],
+            num_accepted_tokens=batch["num_accepted_tokens"],
+            out=batch["out"],
+            token_index=batch["token_index"],
         ),
         buffers=dict(conv=conv_buf, ssm=ssm_buf),
         kwargs=dict(

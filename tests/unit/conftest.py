@@ -45,3 +45,15 @@ def no_api_key_env(monkeypatch):
 
     for name in API_KEY_ENV:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch on one thread for a module of tiny-tensor tests: on a loaded 2-core machine its second thread only
+    waits for a core (about 50 times slower on the spec fuzzer's float64 oracle)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -16,19 +16,12 @@ from helpers.spec_fuzz.rules import cannot_express, lay_out, layout_rules  # noq
 
 from caovan.adapters.families import FAMILIES  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 SERVED = [f for f in FAMILIES if f.refusal is None]
 SPACE = FuzzSpace()
 #: Enough draws that every option of the space shows up for every family (each is drawn with probability >= 1/10).
 DRAWS = 400
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny tensors: on a loaded 2-core machine torch's second thread only waits for a core.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _cases(family, seed=3, count=DRAWS):

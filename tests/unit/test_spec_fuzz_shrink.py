@@ -19,6 +19,8 @@ from helpers.spec_fuzz.shrink import shrink, smaller_cases  # noqa: E402
 from caovan.adapters.families import FAMILIES  # noqa: E402
 from caovan.kernels.gdn_spec_decode.naive import gdn_spec_decode_reference  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 SERVED = [f for f in FAMILIES if f.refusal is None]
 RULES = layout_rules(SERVED[0])
 SPACE = FuzzSpace()
@@ -37,15 +39,6 @@ def _last_column_off_by_one(inp: dict, case) -> dict:
     call_kernel(gdn_spec_decode_reference, ours)
     t["num_accepted_tokens"] = accepted
     return ours
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny tensors: on a loaded 2-core machine torch's second thread only waits for a core (x50 on the oracle).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 CORRECT = Sides(ours=lambda inp, case: run_oracle(inp), theirs=run_oracle, oracle=run_oracle)

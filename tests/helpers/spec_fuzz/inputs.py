@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.spec_decode_inputs import DTYPES, paged_blocks
+from helpers.spec_decode_inputs import DTYPES, assemble_inputs
 
 from .cases import FuzzCase
 
@@ -75,44 +75,8 @@ def build_inputs(case: FuzzCase) -> dict:
     flat_rows = [r for rows in spec_rows for r in rows]
     token_index = torch.tensor(flat_rows, dtype=torch.int64) if case.mixed else None
 
-    A_log = torch.log(torch.empty(HV).uniform_(1.0, 16.0, generator=gen))
-    if case.a_log_in_act_dtype:
-        A_log = A_log.to(act)
-    dt = torch.exp(torch.empty(HV).uniform_(-6.9, -2.3, generator=gen))
-    dt_bias = (dt + torch.log(-torch.expm1(-dt))).to(act)  # inverse softplus, as the model inits
-    conv_weight = (torch.randn(conv_dim, W, generator=gen) * 0.5).to(act)
-    conv_bias = (torch.randn(conv_dim, generator=gen) * 0.1).to(act) if case.has_bias else None
-
-    state_len = W - 2 + T + case.extra_state_len
-    conv_dtype = DTYPES[case.conv_dtype]
-    if case.conv_dim_first:
-        conv_buf, conv_state = paged_blocks(num_blocks, (conv_dim, state_len), conv_dtype, case.page_strided, gen)
-    else:  # vLLM's default cache (blocks, L, dim), handed to the kernels as its transpose
-        conv_buf, conv_sd = paged_blocks(num_blocks, (state_len, conv_dim), conv_dtype, case.page_strided, gen)
-        conv_state = conv_sd.transpose(-1, -2)
-    ssm_shape = (HV, V, K) if case.ssm_layout == "vk" else (HV, K, V)
-    ssm_buf, ssm_state = paged_blocks(num_blocks, ssm_shape, DTYPES[case.ssm_dtype], case.page_strided, gen)
-    ssm_buf.mul_(0.5)
-
-    return dict(
-        tensors=dict(
-            mixed_qkv=mixed_qkv,
-            a=a,
-            b=b,
-            A_log=A_log,
-            dt_bias=dt_bias,
-            conv_weight=conv_weight,
-            conv_bias=conv_bias,
-            conv_state=conv_state,
-            ssm_state=ssm_state,
-            query_start_loc=query_start_loc,
-            state_indices=state_indices,
-            num_accepted_tokens=num_accepted_tokens,
-            out=out,
-            token_index=token_index,
-        ),
-        buffers=dict(conv=conv_buf, ssm=ssm_buf),
-        kwargs=dict(
-            num_k_heads=H, head_k_dim=K, head_v_dim=V, ssm_layout=case.ssm_layout, null_slot_max=case.null_slot_max
-        ),
-    )
+    batch = dict(
+        mixed_qkv=mixed_qkv, a=a, b=b, out=out, token_index=token_index, query_start_loc=query_start_loc,
+        state_indices=state_indices, num_accepted_tokens=num_accepted_tokens,
+    )  # fmt: skip
+    return assemble_inputs(case, gen, batch, act=act, dims=(H, HV, K, V), conv=(conv_dim, W, T), num_blocks=num_blocks)
