@@ -5,7 +5,10 @@ It answers the routes caovan's client uses the way vLLM 0.21.0 does (see caovan.
 (``{"count", "max_model_len", "tokens"}``; a token is a word here, as in the completions' usage), /v1/completions
 (plain, or streamed as ``data: {chunk}`` + blank line, a last usage chunk with ``"choices": []``, then
 ``data: [DONE]``), errors as ``{"error": {"message", "type", "param", "code"}}``, routes it lacks as FastAPI's 404
-``{"detail": "Not Found"}``.
+``{"detail": "Not Found"}``. A completion's tokens are a function of its prompt (greedy: the same prompt gives the
+same tokens), their ids sent with ``return_token_ids`` and their top logprobs with ``logprobs``; a body that is not
+JSON, a ``max_tokens`` below 1 or a ``temperature`` that is not a number gets vLLM's 400; a client that goes away
+mid-stream is counted (``disconnects``).
 Knobs make it fail.
 
 Also a process of its own, standing in for ``vllm serve`` (``python fake_openai_server.py PORT [PROFILE_DIR]``): it
@@ -20,8 +23,23 @@ import json
 import os
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # the default 5 would make a burst of concurrent streams wait on SYN retries
+
+
+def generated_token_ids(prompt: str, count: int) -> list[int]:
+    """The ids of the ``count`` tokens the fake generates for ``prompt``: a function of the prompt, as greedy is."""
+    seed = zlib.crc32(prompt.encode())
+    return [1 + (seed + 7919 * i) % 997 for i in range(count)]
+
+
+def token_text(token_id: int) -> str:
+    return f" w{token_id}"
 
 
 class FakeOpenAI:
@@ -40,6 +58,15 @@ class FakeOpenAI:
         self.no_usage = False  # streamed answers without the usage chunk
         self.tokens_cap: int | None = None  # generate at most this many tokens (a server ignoring ignore_eos)
         self.stream_delay_s = 0.0  # a streamed answer waits this long before its first chunk
+        self.stream_chunk_delay_s = 0.0  # … and this long before each token chunk
+        self.drop_finish_requests: set[int] = set()  # … streamed without the chunk that carries finish_reason
+        #: A completion that arrives while more than this many are in flight (itself included) gets a different
+        #: second token: a server whose greedy output depends on the batch.
+        self.diverge_above_in_flight: int | None = None
+        self.malformed_status = 400  # the answer to a malformed completion body (vLLM's is 400)
+        self.dead_after_malformed = False  # after a malformed body every completion answers 503, as a dead engine
+        self.disconnect_breaks_others = False  # a client leaving mid-stream ends every other stream with an error
+        self.disconnects = 0  # streams whose client went away before [DONE]
         self.in_flight_peaks: list[int] = []  # per completion request (arrival order): completions in flight then
         #: Where /stop_profile writes a small torch-profiler trace (vLLM's --profiler-config folder); None: the
         #: profile routes are missing (404), as without --profiler-config.
@@ -58,7 +85,8 @@ class FakeOpenAI:
         self._lock = threading.Lock()
         self._completions = 0
         self._in_flight = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self._dead = False
+        self._server = _Server(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
 
@@ -180,17 +208,34 @@ class FakeOpenAI:
                 if self.path == "/tokenize" and fake.tokenize and isinstance(body, dict):
                     self._tokenize(body)
                     return
+                if self.path == "/v1/completions" and (body is None or isinstance(body, dict)):
+                    problem = "JSON decode error: the body is not JSON" if body is None else _invalid(body)
+                    if problem is not None:
+                        fake._dead = fake._dead or fake.dead_after_malformed
+                        self._error(fake.malformed_status, problem)
+                        return
                 if self.path != "/v1/completions" or not isinstance(body, dict):
                     self._json(404, {"detail": "Not Found"})
+                    return
+                if fake._dead:
+                    self._error(503, "the engine is dead")
                     return
                 with fake._lock:
                     number = fake._completions
                     fake._completions += 1
                     fake._in_flight += 1
                     fake.in_flight_peaks.append(fake._in_flight)
+                    diverge = (
+                        fake.diverge_above_in_flight is not None and fake._in_flight > fake.diverge_above_in_flight
+                    )
+                    disconnects_seen = fake.disconnects
                 self._in_flight = True
                 try:
-                    self._complete(body, number)
+                    self._complete(body, number, diverge, disconnects_seen)
+                except (BrokenPipeError, ConnectionResetError):
+                    with fake._lock:
+                        fake.disconnects += 1
+                    self.close_connection = True
                 finally:
                     self._leave_flight()
 
@@ -209,7 +254,7 @@ class FakeOpenAI:
                 count = len(str(body["prompt"]).split())
                 self._json(200, {"count": count, "max_model_len": fake.max_model_len, "tokens": list(range(count))})
 
-            def _complete(self, body: dict, number: int) -> None:
+            def _complete(self, body: dict, number: int, diverge: bool, disconnects_seen: int) -> None:
                 if body.get("model") not in fake.models:
                     self._error(404, f"The model `{body.get('model')}` does not exist.")
                     return
@@ -225,8 +270,12 @@ class FakeOpenAI:
                 prompt_tokens = len(str(body["prompt"]).split())
                 usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + tokens}
                 usage["completion_tokens"] = tokens
+                ids = generated_token_ids(str(body["prompt"]), tokens)
+                if diverge and len(ids) > 1:
+                    ids[1] += 1
                 if not body.get("stream"):
-                    choice = {"index": 0, "text": " tok" * tokens, "logprobs": None, "finish_reason": "length"}
+                    text = "".join(token_text(i) for i in ids)
+                    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
                     self._json(
                         200,
                         {
@@ -251,7 +300,10 @@ class FakeOpenAI:
                     self.wfile.flush()
 
                 for i in range(tokens):
-                    if number in fake.stream_error_requests and i == 1:
+                    if fake.stream_chunk_delay_s:
+                        time.sleep(fake.stream_chunk_delay_s)
+                    broken = fake.disconnect_breaks_others and fake.disconnects > disconnects_seen
+                    if (number in fake.stream_error_requests and i == 1) or broken:
                         data(
                             {
                                 "error": {
@@ -266,14 +318,14 @@ class FakeOpenAI:
                         data("[DONE]")
                         return
                     finish = "length" if i == tokens - 1 else None
-                    data(
-                        {
-                            "id": "cmpl-1",
-                            "object": "text_completion",
-                            "model": body["model"],
-                            "choices": [{"index": 0, "text": " tok", "logprobs": None, "finish_reason": finish}],
-                        }
-                    )
+                    if finish and number in fake.drop_finish_requests:
+                        break
+                    choice = {"index": 0, "text": token_text(ids[i]), "logprobs": None, "finish_reason": finish}
+                    if body.get("return_token_ids"):
+                        choice["token_ids"] = [ids[i]]
+                    if body.get("logprobs"):
+                        choice["logprobs"] = _logprobs(ids[i], int(body["logprobs"]), body)
+                    data({"id": "cmpl-1", "object": "text_completion", "model": body["model"], "choices": [choice]})
                 if not fake.no_usage and body.get("stream_options", {}).get("include_usage"):
                     data(
                         {
@@ -288,6 +340,31 @@ class FakeOpenAI:
                 data("[DONE]")
 
         return Handler
+
+
+def _invalid(body: dict) -> str | None:
+    """vLLM's complaint about a completion body (its pydantic and SamplingParams checks), None when it takes it."""
+    max_tokens = body.get("max_tokens", 16)
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+        return f"max_tokens: Input should be a valid integer, got {max_tokens!r}"
+    if max_tokens < 1:
+        return f"max_tokens must be at least 1, got {max_tokens}."
+    temperature = body.get("temperature")
+    if temperature is not None and (not isinstance(temperature, (int, float)) or isinstance(temperature, bool)):
+        return f"temperature: Input should be a valid number, got {temperature!r}"
+    return None
+
+
+def _logprobs(token_id: int, count: int, body: dict) -> dict:
+    """One token's ``logprobs`` as vLLM streams them: its top ``count`` tokens, the generated one first."""
+    as_ids = bool(body.get("return_tokens_as_token_ids"))
+    names = [f"token_id:{t}" if as_ids else token_text(t) for t in range(token_id, token_id + count)]
+    return {
+        "text_offset": [0],
+        "token_logprobs": [-0.5],
+        "tokens": names[:1],
+        "top_logprobs": [{name: -0.5 - rank for rank, name in enumerate(names)}],
+    }
 
 
 def main(port: int, profile_dir: str | None = None) -> int:
