@@ -141,6 +141,11 @@ def plugin_wheel(session: nox.Session, wheelhouse: Path | None = None) -> Path:
         offline = ["--no-index", "--find-links", str(wheelhouse / WHEELHOUSE_TOOLS_DIR)] if wheelhouse else []
         session.install("pip", *offline)
         session.run_install("python", "-m", "pip", "wheel", "--no-deps", *offline, "-w", str(staging), str(ROOT))
+    if not staging.exists():  # nox skips install commands under --no-install (-R): nothing was built
+        session.error(
+            f"plugin wheel: none cached for source {fingerprint}, and --no-install (-R) skips building it: "
+            "run the session once without -R"
+        )
     wheels = sorted(staging.glob("*.whl"))
     if len(wheels) != 1:
         session.error(f"plugin wheel: expected one wheel in {staging}, found {[w.name for w in wheels]}")
