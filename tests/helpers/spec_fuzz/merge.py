@@ -5,7 +5,7 @@ A 10,000-case run of one family takes about 105 minutes on one core (``docs/fuzz
 the record one process would have written, and refuses parts that are not one run: another family, vLLM, seed or
 case space, an unfinished part, or index ranges with a gap or an overlap.
 
-    PYTHONPATH=tests python -m helpers.spec_fuzz.merge PART.json [PART.json ...] --out RECORD.json
+    PYTHONPATH=src:tests python -m helpers.spec_fuzz.merge PART.json [PART.json ...] --out RECORD.json
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections import Counter
 from itertools import pairwise
 from pathlib import Path
 
-from .run import LISTED_ABOVE_VLLM
+from .cases import LISTED_ABOVE_VLLM
 
 #: What every part must share to be one run.
 SAME_RUN = ("schema", "family", "space", "bf16_left_out", "seed")

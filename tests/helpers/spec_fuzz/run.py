@@ -14,13 +14,10 @@ from dataclasses import dataclass, field
 
 from helpers.spec_decode_rule import judge
 
-from .cases import FuzzCase, FuzzSpace, draw_case
+from .cases import LISTED_ABOVE_VLLM, FuzzCase, FuzzSpace, draw_case
 from .inputs import build_inputs
 from .rules import LayoutRules
 from .shrink import DEFAULT_MAX_TRIES, shrink
-
-#: Cases listed in full where caovan's error is above vLLM's (within the floor: not a failure); the rest are counted.
-LISTED_ABOVE_VLLM = 20
 
 
 @dataclass(frozen=True)
