@@ -299,11 +299,15 @@ def fuzz(session: nox.Session, row_id: str) -> None:
     Posargs go to tests/numerics/spec_fuzz_cases.py: ``--cases N`` (default 1000), ``--seed S`` (default: a random
     one, printed), ``--start I`` (first case index), ``--replay SEED:INDEX`` (that case alone, repeatable),
     ``--add-regressions`` (keep shrunk failures in tests/numerics/data/spec_fuzz_regressions.json), ``--out FILE``
-    (default build/fuzz/<row>.json). The session fails when a case fails; each failure prints its replay.
+    (default build/fuzz/<row>.json), ``--workers N`` (N processes, one record), ``--device cuda`` (compiled kernels
+    at the real models' shapes on a GPU, instead of the interpreter). The session fails when a case fails; each
+    failure prints its replay.
     """
     row = ROWS[row_id]
     install_row(session, row, plugin_wheel(session), None)
     env = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT / "tests")}
+    if "cuda" in session.posargs:  # --device cuda: compiled kernels on the host's GPU
+        env = {"TRITON_INTERPRET": "0", "PYTHONPATH": str(ROOT / "tests")}
     script = ROOT / "tests" / "numerics" / "spec_fuzz_cases.py"
     session.run("python", str(script), "--out", str(FUZZ_DIR / f"{row.id}.json"), *session.posargs, env=env)
 

@@ -77,7 +77,7 @@ def paged_blocks(
         per_block *= d
     pad_front, pad_back = (3, 5) if paged else (0, 0)
     page = pad_front + per_block + pad_back
-    buf = torch.randn(num_blocks * page, generator=gen).to(dtype)
+    buf = torch.randn(num_blocks * page, generator=gen, device=gen.device).to(dtype)
     strides, acc = [], 1
     for d in reversed(shape):
         strides.append(acc)
@@ -159,13 +159,14 @@ def assemble_inputs(sc, gen: torch.Generator, batch: dict, *, act, dims, conv, n
     dtypes and layouts ``sc`` names (a ``Scenario`` here or a fuzzed case: the fields they share)."""
     H, HV, K, V = dims
     conv_dim, W, T = conv
-    A_log = torch.log(torch.empty(HV).uniform_(1.0, 16.0, generator=gen))
+    on = gen.device  # drawn where the generator lives (a fuzzed GPU case draws on the GPU)
+    A_log = torch.log(torch.empty(HV, device=on).uniform_(1.0, 16.0, generator=gen))
     if sc.a_log_in_act_dtype:
         A_log = A_log.to(act)
-    dt = torch.exp(torch.empty(HV).uniform_(-6.9, -2.3, generator=gen))
+    dt = torch.exp(torch.empty(HV, device=on).uniform_(-6.9, -2.3, generator=gen))
     dt_bias = (dt + torch.log(-torch.expm1(-dt))).to(act)  # inverse softplus, as the model inits
-    conv_weight = (torch.randn(conv_dim, W, generator=gen) * 0.5).to(act)
-    conv_bias = (torch.randn(conv_dim, generator=gen) * 0.1).to(act) if sc.has_bias else None
+    conv_weight = (torch.randn(conv_dim, W, generator=gen, device=on) * 0.5).to(act)
+    conv_bias = (torch.randn(conv_dim, generator=gen, device=on) * 0.1).to(act) if sc.has_bias else None
 
     state_len = W - 2 + T + sc.extra_state_len
     conv_dtype = DTYPES[sc.conv_dtype]
@@ -202,9 +203,10 @@ def assemble_inputs(sc, gen: torch.Generator, batch: dict, *, act, dims, conv, n
     )
 
 
-def clone_inputs(inp: dict) -> dict:
+def clone_inputs(inp: dict, device: torch.device | str | None = None) -> dict:
     """Deep copy that keeps every view's strides and offset; views sharing a storage (a cache view
-    and its page buffer, a and b cut from one projection) share the copied storage too."""
+    and its page buffer, a and b cut from one projection) share the copied storage too. With ``device``,
+    the copy lives there."""
     storages: dict[int, torch.UntypedStorage] = {}
 
     def clone_view(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -212,8 +214,12 @@ def clone_inputs(inp: dict) -> dict:
             return None
         key = t.untyped_storage().data_ptr()
         if key not in storages:
-            storages[key] = t.untyped_storage().clone()
-        return torch.empty(0, dtype=t.dtype).set_(storages[key], t.storage_offset(), t.shape, t.stride())
+            source = t.untyped_storage()
+            # A fresh storage, then a copy: `storage.to(device)` would hand back the same storage on its own device.
+            storages[key] = torch.UntypedStorage(source.nbytes(), device=device or source.device).copy_(source)
+        storage = storages[key]
+        view = torch.empty(0, dtype=t.dtype, device=storage.device)
+        return view.set_(storage, t.storage_offset(), t.shape, t.stride())
 
     return dict(
         tensors={k: clone_view(v) for k, v in inp["tensors"].items()},

@@ -27,7 +27,7 @@ def judge(inp: dict, ours: dict, theirs: dict, ref: dict) -> dict:
     the floors and the tolerances, for one case run three ways on clones of ``inp``."""
     problems: list[tuple[str, str]] = []
     errors, vllm_errors, floors, tolerances = {}, {}, {}, {}
-    rows = torch.tensor(spec_rows(inp), dtype=torch.long)
+    rows = torch.tensor(spec_rows(inp), dtype=torch.long, device=ref["tensors"]["out"].device)
     for key, part, name in (("out", "tensors", "out"), ("ssm_state", "buffers", "ssm")):
         ref_t, ours_t, theirs_t = ref[part][name], ours[part][name], theirs[part][name]
         if key == "out":
@@ -51,7 +51,7 @@ def judge(inp: dict, ours: dict, theirs: dict, ref: dict) -> dict:
                     f"caovan's {key} error {errors[key]:.3g} > vLLM's {vllm_errors[key]:.3g} + {floors[key]:.3g}",
                 )
             )
-    others = torch.ones(ref["tensors"]["out"].shape[0], dtype=torch.bool)
+    others = torch.ones(ref["tensors"]["out"].shape[0], dtype=torch.bool, device=rows.device)
     others[rows] = False
     if not torch.equal(ours["tensors"]["out"][others], ref["tensors"]["out"][others]):
         problems.append(("caovan_wrote_other_rows", "caovan changed output rows that no spec token owns"))

@@ -188,3 +188,34 @@ def test_a_case_from_one_family_is_laid_out_for_another_or_refused_with_the_reas
     if not oldest.null_write_columns:
         assert "null column" in cannot_express(moved, oldest)
     assert cannot_express(case, newest) is None
+
+
+def test_a_gpu_run_draws_the_real_models_per_gpu_shapes():
+    space = FuzzSpace.real_shapes()
+    rules = layout_rules(SERVED[-1])
+    cases = [draw_case(rules, space, 5, i) for i in range(DRAWS)]
+    for case in cases:
+        assert case.problems() == [], case.case_id
+        assert (case.head_k_dim, case.head_v_dim, case.width) == (128, 128, 4)
+        assert case.num_k_heads * case.group <= 48  # at most the 27B's 48 value heads on one GPU
+    assert {c.num_k_heads for c in cases} == {2, 4, 8, 16}  # TP 8 .. 1
+    assert {c.bv for c in cases} == set(space.value_blocks)  # every value block fits V = 128
+    assert max(c.num_live for c in cases) > 32 and any(c.padding_rows > 8 for c in cases)
+
+
+def test_a_case_drawn_on_the_cpu_keeps_its_values_when_moved():
+    """Inputs copied to another device keep every view's layout (the GPU run draws there instead, see
+    build_inputs): checked CPU to CPU, which runs everywhere."""
+    from helpers.spec_decode_inputs import clone_inputs
+
+    rules, cases = _cases(SERVED[0], count=30)
+    case = next(c for c in cases if c.page_strided and c.strided_qkv)
+    inp = build_inputs(case)
+    moved = clone_inputs(inp, "cpu")
+    for name, tensor in inp["tensors"].items():
+        if tensor is None:
+            continue
+        copy = moved["tensors"][name]
+        assert copy.data_ptr() != tensor.data_ptr() and copy.stride() == tensor.stride(), name
+        assert torch.equal(copy, tensor), name
+    assert moved["tensors"]["ssm_state"].untyped_storage().data_ptr() == moved["buffers"]["ssm"].data_ptr()

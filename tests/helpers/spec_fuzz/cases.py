@@ -139,6 +139,23 @@ class FuzzSpace:
     conv_state_dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")
     ssm_state_dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")
 
+    @classmethod
+    def real_shapes(cls) -> FuzzSpace:
+        """The per-GPU shapes of the Qwen3.5 / 3.6 / Qwen3-Next GDN layers (K = V = 128, 16 key heads split over TP
+        1 - 8, HV / H 1 - 3, conv width 4) in batches as large as a serving GPU hands the spec step, for a run on a
+        GPU: every value block of the envelope fits V = 128."""
+        return cls(
+            max_live_sequences=48,
+            max_padding_rows=16,
+            key_heads=(2, 4, 8, 16),
+            head_k_dims=(128,),
+            head_v_dims=(128,),
+            max_value_blocks=16,
+            widths=(4,),
+            max_other_requests=4,
+            max_other_tokens=256,
+        )
+
     def without_bf16_products(self) -> FuzzSpace:
         """No bf16 activations or conv state: what vLLM's conv multiplies as bf16 x bf16 (the Triton 3.6 interpreter
         computes those products wrongly); a bf16 SSM state is only converted, so it stays."""

@@ -40,8 +40,11 @@ def _columns(full: torch.Tensor, width: int, strided: bool) -> torch.Tensor:
     return full[:, :width] if strided else full[:, :width].contiguous()
 
 
-def build_inputs(case: FuzzCase) -> dict:
-    gen = torch.Generator().manual_seed(case.data_seed)
+def build_inputs(case: FuzzCase, device: str | None = None) -> dict:
+    """The case's tensors, drawn on ``device`` (default the CPU): a GPU case's values come from the GPU's generator,
+    so they differ from the same case's on the CPU, and are the same on every run there."""
+    gen = torch.Generator(device=device or "cpu").manual_seed(case.data_seed)
+    on = gen.device
     H, G, K, V, W, T = case.num_k_heads, case.group, case.head_k_dim, case.head_v_dim, case.width, case.t_max
     HV = H * G
     conv_dim = 2 * H * K + HV * V
@@ -53,27 +56,28 @@ def build_inputs(case: FuzzCase) -> dict:
     # with -1 it is a real block like any other.
     first_block = max(null + 1, 0)
     num_blocks = first_block + n_live * T + 2
-    perm = (torch.randperm(num_blocks - first_block, generator=gen) + first_block).tolist()
-    state_indices = torch.full((n, T), null, dtype=torch.int32)
-    for seq in range(n_live):
-        state_indices[seq] = torch.tensor(perm[seq * T : (seq + 1) * T], dtype=torch.int32)
+    perm = (torch.randperm(num_blocks - first_block, generator=gen, device=on) + first_block).tolist()
+    slots = [perm[seq * T : (seq + 1) * T] for seq in range(n_live)] + [[null] * T] * case.padding_rows
     for seq, col in case.null_columns:
-        state_indices[seq, col] = null
+        slots[seq][col] = null
+    state_indices = torch.tensor(slots, dtype=torch.int32, device=on).reshape(n, T)
     accepted = list(case.num_accepted) + [PADDING_ACCEPTED] * case.padding_rows
-    num_accepted_tokens = torch.tensor(accepted, dtype=torch.int32)
+    num_accepted_tokens = torch.tensor(accepted, dtype=torch.int32, device=on)
     starts = [0]
     for length in (*case.seq_lens, *([0] * case.padding_rows)):
         starts.append(starts[-1] + length)
-    query_start_loc = torch.tensor(starts, dtype=torch.int32)
+    query_start_loc = torch.tensor(starts, dtype=torch.int32, device=on)
 
     spec_rows, num_rows = batch_rows(case)
-    mixed_qkv = _columns(torch.randn(num_rows, conv_dim + 8, generator=gen).to(act), conv_dim, case.strided_qkv)
-    ba = (torch.randn(num_rows, 2 * HV, generator=gen) * torch.tensor([1.0] * HV + [case.gating_scale] * HV)).to(act)
+    proj = torch.randn(num_rows, conv_dim + 8, generator=gen, device=on).to(act)
+    mixed_qkv = _columns(proj, conv_dim, case.strided_qkv)
+    scales = torch.tensor([1.0] * HV + [case.gating_scale] * HV, device=on)
+    ba = (torch.randn(num_rows, 2 * HV, generator=gen, device=on) * scales).to(act)
     b = _columns(ba, HV, case.strided_gating)
     a = ba[:, HV:] if case.strided_gating else ba[:, HV:].contiguous()
-    out = torch.randn(num_rows + 2, HV, V, generator=gen).to(act)  # rows past the batch stay untouched
+    out = torch.randn(num_rows + 2, HV, V, generator=gen, device=on).to(act)  # rows past the batch stay untouched
     flat_rows = [r for rows in spec_rows for r in rows]
-    token_index = torch.tensor(flat_rows, dtype=torch.int64) if case.mixed else None
+    token_index = torch.tensor(flat_rows, dtype=torch.int64, device=on) if case.mixed else None
 
     batch = dict(
         mixed_qkv=mixed_qkv, a=a, b=b, out=out, token_index=token_index, query_start_loc=query_start_loc,

@@ -20,7 +20,7 @@ from pathlib import Path
 from .cases import LISTED_ABOVE_VLLM
 
 #: What every part must share to be one run.
-SAME_RUN = ("schema", "family", "space", "bf16_left_out", "seed")
+SAME_RUN = ("schema", "family", "device", "space", "bf16_left_out", "seed")
 
 
 class MergeError(ValueError):

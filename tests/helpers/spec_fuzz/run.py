@@ -23,11 +23,12 @@ from .shrink import DEFAULT_MAX_TRIES, shrink
 @dataclass(frozen=True)
 class Sides:
     """caovan's kernels (``ours(inp, case)``), vLLM's replay (``theirs(inp)``) and the oracle, each returning the
-    copy of ``inp`` it ran on."""
+    copy of ``inp`` it ran on; ``device`` is where the inputs are drawn (None: the CPU, for the interpreter)."""
 
     ours: Callable[[dict, FuzzCase], dict]
     theirs: Callable[[dict], dict]
     oracle: Callable[[dict], dict]
+    device: str | None = None
 
 
 def _tail(exc_text: str) -> str:
@@ -36,7 +37,7 @@ def _tail(exc_text: str) -> str:
 
 def run_case(case: FuzzCase, sides: Sides) -> dict:
     """``judge``'s verdict on one case; a side that raises fails it with ``caovan_raised`` / ``vllm_raised``."""
-    inp = build_inputs(case)
+    inp = build_inputs(case, sides.device)
     outputs = {}
     for who, call in (("caovan", lambda: sides.ours(inp, case)), ("vllm", lambda: sides.theirs(inp))):
         try:
