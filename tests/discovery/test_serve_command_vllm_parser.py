@@ -195,3 +195,20 @@ def test_vllm_serve_parser_reads_the_profiles_flags(tmp_path, vllm_serve_parser)
     parsed_kept, parsed_auto = vllm_serve_parser.parse([plans[3].serve_args, plans[4].serve_args])
     assert parsed_kept["max_model_len"] == 32000 and parsed_kept["kv_cache_dtype"] == "auto"
     assert parsed_auto["max_model_len"] == -1
+
+
+#: Token counts as users write them; the profiles read them with their own mirror of vLLM's reader.
+TOKEN_COUNTS = ["32k", "32K", "1.5k", "131072", " 64k", "2M", "1t", "1T", "1.5K", "lots"]
+
+
+def test_the_profiles_read_token_counts_as_vllm_does(vllm_serve_parser):
+    from caovan.serving.serve_profiles import ServeArgsError, tokens_value
+
+    parsed = vllm_serve_parser.parse([["/m", "--max-num-batched-tokens", text] for text in TOKEN_COUNTS])
+    for text, theirs in zip(TOKEN_COUNTS, parsed, strict=True):
+        try:
+            ours = tokens_value(text, "--max-num-batched-tokens")
+        except ServeArgsError:
+            ours = None
+        assert ours == theirs.get("max_num_batched_tokens"), (text, ours, theirs)
+        assert (ours is None) == ("exit" in theirs), (text, theirs)

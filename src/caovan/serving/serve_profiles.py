@@ -92,14 +92,19 @@ def _number(text: str | None, flag: str, kind: type) -> Any:
         raise ServeArgsError(f"{flag} {text!r}: not a number") from None
 
 
-_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def tokens_value(text: str | None, flag: str) -> int | None:
-    """A token count as vLLM's ``human_readable_int`` reads it (``32k`` 32000, ``32K`` 32768); None: not given."""
+    """A token count as vLLM's ``human_readable_int`` reads it (``32k`` 32000, ``32K`` 32768); None: not given.
+
+    Mirrored, not imported: the profiles are pure functions that run before vLLM is imported. The discovery tier
+    holds this reader to every row's own ``human_readable_int`` (``tests/discovery/test_serve_command_vllm_parser.py``).
+    """
     if text is None:
         return None
-    found = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgKMG])", text)
+    text = text.strip()
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT])", text)
     if found and (found.group(2).islower() or "." not in found.group(1)):
         return int(float(found.group(1)) * _SUFFIXES[found.group(2)])
     value = _number(text, flag, int)
