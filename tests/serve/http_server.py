@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import serve_env
 
+from caovan.serving.client import ServerSettings, ServingClient
+from caovan.serving.errors import NotReady
 from caovan.serving.server_process import STOP_GRACE_S, ServerProcess, free_port
 
 TAIL_LINES = 80
+#: Each readiness wait is this short, so that a server that died while starting fails the test at once.
+READY_POLL_S = 15.0
 
 
 def caovan(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -51,3 +57,20 @@ def start(work: Path, model: Path, serve_args: list[str]) -> Server:
     command += serve_args
     print(f"[http-serve] {' '.join(command)}", flush=True)
     return Server(command, work / "server.log", work, f"http://127.0.0.1:{port}", str(model))
+
+
+def wait_until_ready(server: Server, wait_s: float) -> list[str]:
+    """Wait for the server's models endpoint, at most ``wait_s``; the test fails as soon as the server has exited
+    (a dead engine is never waited for to the end). Returns the models it serves."""
+    deadline = time.monotonic() + wait_s
+    settings = ServerSettings(server.api_base, None, wait_s, 60.0)
+    with ServingClient(settings) as client:
+        while True:
+            try:
+                ready = client.wait_ready(min(READY_POLL_S, max(1.0, deadline - time.monotonic())))
+            except NotReady as exc:
+                if server.proc.poll() is not None or time.monotonic() >= deadline:
+                    pytest.fail(f"the server did not become ready: {exc}\n{server.describe()}")
+                continue
+            print(f"[http-serve] server ready, serving {ready.models}", flush=True)
+            return list(ready.models)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from importlib import metadata
 from pathlib import Path
 
@@ -36,16 +35,12 @@ from helpers import http_load
 
 from caovan.bench.model_folders import write_tiny_qwen3_next
 from caovan.bench.model_tokenizer import write_tokenizer
-from caovan.serving.client import ServerSettings, ServingClient
-from caovan.serving.errors import NotReady
 
 pytestmark = pytest.mark.serve
 
 MTP = 2
 MAX_NUM_SEQS = http_load.STREAMS
 STARTUP_WAIT_S = 480
-#: Each readiness wait is this short, so that a server that died while starting fails the test at once.
-READY_POLL_S = 15.0
 
 
 @pytest.fixture(scope="module")
@@ -70,24 +65,9 @@ def server(work: Path):
     running.stop()
 
 
-def _wait_until_ready(server: http_server.Server) -> None:
-    deadline = time.monotonic() + STARTUP_WAIT_S
-    settings = ServerSettings(server.api_base, None, STARTUP_WAIT_S, 60.0)
-    with ServingClient(settings) as client:
-        while True:
-            try:
-                ready = client.wait_ready(min(READY_POLL_S, max(1.0, deadline - time.monotonic())))
-            except NotReady as exc:
-                if server.proc.poll() is not None or time.monotonic() >= deadline:
-                    pytest.fail(f"the server did not become ready: {exc}\n{server.describe()}")
-                continue
-            print(f"[http-load] server ready, serving {ready.models}", flush=True)
-            return
-
-
 @pytest.fixture(scope="module")
 def load(server, work: Path) -> dict:
-    _wait_until_ready(server)
+    http_server.wait_until_ready(server, STARTUP_WAIT_S)
     result = http_load.run_load_test(server.api_base, server.model)
     record = {"vllm_version": metadata.version("vllm"), **result.to_dict()}
     path = work / "load-test.json"

@@ -143,7 +143,17 @@ FAKE_VLLM = {
                 return []
 
 
+        class TritonAttentionImpl:
+            def __init__(self, num_heads, head_size, scale, num_kv_heads, kv_cache_dtype, logits_soft_cap=None):
+                if kv_cache_dtype == "fp8_e4m3" and not current_platform.has_device_capability(89):
+                    raise ValueError("planted: the impl refuses fp8_e4m3 below 8.9")
+
+
         class TritonAttentionBackend:
+            @staticmethod
+            def get_impl_cls():
+                return TritonAttentionImpl
+
             @classmethod
             def validate_configuration(cls, head_size, kv_cache_dtype):
                 if not current_platform.is_cuda():
@@ -218,7 +228,19 @@ def test_the_answers_follow_the_capability_asked(fake_vllm):
     doc = probe_vllm_decisions((9, 0))
     assert _backend(doc, "FLASH_ATTN")["valid"] is True and doc["attention"]["auto"]["backend"] == "FLASH_ATTN"
     assert {d["dtype"]: d["ok"] for d in doc["model_dtypes"]} == {"float16": True, "bfloat16": True}
-    assert _kv(doc, "fp8")["auto"]["backend"] == "FLASH_ATTN"
+    # FLASH_ATTN takes fp8 in its selection, but FlashAttention 3 cannot give the float16 layer's output.
+    fp8 = _kv(doc, "fp8")["auto"]
+    assert fp8["backend"] is None and "output must have dtype BF16" in fp8["refusal"]
+    assert _kv(doc, "auto")["auto"]["backend"] == "FLASH_ATTN"
+
+
+def test_a_kv_dtype_the_backend_s_impl_refuses_is_refused_with_its_message(fake_vllm):
+    e4m3 = _kv(probe_vllm_decisions((7, 5)), "fp8_e4m3")
+    assert e4m3["auto"] == {"backend": None, "refusal": (
+        "TritonAttentionImpl refuses it when the model's layers are built: planted: the impl refuses fp8_e4m3 below 8.9"
+    )}  # fmt: skip
+    assert "TRITON_ATTN" not in e4m3["accepted_by"]
+    assert "TRITON_ATTN" in _kv(probe_vllm_decisions((9, 0)), "fp8_e5m2")["accepted_by"]
 
 
 def test_bfloat16_is_refused_below_8_0_with_the_platforms_message(fake_vllm):

@@ -289,11 +289,13 @@ def judge_kv_cache_dtypes(
     backends: list[str],
     dtypes: Iterable[str],
     platform_check: Callable[[str, str | None], str | None],
+    backend_check: Callable[[str, str, str], str | None] = lambda dtype, name, path: None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Question 2: each KV-cache dtype with each of ``backends`` (selected by name, as the user would) and with
     vLLM's own choice; and what could not be judged here, with why.  ``platform_check(dtype, backend or None)``:
     the refusal of the platform-wide KV check older releases run on the engine arguments (None: accepted, or no
-    such check); it may raise :class:`MachineBound` too."""
+    such check); it may raise :class:`MachineBound` too.  ``backend_check(dtype, backend name, class path)``: the
+    selected backend's own refusal beyond the selection (:mod:`caovan.sm75.kv_cache_kernels`)."""
     out, not_judged = [], []
     for dtype in dtypes:
         accepted, refused = [], []
@@ -302,7 +304,9 @@ def judge_kv_cache_dtypes(
             if member is None:
                 continue  # not a backend of this vLLM (its parser refuses the name): nothing to pair a dtype with
             try:
-                refusal = probe.select(member, dtype).refusal or platform_check(dtype, name)
+                selection = probe.select(member, dtype)
+                refusal = selection.refusal or platform_check(dtype, name)
+                refusal = refusal or backend_check(dtype, name, selection.path or "")
             except MachineBound as exc:
                 not_judged.append({"question": f"kv_cache_dtypes {dtype} with {name}", "why": str(exc)})
                 continue
@@ -313,8 +317,11 @@ def judge_kv_cache_dtypes(
         auto: dict[str, Any] = {"backend": None, "refusal": None}
         try:
             chosen = probe.select(None, dtype)
+            name = _name_of(probe, chosen)
             auto["refusal"] = chosen.refusal or platform_check(dtype, None)
-            auto["backend"] = None if auto["refusal"] else _name_of(probe, chosen)
+            if auto["refusal"] is None and name is not None:
+                auto["refusal"] = backend_check(dtype, name, chosen.path or "")
+            auto["backend"] = None if auto["refusal"] else name
         except MachineBound as exc:
             auto["unanswered"] = str(exc)
             not_judged.append({"question": f"kv_cache_dtypes {dtype} with vLLM's own choice", "why": str(exc)})

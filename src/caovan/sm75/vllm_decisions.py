@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
+from .kv_cache_kernels import impl_refusal, kernel_refusal
 from .vllm_attention import (
     HEAD_SIZE,
     KV_CACHE_DTYPES,
@@ -203,7 +204,14 @@ def _attention(
         kv_backends = list(dict.fromkeys([*kv_backends, *(name.upper() for name in named)]))
         dtypes = list(dict.fromkeys([*KV_CACHE_DTYPES, *kv_cache_dtypes]))
         check = kv_platform_check(sim)
-        kv = _ask(doc, "kv_cache_dtypes", lambda: judge_kv_cache_dtypes(probe, kv_backends, dtypes, check))
+
+        def backend_check(kv_dtype: str, name: str, path: str) -> str | None:
+            return impl_refusal(path, kv_dtype) or kernel_refusal(name, kv_dtype, dtype, sim.platform, sim_capability)
+
+        sim_capability = tuple(doc["capability"])
+        kv = _ask(
+            doc, "kv_cache_dtypes", lambda: judge_kv_cache_dtypes(probe, kv_backends, dtypes, check, backend_check)
+        )
         if kv is not None:
             doc["kv_cache_dtypes"], not_judged = kv
             doc["unanswered"] += not_judged
