@@ -311,10 +311,15 @@ def interpreter_bf16_products_broken() -> str | None:
 
 
 def launch_config_for(sc: Scenario):
-    """The ``sm75`` entry (the launch values an RTX 2080 Ti runs) with the scenario's kernel options switched on."""
+    """The ``sm75`` entry (the launch values an RTX 2080 Ti runs) with the scenario's kernel options switched on;
+    a fuzzed GPU case's shipped entry as it is (``"device"``: None, caovan's pick for the GPU)."""
     import triton
 
     from caovan.kernels.gdn_spec_decode.launch_configs import LAUNCH_CONFIGS, VGdnLaunchConfig
+
+    entry = getattr(sc, "entry", None)
+    if entry is not None:
+        return None if entry == "device" else LAUNCH_CONFIGS[entry]
 
     sm75 = LAUNCH_CONFIGS["sm75"]
     split = sc.row_lanes < 32

@@ -196,11 +196,16 @@ def test_a_gpu_run_draws_the_real_models_per_gpu_shapes():
     cases = [draw_case(rules, space, 5, i) for i in range(DRAWS)]
     for case in cases:
         assert case.problems() == [], case.case_id
-        assert (case.head_k_dim, case.head_v_dim, case.width) == (128, 128, 4)
+        assert (case.head_k_dim, case.head_v_dim, case.width, case.has_bias) == (128, 128, 4, False)
         assert case.num_k_heads * case.group <= 48  # at most the 27B's 48 value heads on one GPU
-    assert {c.num_k_heads for c in cases} == {2, 4, 8, 16}  # TP 8 .. 1
-    assert {c.bv for c in cases} == set(space.value_blocks)  # every value block fits V = 128
+        assert (case.act_dtype, case.conv_dtype, case.ssm_dtype) in space.dtype_sets
+    assert {c.num_k_heads for c in cases} == {8, 16}  # TP 2 and 1
+    assert {c.entry for c in cases} == {"sm75", "device"}  # the shipped entries decide the launch options
     assert max(c.num_live for c in cases) > 32 and any(c.padding_rows > 8 for c in cases)
+    # Few compiled variants: dtype set x key heads x group x entry x conv layout.
+    variants = {(c.act_dtype, c.conv_dtype, c.ssm_dtype, c.num_k_heads, c.group, c.entry, c.conv_dim_first)
+                for c in cases}  # fmt: skip
+    assert len(variants) <= 5 * 2 * 3 * 2 * 2
 
 
 def test_a_case_drawn_on_the_cpu_keeps_its_values_when_moved():

@@ -53,6 +53,9 @@ class FuzzCase:
     row_lanes: int = 32  # < 32: the state slab's rows split over this many lanes
     constant_slab_offsets: bool = False
     write_through_last: bool = False
+    #: A launch entry taken as shipped ("sm75", or "device": the entry caovan picks for the GPU it runs on), the
+    #: launch options above then unused; None: the options above (the interpreter's cases).
+    entry: str | None = None
     # The family's, set by `rules.lay_out`:
     ssm_layout: str = "vk"
     null_slot_max: int = 0
@@ -138,22 +141,42 @@ class FuzzSpace:
     activation_dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")
     conv_state_dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")
     ssm_state_dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")
+    #: (activations, conv state, SSM state) drawn as one of these instead of one by one (None: one by one).
+    dtype_sets: tuple[tuple[str, str, str], ...] | None = None
+    #: Launch entries taken as shipped (FuzzCase.entry); empty: caovan's launch options are drawn one by one.
+    entries: tuple[str, ...] = ()
+    bias_fraction: float = 0.5
 
     @classmethod
     def real_shapes(cls) -> FuzzSpace:
-        """The per-GPU shapes of the Qwen3.5 / 3.6 / Qwen3-Next GDN layers (K = V = 128, 16 key heads split over TP
-        1 - 8, HV / H 1 - 3, conv width 4) in batches as large as a serving GPU hands the spec step, for a run on a
-        GPU: every value block of the envelope fits V = 128."""
+        """The per-GPU shapes of the Qwen3.5 / 3.6 / Qwen3-Next GDN layers (K = V = 128, 16 key heads at TP 1 or 2,
+        HV / H 1 - 3, conv width 4, no conv bias) in batches as large as a serving GPU hands the spec step, the
+        dtypes vLLM serves them in, and caovan's shipped launch entries, for a run on a GPU.
+
+        Few compiled variants on purpose: each distinct dtype set, head count, entry or layout is a Triton compile
+        of caovan's kernel and of vLLM's (seconds each); a first GPU run that drew every option one by one spent
+        most of its time compiling (3.5 s per case per process on an H200)."""
         return cls(
             max_live_sequences=48,
             max_padding_rows=16,
-            key_heads=(2, 4, 8, 16),
+            key_heads=(8, 16),
             head_k_dims=(128,),
             head_v_dims=(128,),
             max_value_blocks=16,
             widths=(4,),
             max_other_requests=4,
             max_other_tokens=256,
+            # The model's dtype for activations and conv state; the SSM state in float32 (vLLM's
+            # mamba_ssm_cache_dtype) or the model's; --mamba-cache-dtype float32 for both caches.
+            dtype_sets=(
+                ("float16", "float16", "float32"),
+                ("float16", "float16", "float16"),
+                ("bfloat16", "bfloat16", "float32"),
+                ("bfloat16", "bfloat16", "bfloat16"),
+                ("float16", "float32", "float32"),
+            ),
+            entries=("sm75", "device"),
+            bias_fraction=0.0,
         )
 
     def without_bf16_products(self) -> FuzzSpace:
@@ -199,7 +222,9 @@ def draw_case(rules: LayoutRules, space: FuzzSpace, seed: int, index: int) -> Fu
         null_columns = tuple(
             (s, c) for s in range(n) for c in range(1, t) if c != accepted[s] - 1 and rng.random() < 0.2
         )
-    act = rng.choice(space.activation_dtypes)
+    # One draw where act was drawn alone, so that a space without dtype sets draws every case as before.
+    dtype_set = rng.choice(space.dtype_sets) if space.dtype_sets else None
+    act = dtype_set[0] if dtype_set else rng.choice(space.activation_dtypes)
     k = rng.choice(space.head_k_dims)
     bv = rng.choice(space.value_blocks)
     v = rng.choice([v for v in space.head_v_dims if -(-v // bv) <= space.max_value_blocks])
@@ -219,12 +244,12 @@ def draw_case(rules: LayoutRules, space: FuzzSpace, seed: int, index: int) -> Fu
         padded_tokens=padded_tokens,
         others=others,
         act_dtype=act,
-        conv_dtype=_draw_dtype(rng, act, space.conv_state_dtypes),
-        ssm_dtype=_draw_dtype(rng, act, space.ssm_state_dtypes),
+        conv_dtype=dtype_set[1] if dtype_set else _draw_dtype(rng, act, space.conv_state_dtypes),
+        ssm_dtype=dtype_set[2] if dtype_set else _draw_dtype(rng, act, space.ssm_state_dtypes),
         conv_dim_first=rules.conv_dim_first and rng.random() < 0.3,
         page_strided=rng.random() < 0.5,
         extra_state_len=rng.choice((0, 0, 1, 3)),
-        has_bias=rng.random() < 0.5,
+        has_bias=rng.random() < space.bias_fraction,
         strided_qkv=rng.random() < 0.3,
         # vLLM's spec branch takes a/b as they come only in a mixed batch (it gathers them, or its kernel's wrapper
         # makes them contiguous); in a pure batch the gating-first families' fused_gdn_gating reads them as
@@ -237,4 +262,9 @@ def draw_case(rules: LayoutRules, space: FuzzSpace, seed: int, index: int) -> Fu
         constant_slab_offsets=rng.random() < 0.2,
         write_through_last=rng.random() < 0.2,
     )
+    if space.entries:  # the shipped entry decides the launch options
+        case = replace(
+            case, entry=rng.choice(space.entries), bv=16, row_lanes=32, constant_slab_offsets=False,
+            write_through_last=False,
+        )  # fmt: skip
     return lay_out(case, rules)

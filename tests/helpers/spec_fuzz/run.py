@@ -75,7 +75,9 @@ def _features(case: FuzzCase) -> list[str]:
         f"dtypes={case.act_dtype}/{case.conv_dtype}/{case.ssm_dtype}",
     ]
     feats += [f"accepted={a}" for a in sorted(set(case.num_accepted))]
-    feats += [f"width={case.width}"]
+    feats += [f"width={case.width}", f"key_heads={case.num_k_heads}"]
+    if case.entry is not None:
+        feats.append(f"entry={case.entry}")
     flags = {
         "mixed": case.mixed,
         "interleaved": any(before < case.num_live for _, before in case.others),
