@@ -154,8 +154,8 @@ class FuzzSpace:
         dtypes vLLM serves them in, and caovan's shipped launch entries, for a run on a GPU.
 
         Few compiled variants on purpose: each distinct dtype set, head count, entry or layout is a Triton compile
-        of caovan's kernel and of vLLM's (seconds each); a first GPU run that drew every option one by one spent
-        most of its time compiling (3.5 s per case per process on an H200)."""
+        of caovan's kernel and of vLLM's (seconds each); a first GPU run (on an H200) that drew every option one by
+        one spent most of its time compiling."""
         return cls(
             max_live_sequences=48,
             max_padding_rows=16,
