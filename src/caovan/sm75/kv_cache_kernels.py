@@ -15,7 +15,9 @@ installed code where it can be:
   output dtype. Its first forward fails with ``For FP16/BF16 input, output must have the same dtype as inputs. For
   FP8 input, output must have dtype BF16`` (seen on a lent H200 with vLLM 0.25.0, a float16 model and
   ``--kv-cache-dtype fp8``). This one is a rule, not a probe: remove it once vLLM's FLASH_ATTN backend refuses the
-  pair itself (``supports_combination``) or casts its output.
+  pair itself (``supports_combination``) or casts its output. The decisions judge a float16 layer (what a 2080 Ti
+  serves), so on sm_90 a bfloat16 model that FLASH_ATTN could give an fp8 cache gets ``auto`` instead: a smaller
+  cache than it could have, never a server that dies.
 """
 
 from __future__ import annotations
