@@ -20,6 +20,7 @@ from .chunked_kernels import (
     _caovan_gdn_prefill_merge_kernel,
     _caovan_gdn_prefill_output_kernel,
 )
+from .direct import launch_fused
 from .launch_configs import (
     CHUNK,
     MAX_KEY_SLABS,
@@ -45,6 +46,8 @@ KERNEL_NAMES = tuple(
 )
 #: True when TRITON_INTERPRET=1 was set before import: the kernels then run on CPU tensors (tests).
 INTERPRETED = not isinstance(_caovan_gdn_prefill_wy_kernel, JITFunction)
+#: The tensor (or None) arguments leading each fused-path kernel's signature (the rest are scalars).
+WY_TENSORS, STATE_TENSORS = 10, 11
 #: Activation dtypes the kernels take (their dots run in the activation dtype, as FLA's do).
 ACTIVATION_DTYPES = (torch.float16, torch.bfloat16)
 _configs: dict[int, PrefillLaunchConfig] = {}
@@ -164,31 +167,39 @@ def gdn_prefill(
     group = HV // H
     scale = K**-0.5 if scale is None else scale
     common = dict(GROUP=group, K=K, V=V, KS=ks, NK=nk, BT=CHUNK, L2NORM=use_qk_l2norm, FP32=fp32_dots)
+    wy_args = (
+        q, k, v, g, beta, cu_seqlens, w, u, gc, attn, num_seqs,
+        q.stride(-3), q.stride(-2), k.stride(-3), k.stride(-2), v.stride(-3), v.stride(-2),
+        g.stride(-2), g.stride(-1), beta.stride(-2), beta.stride(-1),
+        w.stride(0), w.stride(1), u.stride(0), u.stride(1), gc.stride(0), gc.stride(1),
+        attn.stride(0), attn.stride(1),
+    )  # fmt: skip
+    wy_meta = dict(VS=vs, PAIRED=chunked, **common)
     with _device(q.device):
-        _caovan_gdn_prefill_wy_kernel[grids[_caovan_gdn_prefill_wy_kernel.__name__]](
-            q, k, v, g, beta, cu_seqlens, w, u, gc, attn, num_seqs,
-            q.stride(-3), q.stride(-2), k.stride(-3), k.stride(-2), v.stride(-3), v.stride(-2),
-            g.stride(-2), g.stride(-1), beta.stride(-2), beta.stride(-1),
-            w.stride(0), w.stride(1), u.stride(0), u.stride(1), gc.stride(0), gc.stride(1),
-            attn.stride(0), attn.stride(1),
-            VS=vs, PAIRED=chunked, **common,
-            num_warps=config.wy.num_warps, num_stages=config.wy.num_stages,
-        )  # fmt: skip
         if chunked:
+            _caovan_gdn_prefill_wy_kernel[grids[_caovan_gdn_prefill_wy_kernel.__name__]](
+                *wy_args, **wy_meta, num_warps=config.wy.num_warps, num_stages=config.wy.num_stages
+            )
             _launch_chunked(config.chunked, grids, q, k, out, ssm_state, cu_seqlens, state_indices,
                             has_initial_state, w, u, gc, attn, scale, null_slot_max, ssm_layout, write_final_state,
                             vs, common)  # fmt: skip
             return
-        _caovan_gdn_prefill_state_kernel[grids[_caovan_gdn_prefill_state_kernel.__name__]](
+        state_args = (
             q, k, w, u, gc, attn, out, ssm_state, cu_seqlens, state_indices, has_initial_state,
             scale, null_slot_max,
             q.stride(-3), q.stride(-2), k.stride(-3), k.stride(-2), w.stride(0), w.stride(1),
             u.stride(0), u.stride(1), gc.stride(0), gc.stride(1), attn.stride(0), attn.stride(1),
             out.stride(-3), out.stride(-2),
             ssm_state.stride(0), ssm_state.stride(1), stride_sk, stride_sv,
-            BV=block_v_of(config.state.BV, V), WRITE_FINAL_STATE=write_final_state, **common,
-            num_warps=config.state.num_warps, num_stages=config.state.num_stages,
         )  # fmt: skip
+        state_meta = dict(BV=block_v_of(config.state.BV, V), WRITE_FINAL_STATE=write_final_state, **common)
+        launch_fused(
+            (_caovan_gdn_prefill_wy_kernel, _caovan_gdn_prefill_state_kernel),
+            (grids[_caovan_gdn_prefill_wy_kernel.__name__], grids[_caovan_gdn_prefill_state_kernel.__name__]),
+            ((wy_args, WY_TENSORS, wy_meta, config.wy), (state_args, STATE_TENSORS, state_meta, config.state)),
+            q.device.index if q.device.type == "cuda" else -1,
+            INTERPRETED,
+        )
 
 
 def _launch_chunked(
