@@ -110,6 +110,10 @@ def _split_over_workers(args: argparse.Namespace, argv: list[str]) -> int:
     )  # fmt: skip
     if record is None:
         return status
+    if "skip" in record:
+        _write(args.out, record)
+        print(record["skip"])
+        return 0
     row = f"vllm-{record['family']['vllm']}"
     device = ["--device", args.device] if args.device != "interpreter" else []
     record.update(

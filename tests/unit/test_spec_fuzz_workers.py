@@ -22,6 +22,9 @@ FAKE_WORKER = textwrap.dedent(
     if a.start == a.die_at:
         print("Traceback: the worker broke")
         sys.exit(3)
+    if a.device == "refused":
+        open(a.out, "w").write(json.dumps({"complete": True, "skip": "nothing of caovan's runs on this release"}))
+        sys.exit(0)
     failed = int(a.start <= 4 < a.start + a.cases)
     if failed:
         print(f"FAIL {a.seed}:4 (0.10 s) caovan's out error 1 > tol 0.1")
@@ -96,3 +99,10 @@ def test_a_record_left_by_an_earlier_run_is_not_taken_for_a_worker_s(fake_worker
     )
     assert (record, status) == (None, 2)
     assert not (parts / "part-1.json").exists()
+
+
+def test_a_release_caovan_does_not_serve_gives_its_skip_record(fake_worker, tmp_path):
+    record, status = run_workers(
+        fake_worker, ["--device", "refused"], seed=1, start=0, count=4, workers=2, out=tmp_path / "r.json", poll_s=0.05
+    )
+    assert status == 0 and record["skip"].startswith("nothing of caovan's runs")
