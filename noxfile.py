@@ -306,7 +306,7 @@ def fuzz(session: nox.Session, row_id: str) -> None:
     row = ROWS[row_id]
     install_row(session, row, plugin_wheel(session), None)
     env = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT / "tests")}
-    if "cuda" in session.posargs:  # --device cuda: compiled kernels on the host's GPU
+    if "cuda" in session.posargs or "--device=cuda" in session.posargs:  # compiled kernels on the host's GPU
         env = {"TRITON_INTERPRET": "0", "PYTHONPATH": str(ROOT / "tests")}
     script = ROOT / "tests" / "numerics" / "spec_fuzz_cases.py"
     session.run("python", str(script), "--out", str(FUZZ_DIR / f"{row.id}.json"), *session.posargs, env=env)

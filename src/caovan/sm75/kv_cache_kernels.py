@@ -52,14 +52,12 @@ _TRITON_FP8 = {
 }
 
 
-def _is_fp8(kv_cache_dtype: str) -> bool:
-    return kv_cache_dtype.startswith("fp8")
-
-
 def impl_refusal(backend_path: str, kv_cache_dtype: str) -> str | None:
     """vLLM's refusal of ``kv_cache_dtype`` when the backend at ``backend_path`` builds a layer's attention, or None:
     built, or the impl cannot be built here even with ``auto`` (then there is nothing to tell, and the selection's
     answer stands)."""
+    if kv_cache_dtype == "auto":  # the control build below: whatever it does, there is nothing to tell
+        return None
     module, _, name = backend_path.rpartition(".")
     try:
         impl_cls = getattr(importlib.import_module(module), name).get_impl_cls()
@@ -116,7 +114,7 @@ def kernel_refusal(
 ) -> str | None:
     """Why the kernels of ``backend`` (its enum name) cannot run a ``kv_cache_dtype`` cache for a ``model_dtype``
     model on ``capability``, where vLLM's selection does not check it; None: nothing known against it."""
-    if not _is_fp8(kv_cache_dtype):
+    if not kv_cache_dtype.startswith("fp8"):
         return None
     fp8_dtype = getattr(platform, "fp8_dtype", None)
     if backend == "TRITON_ATTN" and callable(fp8_dtype):

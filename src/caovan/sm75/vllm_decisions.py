@@ -204,11 +204,11 @@ def _attention(
         kv_backends = list(dict.fromkeys([*kv_backends, *(name.upper() for name in named)]))
         dtypes = list(dict.fromkeys([*KV_CACHE_DTYPES, *kv_cache_dtypes]))
         check = kv_platform_check(sim)
+        capability = tuple(doc["capability"])
 
         def backend_check(kv_dtype: str, name: str, path: str) -> str | None:
-            return impl_refusal(path, kv_dtype) or kernel_refusal(name, kv_dtype, dtype, sim.platform, sim_capability)
+            return impl_refusal(path, kv_dtype) or kernel_refusal(name, kv_dtype, dtype, sim.platform, capability)
 
-        sim_capability = tuple(doc["capability"])
         kv = _ask(
             doc, "kv_cache_dtypes", lambda: judge_kv_cache_dtypes(probe, kv_backends, dtypes, check, backend_check)
         )
