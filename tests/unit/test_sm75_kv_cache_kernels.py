@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from caovan.sm75.kv_cache_kernels import kernel_refusal, triton_type_refusal
+from caovan.sm75.kv_cache_kernels import kernel_refusal, query_quant_dtypes, query_quant_refusal, triton_type_refusal
 
 torch = pytest.importorskip("torch", reason="the fp8 dtypes are torch's")
 pytest.importorskip("triton", reason="the installed Triton is what is asked")
@@ -39,3 +39,27 @@ def test_flash_attention_3_takes_an_fp8_cache_only_for_a_bfloat16_model():
 @pytest.mark.parametrize("backend", ["TRITON_ATTN", "FLASH_ATTN", "FLASHINFER"])
 def test_a_16_bit_cache_is_never_refused_here(backend):
     assert kernel_refusal(backend, "auto", torch.float16, _Platform(), (7, 5)) is None
+
+
+class _FlashImpl:
+    supports_quant_query_input = True
+
+
+class _PlainImpl:
+    supports_quant_query_input = False
+
+
+def test_an_fp8_query_backend_refuses_the_cache_dtypes_vllms_forward_does_not_quantise_for():
+    accepted = frozenset({"fp8", "fp8_e4m3", "nvfp4"})
+    why = query_quant_refusal(_FlashImpl(), "fp8_e5m2", accepted)
+    assert why is not None and "asserts the cache dtype is one of fp8, fp8_e4m3, nvfp4" in why
+    assert query_quant_refusal(_FlashImpl(), "fp8_e4m3", accepted) is None
+    assert query_quant_refusal(_FlashImpl(), "auto", accepted) is None
+    assert query_quant_refusal(_PlainImpl(), "fp8_e5m2", accepted) is None
+
+
+def test_the_installed_vllm_still_asserts_e4m3_before_quantising_a_query():
+    """Fails once vLLM's Attention.forward stops asserting the set (then the refusal can go)."""
+    pytest.importorskip("vllm", reason="the assertion is read from the installed vLLM")
+    accepted = query_quant_dtypes()
+    assert accepted is not None and "fp8_e4m3" in accepted and "fp8_e5m2" not in accepted, accepted

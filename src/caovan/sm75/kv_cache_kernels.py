@@ -17,13 +17,21 @@ installed code where it can be:
   ``--kv-cache-dtype fp8``). This one is a rule, not a probe: remove it once vLLM's FLASH_ATTN backend refuses the
   pair itself (``supports_combination``) or casts its output. The decisions judge a float16 layer (what a 2080 Ti
   serves), so on sm_90 a bfloat16 model that FLASH_ATTN could give an fp8 cache gets ``auto`` instead: a smaller
-  cache than it could have, never a server that dies.
+  cache than it could have, never a server that dies;
+* a backend that takes an fp8 query (its impl's ``supports_quant_query_input``, FlashAttention 3 on sm_90) with an
+  fp8 cache other than e4m3: vLLM's ``Attention`` layer makes a query quantiser for every ``fp8*`` cache dtype, and
+  its ``forward`` then asserts ``kv_cache_dtype in {"fp8", "fp8_e4m3", ...}`` (vLLM 0.14 to 0.33), so
+  ``fp8_e5m2`` dies at the first forward (seen on a lent H100 with vLLM 0.25.0 and the 27B architecture). Probed:
+  the assertion's set is read from the installed ``Attention.forward``; once it is gone, nothing is refused.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
+import inspect
+import re
 from typing import Any
 
 from .vllm_attention import HEAD_SIZE, keyword_call
@@ -64,21 +72,59 @@ def impl_refusal(backend_path: str, kv_cache_dtype: str) -> str | None:
     except Exception:  # no such class, or it cannot be imported here: the selection's answer stands
         return None
 
-    def build(dtype: str) -> None:
-        keyword_call(impl_cls, {**_LAYER, "kv_cache_dtype": dtype})
+    def build(dtype: str) -> Any:
+        return keyword_call(impl_cls, {**_LAYER, "kv_cache_dtype": dtype})
 
     try:
         build("auto")
     except Exception:  # the impl needs more than caovan can give outside an engine
         return None
     try:
-        build(kv_cache_dtype)
+        impl = build(kv_cache_dtype)
     except Exception as exc:
         if is_machine_bound(exc):
             return None
         text = str(exc).strip() or type(exc).__name__
         return f"{impl_cls.__name__} refuses it when the model's layers are built: {text}"
+    return query_quant_refusal(impl, kv_cache_dtype)
+
+
+#: Where vLLM's ``Attention`` layer lives (0.17 on, and before).
+_ATTENTION_MODULES = ("vllm.model_executor.layers.attention.attention", "vllm.attention.layer")
+_QUERY_QUANT_ASSERT = re.compile(r"assert\s+self\.kv_cache_dtype\s+in\s+(\{[^}]*\})")
+
+
+@functools.lru_cache(maxsize=1)
+def query_quant_dtypes() -> frozenset[str] | None:
+    """The KV-cache dtypes the installed ``Attention.forward`` asserts before quantising a query to fp8, or None
+    where it asserts no such set (or the layer cannot be read here)."""
+    for module in _ATTENTION_MODULES:
+        try:
+            source = inspect.getsource(importlib.import_module(module).Attention.forward)
+        except Exception:  # moved, or not importable here: try the next place
+            continue
+        found = _QUERY_QUANT_ASSERT.search(source)
+        if found is None:
+            return None
+        try:
+            return frozenset(str(x) for x in ast.literal_eval(found.group(1)))
+        except (ValueError, SyntaxError):
+            return None
     return None
+
+
+def query_quant_refusal(impl: Any, kv_cache_dtype: str, accepted: frozenset[str] | None = None) -> str | None:
+    """Why ``impl`` (built for ``kv_cache_dtype``) dies at the first forward of an fp8 cache that vLLM's
+    ``Attention`` layer does not quantise queries for, or None. ``accepted``: :func:`query_quant_dtypes` (asked)."""
+    if not kv_cache_dtype.startswith("fp8") or not getattr(impl, "supports_quant_query_input", False):
+        return None
+    accepted = query_quant_dtypes() if accepted is None else accepted
+    if accepted is None or kv_cache_dtype in accepted:
+        return None
+    return (
+        f"{type(impl).__name__} takes an fp8 query, and vLLM's Attention.forward then asserts the cache dtype is one "
+        f"of {', '.join(sorted(accepted))}: its first forward fails"
+    )
 
 
 @functools.lru_cache(maxsize=16)
