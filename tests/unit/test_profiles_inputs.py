@@ -71,6 +71,30 @@ def test_without_pynvml_the_error_says_so(monkeypatch):
         read_gpus({})
 
 
+def test_the_total_is_cudas_nvmls_less_the_drivers_reserve(monkeypatch):
+    """Seen on a lent H100: NVML v1 79.65 GiB total, CUDA (and so vLLM) 79.18 GiB; v2 tells the 0.47 GiB reserve."""
+    _fake_nvml(monkeypatch, [("NVIDIA H100 80GB HBM3", (9, 0), 80, 79)])
+    nvml = sys.modules["pynvml"]
+    v2 = namedtuple("_MemoryV2", "total reserved free used")
+    nvml.nvmlMemory_v2 = 0x02000028
+
+    def memory_info(i, version=None):
+        assert version in (None, nvml.nvmlMemory_v2)
+        return v2(80 * GIB, GIB // 2, 79 * GIB, 0) if version else _Memory(80 * GIB, 79 * GIB, GIB)
+
+    nvml.nvmlDeviceGetMemoryInfo = memory_info
+    (gpu,) = read_gpus({})
+    assert (gpu.total_bytes, gpu.free_bytes) == (80 * GIB - GIB // 2, 79 * GIB)
+
+    def no_v2(i, version=None):
+        if version:
+            raise RuntimeError("Function Not Found")
+        return _Memory(80 * GIB, 79 * GIB, GIB)
+
+    nvml.nvmlDeviceGetMemoryInfo = no_v2
+    assert read_gpus({})[0].total_bytes == 80 * GIB
+
+
 def test_a_gpu_with_more_free_than_total_memory_is_refused():
     with pytest.raises(ValueError, match="GPU 3: free"):
         Gpu(3, "x", (7, 5), GIB, 2 * GIB)

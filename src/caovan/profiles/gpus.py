@@ -4,6 +4,11 @@ NVML lists every GPU of the host; ``CUDA_VISIBLE_DEVICES`` decides which of them
 (read as CUDA reads it: ``caovan.plugin.guards.visible_indices``). Memory is read per device, total and free, so
 what other processes already hold on a shared card counts against it. NVML initialises no CUDA context, so asking
 costs nothing to the server started next.
+
+The total is the one CUDA reports (``cudaMemGetInfo``, which vLLM multiplies by ``--gpu-memory-utilization``): NVML's
+total less the memory the driver reserves (``nvmlDeviceGetMemoryInfo_v2``'s ``reserved``). On a lent H100 80GB
+NVML's first version gave 79.65 GiB total where CUDA has 79.18 GiB, and the difference showed as "0.47 GiB held by
+others": the profiles then promised vLLM 0.45 GiB it never got. Drivers without the v2 query give NVML's total.
 """
 
 from __future__ import annotations
@@ -48,6 +53,20 @@ class Gpu:
         )
 
 
+def _memory(pynvml, handle) -> tuple[int, int]:
+    """(total as CUDA sees it, free) of one device: the v2 query's total less what the driver reserves, else v1's."""
+    version = getattr(pynvml, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+            free = int(memory.free)
+            return max(int(memory.total) - int(memory.reserved), free), free
+        except Exception:  # NVML_ERROR_FUNCTION_NOT_FOUND / NOT_SUPPORTED on older drivers: the first version
+            pass
+    memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    return int(memory.total), int(memory.free)
+
+
 def read_gpus(environ: Mapping[str, str] | None = None) -> list[Gpu]:
     """Every GPU visible to this process (``CUDA_VISIBLE_DEVICES`` order), measured now through NVML."""
     env = os.environ if environ is None else environ
@@ -66,14 +85,14 @@ def read_gpus(environ: Mapping[str, str] | None = None) -> list[Gpu]:
         for index, handle in visible_nvml_handles(pynvml, env.get("CUDA_VISIBLE_DEVICES")):
             if index is None:
                 raise GpuInventoryError("a MIG instance is visible: its memory is not measured here")
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            total, free = _memory(pynvml, handle)
             gpus.append(
                 Gpu(
                     index=index,
                     name=nvml_text(pynvml.nvmlDeviceGetName(handle)),
                     capability=tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
-                    total_bytes=int(memory.total),
-                    free_bytes=int(memory.free),
+                    total_bytes=total,
+                    free_bytes=free,
                 )
             )
     except GpuInventoryError:
