@@ -1,4 +1,5 @@
-"""``kernel_tensors``: the layer tensors caovan's spec step passes, derived once and re-derived when a source changes.
+"""``kernel_tensors``: the layer tensors caovan's spec step passes: the weights' derived once and re-derived when a
+source changes, the cache states read on every call and never kept.
 
 A stand-in layer built from ``torch.nn`` (the attributes vLLM 0.21's ``GatedDeltaNetAttention`` has: ``A_log``,
 ``dt_bias``, ``conv1d`` with its weight unsqueezed to (dim, 1, width), ``kv_cache`` = (conv, ssm)); the real
@@ -10,6 +11,9 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
+
+import gc  # noqa: E402
+import weakref  # noqa: E402
 
 from torch import nn  # noqa: E402
 
@@ -49,7 +53,21 @@ def test_derived_once_then_reused(conv_dim_first, bias):
     layer = StandInLayer(bias=bias)
     first = kernel_tensors(layer, conv_dim_first)
     _check(layer, first, conv_dim_first)
-    assert kernel_tensors(layer, conv_dim_first) is first  # cache hit: the very same views
+    again = kernel_tensors(layer, conv_dim_first)
+    assert all(a is b for a, b in zip(again[:4], first[:4], strict=True))  # cache hit: the very same weight views
+    _check(layer, again, conv_dim_first)
+
+
+@pytest.mark.parametrize("conv_dim_first", [False, True])
+def test_a_kv_cache_vllm_drops_is_freed_without_another_call(conv_dim_first):
+    """vLLM 0.21+ captures graphs on a minimal profiling KV cache, drops it and allocates the real one from the
+    memory that frees: a cache state kept by caovan between calls pinned it (OOM on a lent H100, vLLM 0.25.0)."""
+    layer = StandInLayer()
+    kernel_tensors(layer, conv_dim_first)
+    dropped = [weakref.ref(t) for t in layer.kv_cache]
+    layer.kv_cache = torch.tensor([])  # as vLLM's _cleanup_profiling_kv_cache does
+    gc.collect()
+    assert all(ref() is None for ref in dropped), "a dropped KV cache tensor is still referenced"
 
 
 @pytest.mark.parametrize(
@@ -74,9 +92,9 @@ def test_derived_once_then_reused(conv_dim_first, bias):
 def test_a_changed_source_is_seen(change):
     layer = StandInLayer()
     before = kernel_tensors(layer, False)
+    _check(layer, before, False)
     change(layer)
     after = kernel_tensors(layer, False)
-    assert after is not before
     _check(layer, after, False)
 
 
@@ -98,7 +116,7 @@ def test_parameters_kept_elsewhere_take_the_attribute_path():
     got = kernel_tensors(layer, False)
     assert got[2].shape == (DIM, WIDTH) and got[2].data_ptr() == layer.conv1d.packed.data_ptr()
     assert got[3] is None and got[0] is layer.A_log
-    assert "_caovan_kernel_tensors" not in layer.__dict__
+    assert "_caovan_weight_tensors" not in layer.__dict__
 
 
 class DispatchingParameter(nn.Parameter):
@@ -118,11 +136,11 @@ def test_vllm_style_parameter_weight_is_read_without_dispatch_and_changes_are_se
     first = kernel_tensors(layer, False)
     _check(layer, first, False)
     DispatchingParameter.calls = 0
-    assert kernel_tensors(layer, False) is first
+    assert kernel_tensors(layer, False)[2] is first[2]
     assert DispatchingParameter.calls == 0  # the cache key read the weight's pointer with the dispatch off
     layer.conv1d.weight.data = torch.randn(DIM, 1, WIDTH)
     after = kernel_tensors(layer, False)
-    assert after is not first
+    assert after[2] is not first[2]
     _check(layer, after, False)
 
 
@@ -133,7 +151,7 @@ def test_conv_kept_outside_the_submodules_takes_the_attribute_path():
     object.__setattr__(layer, "conv1d", conv)  # a plain attribute, not a registered submodule
     got = kernel_tensors(layer, False)
     assert got[2].shape == (DIM, WIDTH) and got[2].data_ptr() == conv.weight.data_ptr()
-    assert "_caovan_kernel_tensors" not in layer.__dict__
+    assert "_caovan_weight_tensors" not in layer.__dict__
 
 
 def test_a_kv_cache_per_virtual_engine_is_read_at_the_engine_given():
@@ -150,8 +168,8 @@ def test_an_a_log_in_the_model_dtype_is_handed_over_as_float32_and_follows_in_pl
     layer.A_log = nn.Parameter(torch.randn(HV).to(torch.bfloat16))
     first = kernel_tensors(layer, False)
     assert first[0].dtype == torch.float32 and torch.equal(first[0], layer.A_log.float())
-    assert kernel_tensors(layer, False) is first  # cached while nothing changed
+    assert kernel_tensors(layer, False)[0] is first[0]  # cached while nothing changed
     with torch.no_grad():
         layer.A_log.add_(1)  # a weight update in place: same object, same storage, new version
     again = kernel_tensors(layer, False)
-    assert again is not first and torch.equal(again[0], layer.A_log.float())
+    assert again[0] is not first[0] and torch.equal(again[0], layer.A_log.float())

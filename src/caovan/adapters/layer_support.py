@@ -65,21 +65,26 @@ def _plain_data_ptr(tensor: Any) -> int:
 
 def kernel_tensors(layer: Any, conv_dim_first: bool, virtual_engine: int | None = None) -> tuple:
     """(A_log, dt_bias, conv_weight 2-D, conv_bias, conv_state dim-first, ssm_state): the layer's own tensors as
-    the kernels take them, derived once and re-derived only when a source changes. ``virtual_engine``: where
-    ``kv_cache`` holds one ``[conv, ssm]`` per virtual engine (before vLLM 0.19), the forward context's engine.
+    the kernels take them, the weights' derived once and re-derived only when a source changes. ``virtual_engine``:
+    where ``kv_cache`` holds one ``[conv, ssm]`` per virtual engine (before vLLM 0.19), the forward context's engine.
 
-    Why cached: read through ``nn.Module.__getattr__`` (parameters, the ``conv1d`` submodule) and viewed on every
-    call, they cost ~8 us of Python per GDN layer per decode step (development CPU: each attribute 0.6-1.3 us, the
-    two views 1-2 us; the dict reads and identity checks here well under 1 us), on the critical path under PIECEWISE
-    graphs. On the H200 host ``caovan bench layer`` went from ~41 to ~35 us per call with this cache (runs pinned
-    to one CPU).
+    Why the weights are cached: read through ``nn.Module.__getattr__`` (parameters, the ``conv1d`` submodule) and
+    viewed on every call, they cost ~8 us of Python per GDN layer per decode step (development CPU: each attribute
+    0.6-1.3 us, the views 1-2 us), on the critical path under PIECEWISE graphs. On the H200 host ``caovan bench
+    layer`` went from ~41 to ~35 us per call with this cache (runs pinned to one CPU).
 
-    What can change while serving, and is checked: vLLM rebinding ``kv_cache`` (cache reallocation), a weight
-    reload replacing a Parameter or assigning its ``.data`` (the data pointers of the two viewed tensors are
-    compared; the others are passed as they are, so their current storage is what the kernels read), an in-place
-    update of ``A_log`` (its version counter: where it is copied to fp32, the copy must follow). Object ids
-    are safe keys: the cache holds those objects, so their ids cannot be reused. A layer whose parameters do not
-    live where ``nn.Module`` keeps them takes the attribute path, uncached.
+    Why the cache states are not: a reference kept between calls keeps vLLM's storage alive after vLLM lets it go.
+    vLLM (0.21 on) captures CUDA graphs on a minimal KV cache to measure their memory, drops it, and sizes the real
+    cache from the memory that frees; caovan's spec step ran in that capture, and a cache holding its conv and SSM
+    views kept every profiling KV tensor alive, so the real allocation died of OOM (the 27B architecture on a lent
+    H100 with vLLM 0.25.0). So ``kv_cache`` is read, and the conv state viewed, on every call.
+
+    What can change while serving, and is checked: a weight reload replacing a Parameter or assigning its ``.data``
+    (the data pointer of the viewed weight is compared; the others are passed as they are, so their current storage
+    is what the kernels read), an in-place update of ``A_log`` (its version counter: where it is copied to fp32,
+    the copy must follow). Object ids are safe keys: the cache holds those objects (the layer's own parameters),
+    so their ids cannot be reused. A layer whose parameters do not live where ``nn.Module`` keeps them takes the
+    attribute path, uncached.
     """
     params = layer._parameters
     conv = layer._modules.get("conv1d")
@@ -87,31 +92,24 @@ def kernel_tensors(layer: Any, conv_dim_first: bool, virtual_engine: int | None 
     a_log, dt_bias, weight = params.get("A_log"), params.get("dt_bias"), conv_params.get("weight")
     kv = layer.kv_cache if virtual_engine is None else layer.kv_cache[virtual_engine]
     conv_state, ssm_state = kv[0], kv[1]
+    conv_view = conv_state if conv_dim_first else conv_state.transpose(-1, -2)
     if a_log is None or dt_bias is None or weight is None:
         conv = layer.conv1d
-        return _as_kernel_args(
-            layer.A_log, layer.dt_bias, conv.weight, conv.bias, conv_state, ssm_state, conv_dim_first
-        )
+        return (*_weight_args(layer.A_log, layer.dt_bias, conv.weight, conv.bias), conv_view, ssm_state)
     bias = conv_params.get("bias")
-    key = (
-        id(conv_state), conv_state.data_ptr(), id(ssm_state), id(a_log), a_log._version, id(dt_bias), id(weight),
-        _plain_data_ptr(weight), id(bias),
-    )  # fmt: skip
-    cached = layer.__dict__.get("_caovan_kernel_tensors")
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    tensors = _as_kernel_args(a_log, dt_bias, weight, bias, conv_state, ssm_state, conv_dim_first)
-    layer.__dict__["_caovan_kernel_tensors"] = (key, tensors)
-    return tensors
+    key = (id(a_log), a_log._version, id(dt_bias), id(weight), _plain_data_ptr(weight), id(bias))
+    cached = layer.__dict__.get("_caovan_weight_tensors")
+    if cached is None or cached[0] != key:
+        cached = layer.__dict__["_caovan_weight_tensors"] = (key, _weight_args(a_log, dt_bias, weight, bias))
+    return (*cached[1], conv_view, ssm_state)
 
 
-def _as_kernel_args(a_log, dt_bias, weight, bias, conv_state, ssm_state, conv_dim_first: bool) -> tuple:
-    """The layer's tensors as the kernels take them: the conv weight 2-D, the conv state dim-first, ``A_log`` in
-    float32 (vLLM 0.12 - 0.18 create it in the model's dtype; the kernels, compiled for sm_75 with an fp32
-    ``A_log``, read the same values from an fp32 copy, re-made when an in-place weight update moves its version)."""
-    conv_view = conv_state if conv_dim_first else conv_state.transpose(-1, -2)
+def _weight_args(a_log, dt_bias, weight, bias) -> tuple:
+    """The layer's weights as the kernels take them: the conv weight 2-D, ``A_log`` in float32 (vLLM 0.12 - 0.18
+    create it in the model's dtype; the kernels, compiled for sm_75 with an fp32 ``A_log``, read the same values
+    from an fp32 copy, re-made when an in-place weight update moves its version)."""
     a_log = a_log if a_log.dtype == _float32() else a_log.detach().float()
-    return (a_log, dt_bias, weight.view(weight.size(0), weight.size(2)), bias, conv_view, ssm_state)
+    return (a_log, dt_bias, weight.view(weight.size(0), weight.size(2)), bias)
 
 
 def _float32() -> Any:
