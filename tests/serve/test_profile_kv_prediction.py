@@ -39,6 +39,13 @@ TOLERANCE = 0.10
 STARTUP_WAIT_S = 900
 #: vLLM's own line (after its "[file:line]" prefix), not caovan serve's quotation of it.
 VLLM_LINE = re.compile(r"\] GPU KV cache size: ([\d,]+) tokens")
+#: vLLM's own memory figures at start-up, kept in the record to calibrate the profiles' reserve (issue 51): what vLLM
+#: takes besides weights and KV is its share less these two.
+VLLM_MEMORY = {
+    "vllm_weights_gib": re.compile(r"Model loading took ([\d.]+) GiB"),
+    "vllm_kv_cache_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
+    "vllm_cuda_graphs_estimate_gib": re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB"),
+}
 PREDICTION = re.compile(r'\[Caovan\] serve: KV prediction: vLLM will log "GPU KV cache size: ([\d,]+) tokens"')
 #: The 27B is a vision-language model: its folder here has a tokenizer but no image processor, so vLLM would fail
 #: profiling the vision encoder with a dummy image (seen with vLLM 0.25.0: "Found 1 <|image_pad|> tokens in the text
@@ -100,6 +107,7 @@ def test_the_kv_prediction_is_within_ten_percent_of_vllms_log_line(context, tmp_
         "predicted_tokens": predicted_tokens,
         "vllm_tokens": logged_tokens,
         "ratio": round(predicted_tokens / logged_tokens, 4),
+        **{name: float(m.group(1)) if (m := pattern.search(log)) else None for name, pattern in VLLM_MEMORY.items()},
         "profile_lines": [line for line in log.splitlines() if line.startswith("[Caovan] serve: ")],
         "gpu": subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"], capture_output=True, text=True
