@@ -61,9 +61,9 @@ _TRITON_FP8 = {
 
 
 def impl_refusal(backend_path: str, kv_cache_dtype: str) -> str | None:
-    """vLLM's refusal of ``kv_cache_dtype`` when the backend at ``backend_path`` builds a layer's attention, or None:
-    built, or the impl cannot be built here even with ``auto`` (then there is nothing to tell, and the selection's
-    answer stands)."""
+    """vLLM's refusal of ``kv_cache_dtype`` when the backend at ``backend_path`` builds a layer's attention, or at the
+    built impl's first forward (:func:`query_quant_refusal`), or None: built and nothing against it, or the impl cannot
+    be built here even with ``auto`` (then there is nothing to tell, and the selection's answer stands)."""
     if kv_cache_dtype == "auto":  # the control build below: whatever it does, there is nothing to tell
         return None
     module, _, name = backend_path.rpartition(".")
